@@ -1,0 +1,381 @@
+"""The fleet's population: model types, their job families, and what each habitually launches.
+
+Built once per seed for the whole span, so any day can be generated on its own. Model types occupy
+popularity slots with a long-tailed (Zipf-like) weight; a slot's occupant retires and a new model
+type takes its place, which is how new model types appear. Each model type holds a pool of job
+families that are born and retire over time (recurring and new families); a family carries a
+stable base launch config and a hidden efficiency factor, so its earlier runs predict its
+later ones.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hardware import N_HARDWARE_TYPES, VENDORS
+
+SPAN_DAYS = 730  # days the catalog covers from the span start
+
+N_SLOTS = 720  # popularity slots occupied by model types at any time
+HEAD_SLOTS = 100
+ZIPF_EXPONENT = 2.0
+ZIPF_OFFSET = 35.0
+MAX_FAMILIES_ALIVE = 600  # families alive at once in the most popular model type
+FAMILY_LIFETIME_DAYS = 35.0
+FAMILY_DEVIATION = 0.12  # share of families that change a setting their model type fixes
+BATCH_SPREAD_LOG2 = 1.2  # how far a family's batch size strays from its model type's habit
+
+# archetype: share of model types, log2 trainers, log2 per-trainer batch, readers per trainer,
+# reader rate (samples/s per reader at reference feature counts), tokens per sample factor
+ARCHETYPES: dict[str, dict] = {
+    "dlrm": {"share": 0.52, "trainers": 1.5, "batch": 12.0, "readers": 16.0, "reader_rate": 2.5e4},
+    "seqrec": {
+        "share": 0.20,
+        "trainers": 2.5,
+        "batch": 10.0,
+        "readers": 12.0,
+        "reader_rate": 1.2e4,
+    },
+    "twotower": {
+        "share": 0.12,
+        "trainers": 1.5,
+        "batch": 13.0,
+        "readers": 16.0,
+        "reader_rate": 3e4,
+    },
+    "mmoe": {"share": 0.10, "trainers": 2.0, "batch": 12.0, "readers": 16.0, "reader_rate": 2e4},
+    "cnn": {"share": 0.03, "trainers": 1.5, "batch": 8.0, "readers": 4.0, "reader_rate": 600.0},
+    "lm": {"share": 0.03, "trainers": 2.5, "batch": 5.0, "readers": 2.0, "reader_rate": 400.0},
+}
+ARCHETYPE_NAMES = tuple(ARCHETYPES)
+
+_DOMAINS = (
+    "ads", "feed", "reels", "search", "marketplace", "notif", "integrity", "video", "groups",
+    "stories", "messaging", "commerce", "jobs", "gaming", "news", "pages", "events", "watch",
+    "shops", "creators",
+)  # fmt: skip
+_TASKS = {
+    "dlrm": ("ctr", "cvr", "engagement", "like", "share", "comment", "click", "install", "quality"),
+    "seqrec": ("seqrank", "nextitem", "session", "history", "sequence"),
+    "twotower": ("retrieval", "candgen", "embed", "match"),
+    "mmoe": ("multitask", "mtml", "ranking", "multiobj"),
+    "cnn": ("imagecls", "detect", "ocr", "thumbnail"),
+    "lm": ("llm", "summarize", "assistant", "translate"),
+}
+_PURPOSES = (
+    "baseline", "prod", "exp_lr", "exp_dim", "sweep", "holdout", "ablation", "retrain", "shadow",
+    "canary", "backfill", "eval", "tune", "distill", "warmstart", "explore", "refresh", "hparam",
+)  # fmt: skip
+_SYLLABLES = ("ka", "mo", "ri", "ta", "ne", "lu", "sa", "jo", "vi", "de", "pa", "zu", "ha", "li")
+NAME_TEMPLATES = 4
+
+SHARDINGS = ("table", "row", "column", "data")
+OPTIMIZERS = ("adam", "adagrad", "sgd", "lamb")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Model types and families as parallel numpy arrays (index = id)."""
+
+    # model types
+    mt_name: np.ndarray
+    mt_archetype: np.ndarray  # index into ARCHETYPE_NAMES
+    mt_birth: np.ndarray
+    mt_death: np.ndarray
+    mt_weight: np.ndarray
+    mt_vendor_support: np.ndarray  # (n_mt, n_vendors) bool
+    mt_definition: np.ndarray  # JSON text
+    mt_sparse: np.ndarray
+    mt_dense: np.ndarray
+    mt_hash: np.ndarray
+    mt_seq_len: np.ndarray
+    mt_efficiency: np.ndarray  # hidden
+    mt_vendor_efficiency: np.ndarray  # hidden, (n_mt, n_vendors)
+    # families
+    fam_name: np.ndarray
+    fam_model_type: np.ndarray
+    fam_birth: np.ndarray
+    fam_death: np.ndarray
+    fam_activity: np.ndarray
+    fam_template: np.ndarray
+    fam_trainers_log2: np.ndarray
+    fam_batch: np.ndarray
+    fam_readers_per_trainer: np.ndarray
+    fam_devices: np.ndarray
+    fam_precision: np.ndarray
+    fam_sharding: np.ndarray
+    fam_optimizer: np.ndarray
+    fam_tensor_parallel: np.ndarray
+    fam_pipeline_parallel: np.ndarray
+    fam_checkpointing: np.ndarray
+    fam_sparse: np.ndarray
+    fam_dense: np.ndarray
+    fam_hash: np.ndarray
+    fam_seq_len: np.ndarray
+    fam_training_days: np.ndarray
+    fam_rows_per_day: np.ndarray  # hidden: work per training day
+    fam_version_lag: np.ndarray
+    fam_efficiency: np.ndarray  # hidden
+    fam_hw_priority: np.ndarray  # (n_fam, n_hw) random keys; lower = preferred
+    fam_pool_size: np.ndarray
+
+
+def _definition(archetype: str, rng: np.random.Generator) -> dict:
+    dim = int(rng.choice([32, 64, 128, 256], p=[0.2, 0.4, 0.3, 0.1]))
+    pooling = int(rng.integers(5, 40))
+    top = [int(w) for w in rng.choice([2048, 1024, 512], size=1)] + [512, 256, 1]
+    if archetype == "dlrm":
+        layers = [
+            {"op": "mlp", "widths": [512, 256, dim]},
+            {"op": "embedding_bag", "dim": dim, "pooling": pooling},
+            {"op": "interaction", "kind": str(rng.choice(["dot", "cat"], p=[0.7, 0.3]))},
+            {"op": "mlp", "widths": top},
+        ]
+    elif archetype == "seqrec":
+        d = int(rng.choice([128, 256, 512]))
+        layers = [
+            {"op": "embedding_bag", "dim": dim, "pooling": pooling},
+            {"op": "mlp", "widths": [d]},
+            {"op": "transformer", "layers": int(rng.integers(2, 7)), "d_model": d,
+             "heads": int(rng.choice([4, 8])), "ffn_mult": 4},
+            {"op": "mlp", "widths": [256, 1]},
+        ]  # fmt: skip
+    elif archetype == "twotower":
+        layers = [
+            {"op": "mlp", "widths": [256, dim]},
+            {"op": "embedding_bag", "dim": dim, "pooling": pooling},
+            {"op": "interaction", "kind": "cat"},
+            {"op": "mlp", "widths": [1024, 512, 256, 128]},
+        ]
+    elif archetype == "mmoe":
+        layers = [
+            {"op": "mlp", "widths": [512, dim]},
+            {"op": "embedding_bag", "dim": dim, "pooling": pooling},
+            {"op": "interaction", "kind": "dot"},
+            {"op": "experts", "num_experts": int(rng.integers(4, 17)), "widths": [512, 256],
+             "tasks": int(rng.integers(2, 9))},
+            {"op": "mlp", "widths": [128, 1]},
+        ]  # fmt: skip
+    elif archetype == "cnn":
+        layers = [
+            {"op": "conv_stack", "blocks": int(rng.integers(8, 25)),
+             "channels": int(rng.choice([64, 128, 256])),
+             "image_size": int(rng.choice([128, 224, 320]))},
+            {"op": "mlp", "widths": [1000]},
+        ]  # fmt: skip
+    else:  # lm
+        d = int(rng.choice([768, 1024, 1536, 2048]))
+        layers = [
+            {"op": "transformer", "layers": int(rng.integers(8, 25)), "d_model": d,
+             "heads": d // 64, "ffn_mult": 4},
+            {"op": "lm_head", "vocab": int(rng.choice([32000, 50000, 128000]))},
+        ]  # fmt: skip
+    return {"layers": layers}
+
+
+def _handles(rng: np.random.Generator, n: int) -> list[str]:
+    parts = rng.integers(0, len(_SYLLABLES), size=(n, 3))
+    lengths = rng.integers(2, 4, size=n)
+    return ["".join(_SYLLABLES[j] for j in row[:k]) for row, k in zip(parts, lengths, strict=True)]
+
+
+def _head_stratified_normal(rng: np.random.Generator, slot: np.ndarray) -> np.ndarray:
+    """Standard normal draws, stratified over the head slots.
+
+    The hundred most popular model types carry most attempts; independent draws for them would
+    make fleet-wide statistics swing from seed to seed, so their draws cover the quantiles evenly.
+    """
+    z = rng.standard_normal(len(slot))
+    head = np.flatnonzero(slot < HEAD_SLOTS)
+    quantiles = (rng.permutation(len(head)) + rng.uniform(0, 1, len(head))) / len(head)
+    z[head] = [statistics.NormalDist().inv_cdf(q) for q in quantiles]
+    return z
+
+
+def _model_type_slots(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(slot, birth, death) of every model type that occupies a slot during the span."""
+    slots, births, deaths = [], [], []
+    for rank in range(N_SLOTS):
+        mean_life = np.inf if rank < 60 else 4000.0 / (1.0 + rank / 20.0)
+        birth = -1000.0
+        death = rng.exponential(mean_life) if np.isfinite(mean_life) else np.inf
+        while birth < SPAN_DAYS:
+            slots.append(rank)
+            births.append(birth)
+            deaths.append(death)
+            birth, death = death, death + rng.exponential(mean_life)
+    return np.array(slots), np.floor(births), np.floor(np.minimum(deaths, 10 * SPAN_DAYS))
+
+
+def build_catalog(seed: int) -> Catalog:
+    """Every model type and family of the span for one seed; deterministic and day-independent."""
+    rng = np.random.default_rng([seed, 7001])
+    slot, mt_birth, mt_death = _model_type_slots(rng)
+    n_mt = len(slot)
+    weight = (slot + ZIPF_OFFSET) ** -ZIPF_EXPONENT
+    shares = np.array([a["share"] for a in ARCHETYPES.values()])
+    archetype = rng.choice(len(ARCHETYPES), size=n_mt, p=shares)
+    # the most popular model types are all recommendation models
+    recsys = rng.choice(4, size=n_mt, p=shares[:4] / shares[:4].sum())
+    archetype = np.where(slot < HEAD_SLOTS, recsys, archetype)
+
+    used: set[str] = set()
+    names, definitions = [], []
+    for i in range(n_mt):
+        arch = ARCHETYPE_NAMES[archetype[i]]
+        stem = f"{rng.choice(_DOMAINS)}_{rng.choice(_TASKS[arch])}_{arch}"
+        version = int(rng.integers(1, 10))
+        while f"{stem}_v{version}" in used:
+            version += 1
+        name = f"{stem}_v{version}"
+        used.add(name)
+        names.append(name)
+        definitions.append(json.dumps(_definition(arch, rng), separators=(",", ":")))
+
+    is_lm = archetype == ARCHETYPE_NAMES.index("lm")
+    is_cnn = archetype == ARCHETYPE_NAMES.index("cnn")
+    dense_inputs = ~(is_lm | is_cnn)
+    mt_sparse = np.where(
+        dense_inputs, np.clip(np.round(rng.lognormal(np.log(80), 0.5, n_mt)), 8, 800), 0
+    )
+    mt_dense = np.where(
+        dense_inputs, np.clip(np.round(rng.lognormal(np.log(300), 0.7, n_mt)), 10, 4000), 0
+    )
+    mt_hash = np.where(dense_inputs, np.round(10 ** rng.uniform(6.0, 8.7, n_mt)), 0)
+    seq_arch = archetype == ARCHETYPE_NAMES.index("seqrec")
+    mt_seq = np.where(seq_arch, rng.choice([64, 128, 256, 512], n_mt), 0)
+    mt_seq = np.where(is_lm, rng.choice([512, 1024, 2048], n_mt), mt_seq)
+
+    support = np.ones((n_mt, len(VENDORS)), dtype=bool)
+    support[:, 1] = rng.random(n_mt) < 0.45
+    support[:, 2] = rng.random(n_mt) < 0.22
+    support[:, 3] = rng.random(n_mt) < 0.22
+    vendor_eff = np.ones((n_mt, len(VENDORS)))
+    vendor_eff[:, 1] = rng.lognormal(np.log(0.85), 0.15, n_mt)
+    vendor_eff[:, 2] = rng.lognormal(np.log(0.75), 0.2, n_mt)
+    vendor_eff[:, 3] = rng.lognormal(np.log(0.8), 0.2, n_mt)
+    mt_eff = np.exp(0.7 * _head_stratified_normal(rng, slot))
+
+    # families: a stock alive at the span start (or at the type's birth) plus a birth process
+    alive_target = np.maximum(1, np.round(MAX_FAMILIES_ALIVE * (weight / weight.max()) ** 0.75))
+    fam_mt, fam_birth, fam_death = [], [], []
+    for i in range(n_mt):
+        n0 = int(alive_target[i])
+        start = max(mt_birth[i], 0.0)
+        end = min(mt_death[i], SPAN_DAYS)
+        if end <= start and mt_birth[i] >= 0:
+            continue
+        stock_birth = np.full(n0, mt_birth[i]) if mt_birth[i] >= 0 else -rng.uniform(1, 120, n0)
+        stock_death = start + rng.exponential(FAMILY_LIFETIME_DAYS, n0)
+        n_new = rng.poisson(n0 / FAMILY_LIFETIME_DAYS * max(end - start, 0.0))
+        new_birth = np.floor(rng.uniform(start, max(end, start + 1), n_new))
+        new_death = new_birth + rng.exponential(FAMILY_LIFETIME_DAYS, n_new)
+        births = np.concatenate([stock_birth, new_birth])
+        fam_mt.append(np.full(len(births), i))
+        fam_birth.append(births)
+        fam_death.append(np.minimum(np.concatenate([stock_death, new_death]), mt_death[i]))
+    f_mt = np.concatenate(fam_mt)
+    f_birth = np.floor(np.concatenate(fam_birth))
+    f_death = np.floor(np.concatenate(fam_death))
+    n_fam = len(f_mt)
+    f_arch = archetype[f_mt]
+
+    handles = _handles(rng, n_fam)
+    purposes = rng.integers(0, len(_PURPOSES), n_fam)
+    fam_names = []
+    seen: set[str] = set()
+    for j in range(n_fam):
+        name = f"{names[f_mt[j]]}.{_PURPOSES[purposes[j]]}_{handles[j]}"
+        while name in seen:
+            name += "x"
+        seen.add(name)
+        fam_names.append(name)
+
+    arch_trainers = np.array([a["trainers"] for a in ARCHETYPES.values()])
+    arch_batch = np.array([a["batch"] for a in ARCHETYPES.values()])
+    arch_readers = np.array([a["readers"] for a in ARCHETYPES.values()])
+    # model-type habits, then a family's own deviation from them
+    mt_trainers = arch_trainers[archetype] + 0.8 * _head_stratified_normal(rng, slot)
+    mt_batch = arch_batch[archetype] + 1.0 * _head_stratified_normal(rng, slot)
+    trainers_log2 = np.clip(np.round(mt_trainers[f_mt] + rng.normal(0, 0.45, n_fam)), 0, 7)
+    # batch sizes people pick: eight "round" values per octave (1024, 1152, 1280, ...)
+    batch_log2 = np.clip(mt_batch[f_mt] + rng.normal(0, BATCH_SPREAD_LOG2, n_fam), 2, 16)
+    octave = np.floor(batch_log2)
+    batch = 2**octave * (1.0 + np.round((2 ** (batch_log2 - octave) - 1.0) * 8) / 8)
+    batch = np.maximum(np.round(batch), 1)
+
+    # settings a model type fixes for most of its families; a few families deviate
+    def habit(mt_values: np.ndarray, fam_values: np.ndarray) -> np.ndarray:
+        return np.where(rng.random(n_fam) < FAMILY_DEVIATION, fam_values, mt_values[f_mt])
+
+    precision = habit(
+        rng.choice(len(PRECISIONS), n_mt, p=[0.2, 0.7, 0.1]),
+        rng.choice(len(PRECISIONS), n_fam, p=[0.2, 0.7, 0.1]),
+    )
+    precision = np.where(
+        is_lm[f_mt] | is_cnn[f_mt], np.minimum(precision, 1) + (precision == 2), precision
+    )
+    precision = np.where((is_lm | is_cnn)[f_mt] & (precision == 0), 1, precision)
+    tp = np.where(is_lm[f_mt], rng.choice([1, 2, 4, 8], n_fam, p=[0.4, 0.3, 0.2, 0.1]), 1)
+    pp = np.where(is_lm[f_mt], rng.choice([1, 2, 4], n_fam, p=[0.6, 0.3, 0.1]), 1)
+    sharding_p = [0.5, 0.25, 0.15, 0.1]
+    sharding = habit(rng.choice(4, n_mt, p=sharding_p), rng.choice(4, n_fam, p=sharding_p))
+    sharding = np.where(dense_inputs[f_mt], sharding, 3)
+    optimizer_p = [0.35, 0.5, 0.1, 0.05]
+    optimizer = habit(rng.choice(4, n_mt, p=optimizer_p), rng.choice(4, n_fam, p=optimizer_p))
+    optimizer = np.where(dense_inputs[f_mt], optimizer, np.where(optimizer == 3, 3, 0))
+    devices_p = [0.8, 0.1, 0.07, 0.03]
+    devices = habit(
+        rng.choice([8, 4, 2, 1], n_mt, p=devices_p), rng.choice([8, 4, 2, 1], n_fam, p=devices_p)
+    )
+
+    return Catalog(
+        mt_name=np.array(names, dtype=object),
+        mt_archetype=archetype,
+        mt_birth=mt_birth,
+        mt_death=mt_death,
+        mt_weight=weight,
+        mt_vendor_support=support,
+        mt_definition=np.array(definitions, dtype=object),
+        mt_sparse=mt_sparse,
+        mt_dense=mt_dense,
+        mt_hash=mt_hash,
+        mt_seq_len=mt_seq,
+        mt_efficiency=mt_eff,
+        mt_vendor_efficiency=vendor_eff,
+        fam_name=np.array(fam_names, dtype=object),
+        fam_model_type=f_mt,
+        fam_birth=f_birth,
+        fam_death=f_death,
+        fam_activity=rng.lognormal(0.0, 0.8, n_fam),
+        fam_template=rng.integers(0, NAME_TEMPLATES, n_fam),
+        fam_trainers_log2=trainers_log2,
+        fam_batch=batch,
+        fam_readers_per_trainer=arch_readers[f_arch] * rng.lognormal(0.0, 0.5, n_fam),
+        fam_devices=devices,
+        fam_precision=precision,
+        fam_sharding=sharding,
+        fam_optimizer=optimizer,
+        fam_tensor_parallel=tp,
+        fam_pipeline_parallel=pp,
+        fam_checkpointing=is_lm[f_mt] & (rng.random(n_fam) < 0.5),
+        fam_sparse=np.round(mt_sparse[f_mt] * rng.lognormal(0, 0.15, n_fam)),
+        fam_dense=np.round(mt_dense[f_mt] * rng.lognormal(0, 0.15, n_fam)),
+        fam_hash=np.round(mt_hash[f_mt] * rng.lognormal(0, 0.3, n_fam)),
+        fam_seq_len=np.where(
+            mt_seq[f_mt] > 0,
+            mt_seq[f_mt] * rng.choice([0.5, 1.0, 2.0], n_fam, p=[0.2, 0.6, 0.2]),
+            0,
+        ),
+        fam_training_days=rng.choice([1, 3, 7, 14, 30, 60, 90], n_fam),
+        fam_rows_per_day=10 ** rng.normal(7.0, 0.6, n_fam),
+        fam_version_lag=rng.choice([0, 1, 2, 3], n_fam, p=[0.6, 0.2, 0.12, 0.08]),
+        fam_efficiency=rng.lognormal(0.0, 0.15, n_fam),
+        fam_hw_priority=rng.random((n_fam, N_HARDWARE_TYPES)),
+        fam_pool_size=rng.integers(2, 9, n_fam),
+    )

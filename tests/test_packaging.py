@@ -1,0 +1,56 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def test_leap_serving_imports_without_dagster():
+    code = (
+        "import sys, leap_serving, leap_serving.contract, leap_serving.architecture, "
+        "leap_serving.metrics; print('dagster' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
+
+
+def test_dagster_definitions_load():
+    from leap_pipeline.definitions import defs
+
+    assert defs.resolve_asset_graph().get_all_asset_keys()
+
+
+def _leap(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "leap_pipeline.cli", *args], capture_output=True, text=True
+    )
+
+
+def test_fleet_stats_json_has_every_key():
+    result = _leap("fleet", "stats", "--scale", "0.02", "--days", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    expected = {
+        "attempts_per_day", "model_types_per_day", "hardware_types", "top19_share",
+        "top100_share", "min_throughput", "max_throughput", "two_decade_share",
+        "per_hw_p95_p5_min", "per_hw_p95_p5_max", "p95_p5_all", "median_ratio_slowest_fastest",
+        "key_spread_share", "lookup_coverage", "oracle_w20", "within_range",
+    }  # fmt: skip
+    assert expected <= set(stats)
+    assert 0.02 * 22_000 <= stats["attempts_per_day"] <= 0.02 * 28_000
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--scale", "-1"], "scale"),
+        (["--seed", "x"], "seed"),
+        (["--days", "1"], "days"),
+    ],
+)
+def test_fleet_stats_rejects_bad_arguments_by_name(args, named):
+    result = _leap("fleet", "stats", *args)
+    assert result.returncode == 2
+    assert named in result.stderr
