@@ -32,7 +32,7 @@ BATCH_SPREAD_LOG2 = 1.2  # how far a family's batch size strays from its model t
 # archetype: share of model types, log2 trainers, log2 per-trainer batch, readers per trainer,
 # reader rate (samples/s per reader at reference feature counts), tokens per sample factor
 ARCHETYPES: dict[str, dict] = {
-    "dlrm": {"share": 0.52, "trainers": 1.5, "batch": 12.0, "readers": 16.0, "reader_rate": 2.5e4},
+    "dlrm": {"share": 0.49, "trainers": 1.5, "batch": 12.0, "readers": 16.0, "reader_rate": 2.5e4},
     "seqrec": {
         "share": 0.20,
         "trainers": 2.5,
@@ -48,8 +48,8 @@ ARCHETYPES: dict[str, dict] = {
         "reader_rate": 3e4,
     },
     "mmoe": {"share": 0.10, "trainers": 2.0, "batch": 12.0, "readers": 16.0, "reader_rate": 2e4},
-    "cnn": {"share": 0.03, "trainers": 1.5, "batch": 8.0, "readers": 4.0, "reader_rate": 600.0},
-    "lm": {"share": 0.03, "trainers": 2.5, "batch": 5.0, "readers": 2.0, "reader_rate": 400.0},
+    "cnn": {"share": 0.045, "trainers": 1.5, "batch": 8.0, "readers": 4.0, "reader_rate": 600.0},
+    "lm": {"share": 0.045, "trainers": 2.5, "batch": 5.0, "readers": 2.0, "reader_rate": 400.0},
 }
 ARCHETYPE_NAMES = tuple(ARCHETYPES)
 
@@ -220,9 +220,12 @@ def build_catalog(seed: int) -> Catalog:
     weight = (slot + ZIPF_OFFSET) ** -ZIPF_EXPONENT
     shares = np.array([a["share"] for a in ARCHETYPES.values()])
     archetype = rng.choice(len(ARCHETYPES), size=n_mt, p=shares)
-    # the most popular model types are all recommendation models
-    recsys = rng.choice(4, size=n_mt, p=shares[:4] / shares[:4].sum())
-    archetype = np.where(slot < HEAD_SLOTS, recsys, archetype)
+    # the most popular model types are all recommendation models, in fixed proportions so that
+    # fleet-wide statistics do not hinge on which archetypes a seed puts in the head
+    head = np.flatnonzero(slot < HEAD_SLOTS)
+    counts = np.round(shares[:4] / shares[:4].sum() * len(head)).astype(int)
+    counts[0] += len(head) - counts.sum()
+    archetype[head] = rng.permutation(np.repeat(np.arange(4), counts))
 
     used: set[str] = set()
     names, definitions = [], []
