@@ -73,6 +73,7 @@ class _DayTruth:
     jobs: physics.JobArrays  # per attempt
     work_samples: np.ndarray
     logged_hw: np.ndarray  # hardware index per attempt
+    family: np.ndarray  # the family's name, what a normalizer should recover from the job name
 
 
 def parse_day(day: int | str | dt.date) -> int:
@@ -406,6 +407,7 @@ class SimulatedFleet:
             jobs=jobs.take(run),
             work_samples=work,
             logged_hw=chosen[run],
+            family=cat.fam_name[fam][run],
         )
         return SimulatedDay(attempts, allocations), truth
 
@@ -485,6 +487,14 @@ class Oracle:
 
     def __init__(self, fleet: SimulatedFleet) -> None:
         self._fleet = fleet
+
+    def families(self, day: int | str | dt.date) -> pl.DataFrame:
+        """attempt_id and the true family name of every attempt of one day."""
+        truth = self._fleet._truth(parse_day(day))
+        return pl.DataFrame(
+            {"attempt_id": truth.attempt_ids, "family": truth.family},
+            schema={"attempt_id": pl.String, "family": pl.String},
+        )
 
     def true_medians(
         self, attempt_ids: Sequence[str], hardware_types: Sequence[str] | None = None

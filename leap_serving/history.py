@@ -1,0 +1,170 @@
+"""Job-family history (paper section 2.2): the strongest features, as serving would see them.
+
+A raw job name carries run-specific identifiers (dates, run ids, attempt counters, hashes); the
+normalizer strips them to a family key. Per family the history is the previous log throughput, the
+running mean and standard deviation of earlier log throughputs, the number of earlier observations
+and the days since the last one, always as of the end of the day before the launch.
+
+Training and serving share one path: a snapshot as of day D-1 (what a model artifact ships) plus
+the launch date gives the features of a launch on day D. Families absent from the snapshot are cold
+starts: their level features take the model type's mean log throughput from the same snapshot (or
+the fleet's), and ``hist_cold_start`` says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import polars as pl
+
+MAX_SNAPSHOT_FAMILIES = 250_000
+
+# A token is a run of characters between separators; these tokens are run-specific.
+_SEPARATORS = r"[_\-./]"
+_RUN_TOKEN = re.compile(
+    rf"(?:^|{_SEPARATORS})"
+    r"(?:\d+"  # run ids, attempt numbers, dates split by '-' (2026, 01, 05), 20260105
+    r"|\d{8}t\d{6}"  # timestamps 20260105T031200
+    r"|f\d{5,}"  # flow ids f123456789
+    r"|(?:run|attempt|retry|try|a)\d+"  # run ids and attempt counters
+    r"|(?=[a-f]*\d)[0-9a-f]{8,})"  # hashes (at least one digit)
+    rf"(?={_SEPARATORS}|$)"
+)
+
+HISTORY_FEATURES: tuple[str, ...] = (
+    "hist_prev_log_q",
+    "hist_mean_log_q",
+    "hist_std_log_q",
+    "hist_count",
+    "hist_days_since_last",
+    "hist_cold_start",
+)
+
+SNAPSHOT_SCHEMA = pl.Schema(
+    {
+        "family": pl.String,
+        "model_type": pl.String,
+        "count": pl.Int64,
+        "mean_log_q": pl.Float64,
+        "std_log_q": pl.Float64,
+        "prev_log_q": pl.Float64,
+        "last_ds": pl.Date,
+    }
+)
+
+
+def normalize_job_name(job_name: str) -> str:
+    """The family key of one raw job name: lowercased, run-specific tokens removed."""
+    name = job_name.lower()
+    previous = None
+    while previous != name:  # a removed token can expose a neighbour that shared its separator
+        previous, name = name, _RUN_TOKEN.sub("", name)
+    return re.sub(rf"^{_SEPARATORS}+", "", name)
+
+
+def _normalize_series(names: pl.Series) -> pl.Series:
+    distinct = names.unique().to_frame("name")
+    table = distinct.with_columns(
+        family=pl.col("name").map_elements(normalize_job_name, return_dtype=pl.String)
+    )
+    return names.to_frame("name").join(table, on="name", how="left", maintain_order="left")[
+        "family"
+    ]
+
+
+def family_expr(job_name: pl.Expr) -> pl.Expr:
+    """``normalize_job_name`` as a polars expression (one Python call per distinct name)."""
+    return job_name.map_batches(_normalize_series, return_dtype=pl.String)
+
+
+def with_family(rows: pl.DataFrame) -> pl.DataFrame:
+    """Rows with a ``family`` column; one already present (computed once upstream) is kept."""
+    if "family" in rows.columns:
+        return rows
+    return rows.with_columns(family=family_expr(pl.col("job_name")))
+
+
+def _valid(rows: pl.DataFrame) -> pl.DataFrame:
+    return with_family(rows.filter(pl.col("throughput") > 0)).with_columns(
+        log_q=pl.col("throughput").log()
+    )
+
+
+def history_snapshot(
+    rows: pl.DataFrame, as_of: dt.date, max_families: int = MAX_SNAPSHOT_FAMILIES
+) -> pl.DataFrame:
+    """Per-family history statistics over all rows up to and including ``as_of``.
+
+    Keeps the ``max_families`` most recently seen families (ties broken by name), so the snapshot
+    a model ships has a bounded size.
+    """
+    if max_families < 1:
+        raise ValueError(f"max_families={max_families!r} must be at least 1")
+    valid = _valid(rows.filter(pl.col("ds") <= as_of)).sort("launch_ts", "attempt_id")
+    snapshot = (
+        valid.group_by("family")
+        .agg(
+            pl.col("model_type").last(),
+            pl.len().cast(pl.Int64).alias("count"),
+            pl.col("log_q").mean().alias("mean_log_q"),
+            pl.col("log_q").std(ddof=0).alias("std_log_q"),
+            pl.col("log_q").last().alias("prev_log_q"),
+            pl.col("ds").max().alias("last_ds"),
+        )
+        .sort(["last_ds", "family"], descending=[True, False])
+        .head(max_families)
+    )
+    return snapshot.select(SNAPSHOT_SCHEMA.names()).cast(dict(SNAPSHOT_SCHEMA))
+
+
+def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame) -> pl.DataFrame:
+    """History features of launches (``job_name`` or ``family``, ``model_type``, ``ds``).
+
+    The snapshot must predate every launch; only recency is computed here, from the launch day.
+    """
+    if launches.height and snapshot.height and snapshot["last_ds"].max() >= launches["ds"].min():
+        raise ValueError(
+            f"snapshot reaches {snapshot['last_ds'].max()} but a launch is on "
+            f"{launches['ds'].min()}: history must come from earlier days"
+        )
+    fleet_mean = snapshot["mean_log_q"].mean() if snapshot.height else None
+    by_type = snapshot.group_by("model_type").agg(type_mean_log_q=pl.col("mean_log_q").mean())
+    keyed = with_family(launches).select(
+        pl.int_range(pl.len()).alias("_row"), "family", "model_type", "ds"
+    )
+    joined = (
+        keyed.join(snapshot.drop("model_type"), on="family", how="left")
+        .join(by_type, on="model_type", how="left")
+        .sort("_row")
+    )
+    fallback = pl.coalesce(pl.col("type_mean_log_q"), pl.lit(fleet_mean, dtype=pl.Float64))
+    cold = pl.col("count").is_null()
+    return joined.select(
+        hist_prev_log_q=pl.when(cold).then(fallback).otherwise(pl.col("prev_log_q")),
+        hist_mean_log_q=pl.when(cold).then(fallback).otherwise(pl.col("mean_log_q")),
+        hist_std_log_q=pl.col("std_log_q"),
+        hist_count=pl.col("count").fill_null(0).cast(pl.Float64),
+        hist_days_since_last=(pl.col("ds") - pl.col("last_ds")).dt.total_days().cast(pl.Float64),
+        hist_cold_start=cold.cast(pl.Float64),
+    )
+
+
+def point_in_time_history(rows: pl.DataFrame) -> pl.DataFrame:
+    """History features for every row of a multi-day frame, each as of the end of its previous day.
+
+    Equivalent to ``history_features(day_rows, history_snapshot(rows, day - 1))`` for each day,
+    computed in one pass; rows keep their order.
+    """
+    rows = with_family(rows)
+    days = rows["ds"].unique().sort()
+    parts = []
+    for day in days:
+        today = rows.with_row_index("_row").filter(pl.col("ds") == day)
+        snapshot = history_snapshot(rows, day - dt.timedelta(days=1))
+        parts.append(
+            pl.concat([today.select("_row"), history_features(today, snapshot)], how="horizontal")
+        )
+    if not parts:
+        return pl.DataFrame(schema={name: pl.Float64 for name in HISTORY_FEATURES})
+    return pl.concat(parts).sort("_row").drop("_row")

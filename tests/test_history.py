@@ -1,0 +1,122 @@
+import datetime as dt
+
+import polars as pl
+import pytest
+
+from leap_serving.history import (
+    HISTORY_FEATURES,
+    history_features,
+    history_snapshot,
+    normalize_job_name,
+    point_in_time_history,
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "family"),
+    [
+        ("ads_ctr_dlrm_v3.exp_lr_kamo_20260105_462863451_attempt1", "ads_ctr_dlrm_v3.exp_lr_kamo"),
+        ("ads_ctr_dlrm_v3.exp_lr_kamo_20260217_1200345_attempt3", "ads_ctr_dlrm_v3.exp_lr_kamo"),
+        ("feed_seq_v2.prod_li-2026-03-01-run88123-a2", "feed_seq_v2.prod_li"),
+        (
+            "f424005591.stories_share_v5.explore_ri.20260105T165935.retry0",
+            "stories_share_v5.explore_ri",
+        ),
+        ("mmoe_v5.sweep_neli/345009281/40c75da9/1", "mmoe_v5.sweep_neli"),
+        ("Feed-Ranker_v2-2026-03-01-run88-a3", "feed-ranker_v2"),
+    ],
+)
+def test_normalizer_strips_run_specific_identifiers(raw, family):
+    assert normalize_job_name(raw) == family
+
+
+def test_normalizer_recovers_simulated_families(small_fleet):
+    attempts = small_fleet.day(5).attempts
+    truth = small_fleet.oracle().families(5)
+    normalized = attempts.select("attempt_id", "job_name").join(truth, on="attempt_id")
+    predicted = normalized["job_name"].map_elements(normalize_job_name, return_dtype=pl.String)
+    assert (predicted == normalized["family"].str.to_lowercase()).mean() == 1.0
+
+
+D1, D2, D3, D4 = (dt.date(2026, 1, d) for d in (1, 2, 3, 4))
+
+
+def _rows() -> pl.DataFrame:
+    """A hand-made fleet: family a runs on days 1, 1, 2 and 4; family b on day 2; c fails."""
+    rows = [
+        ("1", "a_20260101_11111_attempt1", "m", D1, 1, 100.0),
+        ("2", "a_20260101_22222_attempt1", "m", D1, 2, 400.0),
+        ("3", "a_20260102_33333_attempt1", "m", D2, 1, 200.0),
+        ("4", "b-2026-01-02-run44444-a1", "m", D2, 5, 50.0),
+        ("5", "c_20260102_55555_attempt1", "m", D2, 6, None),
+        ("6", "a_20260104_66666_attempt1", "m", D4, 1, 300.0),
+        ("7", "new_20260104_77777_attempt1", "m", D4, 2, 10.0),
+        ("8", "b-2026-01-02-run88888-a1", "m", D2, 9, 80.0),
+    ]
+    return pl.DataFrame(
+        [
+            {
+                "attempt_id": i,
+                "job_name": name,
+                "model_type": mt,
+                "ds": ds,
+                "launch_ts": dt.datetime.combine(ds, dt.time(hour)),
+                "throughput": q,
+            }
+            for i, name, mt, ds, hour, q in rows
+        ],
+        schema_overrides={"throughput": pl.Float64},
+    )
+
+
+def test_every_history_value_is_what_serving_saw_the_day_before():
+    import math
+
+    rows = _rows()
+    hist = pl.concat([rows.select("attempt_id"), point_in_time_history(rows)], how="horizontal")
+    got = {r["attempt_id"]: r for r in hist.iter_rows(named=True)}
+    ln = math.log
+    # day 1: nobody has history; with no earlier day there is no fallback level either
+    for i in ("1", "2"):
+        assert got[i]["hist_cold_start"] == 1.0 and got[i]["hist_count"] == 0.0
+        assert got[i]["hist_prev_log_q"] is None
+    # day 2, family a: two runs on day 1 (the later one, at 02:00, is the previous)
+    a2 = got["3"]
+    assert a2["hist_count"] == 2.0 and a2["hist_cold_start"] == 0.0
+    assert a2["hist_prev_log_q"] == pytest.approx(ln(400))
+    assert a2["hist_mean_log_q"] == pytest.approx((ln(100) + ln(400)) / 2)
+    assert a2["hist_std_log_q"] == pytest.approx((ln(400) - ln(100)) / 2)
+    assert a2["hist_days_since_last"] == 1.0
+    # day 2, family b: cold, imputed with the model type's mean level, not zero
+    assert got["4"]["hist_cold_start"] == 1.0
+    assert got["4"]["hist_mean_log_q"] == pytest.approx((ln(100) + ln(400)) / 2)
+    assert got["8"]["hist_count"] == 0.0  # same-day runs never see each other
+    # day 4, family a: three earlier runs, last seen on day 2 (day 3 had no rows at all)
+    a4 = got["6"]
+    assert a4["hist_count"] == 3.0 and a4["hist_days_since_last"] == 2.0
+    assert a4["hist_prev_log_q"] == pytest.approx(ln(200))
+    # day 4, a new family: cold start
+    assert got["7"]["hist_cold_start"] == 1.0 and got["7"]["hist_days_since_last"] is None
+
+
+def test_training_history_equals_serving_from_the_snapshot():
+    rows = _rows()
+    day4 = rows.filter(pl.col("ds") == D4)
+    served = history_features(day4, history_snapshot(rows, D3))
+    trained = point_in_time_history(rows).filter(rows["ds"] == D4)
+    assert served.equals(trained)
+    assert served.columns == list(HISTORY_FEATURES)
+
+
+def test_snapshot_ignores_missing_throughput_and_caps_families():
+    rows = _rows()
+    snapshot = history_snapshot(rows, D4)
+    assert "c" not in snapshot["family"].to_list()
+    capped = history_snapshot(rows, D4, max_families=2)
+    assert capped["family"].to_list() == ["a", "new"]  # the most recently seen
+
+
+def test_a_snapshot_from_the_launch_day_is_refused():
+    rows = _rows()
+    with pytest.raises(ValueError, match="earlier days"):
+        history_features(rows.filter(pl.col("ds") == D2), history_snapshot(rows, D2))
