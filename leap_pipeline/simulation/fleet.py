@@ -352,8 +352,8 @@ class SimulatedFleet:
         names = _job_names(cat, fam[run], date, run_ids, attempt_no, ts_us, rng)
 
         hw_names = specs["hardware_type"].to_numpy()
-        cand_lists = [list(hw_names[np.flatnonzero(row)]) for row in candidates]
-        cand_lists = [sorted(c) for c in cand_lists]
+        # alphabetical, so the family's preference order does not leak into the logs
+        cand_lists = [sorted(hw_names[np.flatnonzero(row)]) for row in candidates]
         run_hw = hw_names[chosen]
         attempts = pl.DataFrame(
             {
