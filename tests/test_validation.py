@@ -55,3 +55,16 @@ def test_missing_optional_columns_become_nulls(small_fleet):
     result = validate_attempts(day, small_fleet.hardware_specs()["hardware_type"])
     assert result.quarantined.height == 0
     assert result.kept["num_readers"].is_null().all()
+
+
+def test_the_contract_page_lists_every_column_as_the_code_defines_it():
+    from pathlib import Path
+
+    from leap_serving.contract import SOURCES
+
+    page = (Path(__file__).parents[1] / "docs" / "data-contract.md").read_text()
+    for source, columns in SOURCES.items():
+        assert f"## {source}" in page
+        for column in columns:
+            required = "yes" if column.required else "no"
+            assert f"| `{column.name}` | {column.dtype} | {required} |" in page
