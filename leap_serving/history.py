@@ -153,14 +153,14 @@ def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame) -> pl.DataF
 def point_in_time_history(rows: pl.DataFrame) -> pl.DataFrame:
     """History features for every row of a multi-day frame, each as of the end of its previous day.
 
-    Equivalent to ``history_features(day_rows, history_snapshot(rows, day - 1))`` for each day,
-    computed in one pass; rows keep their order.
+    Literally ``history_features(day_rows, history_snapshot(rows, day - 1))`` for each day, so
+    training sees exactly what serving would; job names are normalized once, up front. Rows keep
+    their order.
     """
-    rows = with_family(rows)
-    days = rows["ds"].unique().sort()
+    rows = with_family(rows).with_row_index("_row")
     parts = []
-    for day in days:
-        today = rows.with_row_index("_row").filter(pl.col("ds") == day)
+    for day in rows["ds"].unique().sort():
+        today = rows.filter(pl.col("ds") == day)
         snapshot = history_snapshot(rows, day - dt.timedelta(days=1))
         parts.append(
             pl.concat([today.select("_row"), history_features(today, snapshot)], how="horizontal")

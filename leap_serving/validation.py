@@ -67,9 +67,10 @@ def validate_attempts(frame: pl.DataFrame, hardware_types: Iterable[str]) -> Val
         reasons.append(pl.when(bad).then(pl.lit(f"{name}: not a valid {dtype}")))
         cast[name] = converted
     typed = pl.DataFrame(cast)
-    for name in required_columns("job_attempts"):
-        if name not in ("throughput",):
-            reasons.append(pl.when(pl.col(name).is_null()).then(pl.lit(f"{name}: missing")))
+    reasons += [
+        pl.when(pl.col(name).is_null()).then(pl.lit(f"{name}: missing"))
+        for name in required_columns("job_attempts")
+    ]
     reasons += [
         pl.when(pl.col(c) <= 0).then(pl.format(f"{c}: {{}} is not positive", pl.col(c)))
         for c in _POSITIVE
