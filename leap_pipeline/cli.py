@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from .fleet_stats import STAT_RANGES, in_range, simulated_fleet_statistics
+from .fleet_stats import (
+    STAT_RANGES,
+    in_range,
+    simulated_fleet_statistics,
+    warehouse_fleet_statistics,
+)
 from .simulation import FleetArgumentError
+from .warehouse import WarehouseError, default_path
 
 
 def _format(value: float | bool | None) -> str:
@@ -27,25 +35,52 @@ def _progress(done: int, total: int) -> None:
     print(f"\rgenerating day {done}/{total}", end="" if done < total else "\n", file=sys.stderr)
 
 
+def _date(text: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date YYYY-MM-DD") from None
+
+
 def fleet_stats(args: argparse.Namespace) -> int:
-    stats = simulated_fleet_statistics(
-        seed=args.seed, scale=args.scale, days=args.days, progress=None if args.json else _progress
-    )
+    warehouse = Path(args.warehouse) if args.warehouse else default_path()
+    use_warehouse = args.read == "warehouse" or (args.read == "auto" and warehouse.exists())
+    if use_warehouse:
+        stats, where, scale = warehouse_fleet_statistics(warehouse, days=args.days)
+    else:
+        stats = simulated_fleet_statistics(
+            seed=args.seed,
+            scale=args.scale,
+            days=args.days,
+            progress=None if args.json else _progress,
+        )
+        where = f"simulated fleet: seed {args.seed}, scale {args.scale}, {args.days} days"
+        scale = args.scale
     if args.json:
-        print(json.dumps(stats))
+        print(json.dumps({**stats, "read_from": where}))
         return 0
-    print(f"simulated fleet: seed {args.seed}, scale {args.scale}, {args.days} days")
+    print(where)
     print(f"{'statistic':30} {'value':>14} {'paper':>16} {'accepted':>22}  ok")
     for key, accepted in STAT_RANGES.items():
         low, high = accepted.low, accepted.high
         if key == "attempts_per_day":
-            low, high = low * args.scale, high * args.scale
+            low, high = low * scale, high * scale
         bounds = (
             f"{_format(low)} - {_format(high)}" if high != float("inf") else f">= {_format(low)}"
         )
-        ok = "yes" if in_range(key, stats[key], args.scale) else "NO"
+        ok = "yes" if in_range(key, stats[key], scale) else "NO"
         print(f"{key:30} {_format(stats[key]):>14} {accepted.paper:>16} {bounds:>22}  {ok}")
     print(f"within_range: {_format(stats['within_range'])}")
+    return 0
+
+
+def materialize(args: argparse.Namespace) -> int:
+    from .runs import materialize_days
+
+    end = args.end or args.start
+    print(f"materializing {args.start} .. {end}", file=sys.stderr)
+    materialize_days(args.start, end, source=args.source, warehouse=args.warehouse)
+    print(f"done: {args.start} .. {end} in {args.warehouse or default_path()}", file=sys.stderr)
     return 0
 
 
@@ -61,7 +96,25 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--days", type=int, default=31, help="days: window plus one held-out day")
     stats.add_argument("--seed", type=int, default=0, help="fleet seed")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
+    stats.add_argument(
+        "--read",
+        choices=("auto", "warehouse", "simulator"),
+        default="auto",
+        help="auto: the warehouse's feature table when it exists, else the simulated fleet",
+    )
+    stats.add_argument(
+        "--warehouse", default="", help="DuckDB file (default: $LEAP_WAREHOUSE or data/leap.duckdb)"
+    )
     stats.set_defaults(handler=fleet_stats)
+
+    run = commands.add_parser(
+        "materialize", help="run the daily pipeline for a range of days (one Dagster run)"
+    )
+    run.add_argument("--start", type=_date, required=True, help="first day, YYYY-MM-DD")
+    run.add_argument("--end", type=_date, help="last day (default: --start)")
+    run.add_argument("--source", default="", help="simulator[:seed=S,scale=X] or files:/folder")
+    run.add_argument("--warehouse", default="", help="DuckDB file")
+    run.set_defaults(handler=materialize)
     return parser
 
 
@@ -70,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except (FleetArgumentError, ValueError) as exc:
+    except (FleetArgumentError, ValueError, WarehouseError) as exc:
         parser.exit(2, f"leap: error: {exc}\n")
 
 

@@ -1,29 +1,20 @@
 """Dagster definitions: the entry point `workspace.yaml` loads."""
 
 import dagster as dg
-import polars as pl
 
-from .partitions import daily_partitions
-from .simulation import SimulatedFleet
+from .assets import feature_table, history_snapshot_asset, source_tables
+from .resources import SourceResource, WarehouseResource
 
+daily_pipeline = dg.define_asset_job(
+    "daily_pipeline",
+    selection=dg.AssetSelection.assets(source_tables, history_snapshot_asset, feature_table),
+    description="Land the day's sources, build its history snapshot and feature table.",
+)
 
-@dg.asset(partitions_def=daily_partitions, group_name="sources")
-def simulated_fleet_day(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    """One day of the simulated fleet (seed 0, scale 1.0): row counts as metadata.
-
-    The feature table that stores these rows comes with the pipeline issue; this asset checks
-    that every partition of the span generates.
-    """
-    day = SimulatedFleet(seed=0, scale=1.0).day(context.partition_key)
-    measured = day.attempts.filter(pl.col("throughput") > 0).height
-    return dg.MaterializeResult(
-        metadata={
-            "attempts": day.attempts.height,
-            "with_throughput": measured,
-            "allocations": day.allocations.height,
-            "model_types": day.attempts["model_type"].n_unique(),
-        }
-    )
-
-
-defs = dg.Definitions(assets=[simulated_fleet_day])
+defs = dg.Definitions(
+    assets=[source_tables, history_snapshot_asset, feature_table],
+    jobs=[daily_pipeline],
+    resources={"source": SourceResource(), "warehouse": WarehouseResource()},
+    # one DuckDB writer: every asset of a run executes in the run's own process, one at a time
+    executor=dg.in_process_executor,
+)

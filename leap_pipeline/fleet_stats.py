@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -18,6 +19,8 @@ from leap_serving import metrics
 from .lookup_table import LOOKUP_KEY, build_lookup_table
 
 MIN_ROWS_PER_TYPE = 1_000
+# The attempt columns the statistics read (the feature table carries them all).
+LOOKUP_KEY_COLUMNS: tuple[str, ...] = ("attempt_id", "ds", *LOOKUP_KEY, "throughput")
 
 
 @dataclass(frozen=True)
@@ -180,10 +183,42 @@ def simulated_fleet_statistics(
         raise ValueError(f"days={days!r} must be an integer of at least 2 (window + held-out day)")
     frames = []
     for i, (_, day) in enumerate(fleet.days(0, days)):
-        frames.append(day.attempts.drop("model_definition", "job_name"))
+        frames.append(day.attempts.select(LOOKUP_KEY_COLUMNS))
         if progress is not None:
             progress(i + 1, days)
     attempts = pl.concat(frames)
     held_out = attempts.filter(pl.col("ds") == attempts["ds"].max())
     medians = fleet.oracle().true_medians(held_out["attempt_id"].to_list())
     return fleet_statistics(attempts, fleet.hardware_specs().height, medians, scale=scale)
+
+
+def warehouse_fleet_statistics(
+    path: str | Path | None = None, days: int = 31
+) -> tuple[dict[str, float | bool | None], str, float]:
+    """Statistics of the last ``days`` days in the warehouse's feature table, what was read, and
+    the fleet scale the accepted ranges use.
+
+    The feature table holds measured attempts only, so attempts per day count those. When the
+    warehouse was filled from the simulator, its oracle scores the held-out day and its scale
+    applies; otherwise the scale is 1.0.
+    """
+    from .sources import SimulatorSource, source_from_uri
+    from .warehouse import open_warehouse
+
+    with open_warehouse(path, read_only=True) as wh:
+        stored = wh.partitions("feature_table")
+        if len(stored) < 2:
+            raise ValueError(f"the feature table in {wh.path} has {len(stored)} day(s); need 2")
+        first, last = stored[max(0, len(stored) - days)], stored[-1]
+        attempts = wh.read("feature_table", first, last, columns=LOOKUP_KEY_COLUMNS)
+        n_hardware = wh.read("hardware_specs", last, last).height
+        sources = wh.read("source_log", first, last)["source"].unique().to_list()
+        where = f"feature table {wh.path}, {first} .. {last} ({len(stored)} days stored)"
+    source = source_from_uri(sources[0]) if len(sources) == 1 else None
+    if isinstance(source, SimulatorSource):
+        fleet = source.fleet()
+        held_out = attempts.filter(pl.col("ds") == last)["attempt_id"].to_list()
+        medians = fleet.oracle().true_medians(held_out)
+        stats = fleet_statistics(attempts, n_hardware, medians, scale=source.scale)
+        return stats, where, source.scale
+    return fleet_statistics(attempts, n_hardware), where, 1.0

@@ -5,6 +5,13 @@ normalizer strips them to a family key. Per family the history is the previous l
 running mean and standard deviation of earlier log throughputs, the number of earlier observations
 and the days since the last one, always as of the end of the day before the launch.
 
+History is kept at two levels: per family, and per family and hardware type. Measured on the
+simulated fleet (days 30-35, scale 0.5), the family-on-this-type mean log throughput, falling back
+to the family mean where the family never ran on the type, puts 40-42% of known-family attempts
+within 20%, against 35-37% for the family mean alone; 81% of those attempts had history on their
+type. So both levels are features: ``hist_hw_*`` hold the per-type values (the family's when the
+type has none, with ``hist_hw_count`` 0 saying so).
+
 Training and serving share one path: a snapshot as of day D-1 (what a model artifact ships) plus
 the launch date gives the features of a launch on day D. Families absent from the snapshot are cold
 starts: their level features take the model type's mean log throughput from the same snapshot (or
@@ -39,11 +46,26 @@ HISTORY_FEATURES: tuple[str, ...] = (
     "hist_count",
     "hist_days_since_last",
     "hist_cold_start",
+    "hist_hw_prev_log_q",
+    "hist_hw_mean_log_q",
+    "hist_hw_count",
+)
+
+# The attempt columns a snapshot is computed from.
+SNAPSHOT_INPUT_COLUMNS: tuple[str, ...] = (
+    "attempt_id",
+    "family",
+    "model_type",
+    "hardware_type",
+    "ds",
+    "launch_ts",
+    "throughput",
 )
 
 SNAPSHOT_SCHEMA = pl.Schema(
     {
         "family": pl.String,
+        "hardware_type": pl.String,  # null on the family-level row
         "model_type": pl.String,
         "count": pl.Int64,
         "mean_log_q": pl.Float64,
@@ -91,35 +113,46 @@ def _valid(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _statistics(valid: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    return valid.group_by(keys).agg(
+        pl.col("model_type").last(),
+        pl.len().cast(pl.Int64).alias("count"),
+        pl.col("log_q").mean().alias("mean_log_q"),
+        pl.col("log_q").std(ddof=0).alias("std_log_q"),
+        pl.col("log_q").last().alias("prev_log_q"),
+        pl.col("ds").max().alias("last_ds"),
+    )
+
+
 def history_snapshot(
     rows: pl.DataFrame, as_of: dt.date, max_families: int = MAX_SNAPSHOT_FAMILIES
 ) -> pl.DataFrame:
-    """Per-family history statistics over all rows up to and including ``as_of``.
+    """Per-family and per-family-and-type statistics over all rows up to and including ``as_of``.
 
-    Keeps the ``max_families`` most recently seen families (ties broken by name), so the snapshot
-    a model ships has a bounded size.
+    Keeps the ``max_families`` most recently seen families (ties broken by name), with all their
+    per-type rows, so the snapshot a model ships has a bounded size.
     """
     if max_families < 1:
         raise ValueError(f"max_families={max_families!r} must be at least 1")
     valid = _valid(rows.filter(pl.col("ds") <= as_of)).sort("launch_ts", "attempt_id")
-    snapshot = (
-        valid.group_by("family")
-        .agg(
-            pl.col("model_type").last(),
-            pl.len().cast(pl.Int64).alias("count"),
-            pl.col("log_q").mean().alias("mean_log_q"),
-            pl.col("log_q").std(ddof=0).alias("std_log_q"),
-            pl.col("log_q").last().alias("prev_log_q"),
-            pl.col("ds").max().alias("last_ds"),
-        )
+    families = (
+        _statistics(valid, ["family"])
         .sort(["last_ds", "family"], descending=[True, False])
         .head(max_families)
+        .with_columns(hardware_type=pl.lit(None, dtype=pl.String))
     )
-    return snapshot.select(SNAPSHOT_SCHEMA.names()).cast(dict(SNAPSHOT_SCHEMA))
+    per_type = _statistics(
+        valid.join(families.select("family"), on="family", how="semi"), ["family", "hardware_type"]
+    ).sort(["family", "hardware_type"])
+    snapshot = pl.concat(
+        [families.select(SNAPSHOT_SCHEMA.names()), per_type.select(SNAPSHOT_SCHEMA.names())]
+    )
+    return snapshot.cast(dict(SNAPSHOT_SCHEMA))
 
 
 def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame) -> pl.DataFrame:
-    """History features of launches (``job_name`` or ``family``, ``model_type``, ``ds``).
+    """History features of launches (``job_name`` or ``family``, ``model_type``, ``ds``,
+    ``hardware_type``).
 
     The snapshot must predate every launch; only recency is computed here, from the launch day.
     """
@@ -128,25 +161,44 @@ def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame) -> pl.DataF
             f"snapshot reaches {snapshot['last_ds'].max()} but a launch is on "
             f"{launches['ds'].min()}: history must come from earlier days"
         )
-    fleet_mean = snapshot["mean_log_q"].mean() if snapshot.height else None
-    by_type = snapshot.group_by("model_type").agg(type_mean_log_q=pl.col("mean_log_q").mean())
+    # sorted, so the fallback means sum in one order however the snapshot was stored
+    family_level = (
+        snapshot.filter(pl.col("hardware_type").is_null()).drop("hardware_type").sort("family")
+    )
+    type_level = snapshot.filter(pl.col("hardware_type").is_not_null()).select(
+        "family",
+        "hardware_type",
+        hw_count="count",
+        hw_mean_log_q="mean_log_q",
+        hw_prev_log_q="prev_log_q",
+    )
+    fleet_mean = family_level["mean_log_q"].mean() if family_level.height else None
+    by_type = family_level.group_by("model_type", maintain_order=True).agg(
+        type_mean_log_q=pl.col("mean_log_q").mean()
+    )
     keyed = with_family(launches).select(
-        pl.int_range(pl.len()).alias("_row"), "family", "model_type", "ds"
+        pl.int_range(pl.len()).alias("_row"), "family", "model_type", "ds", "hardware_type"
     )
     joined = (
-        keyed.join(snapshot.drop("model_type"), on="family", how="left")
+        keyed.join(family_level.drop("model_type"), on="family", how="left")
+        .join(type_level, on=["family", "hardware_type"], how="left")
         .join(by_type, on="model_type", how="left")
         .sort("_row")
     )
     fallback = pl.coalesce(pl.col("type_mean_log_q"), pl.lit(fleet_mean, dtype=pl.Float64))
     cold = pl.col("count").is_null()
+    prev = pl.when(cold).then(fallback).otherwise(pl.col("prev_log_q"))
+    mean = pl.when(cold).then(fallback).otherwise(pl.col("mean_log_q"))
     return joined.select(
-        hist_prev_log_q=pl.when(cold).then(fallback).otherwise(pl.col("prev_log_q")),
-        hist_mean_log_q=pl.when(cold).then(fallback).otherwise(pl.col("mean_log_q")),
+        hist_prev_log_q=prev,
+        hist_mean_log_q=mean,
         hist_std_log_q=pl.col("std_log_q"),
         hist_count=pl.col("count").fill_null(0).cast(pl.Float64),
         hist_days_since_last=(pl.col("ds") - pl.col("last_ds")).dt.total_days().cast(pl.Float64),
         hist_cold_start=cold.cast(pl.Float64),
+        hist_hw_prev_log_q=pl.coalesce(pl.col("hw_prev_log_q"), prev),
+        hist_hw_mean_log_q=pl.coalesce(pl.col("hw_mean_log_q"), mean),
+        hist_hw_count=pl.col("hw_count").fill_null(0).cast(pl.Float64),
     )
 
 

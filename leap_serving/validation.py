@@ -7,6 +7,7 @@ zero throughput, the target being ln q) is dropped and counted.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -47,8 +48,13 @@ _NON_NEGATIVE = (
 )
 
 
-def validate_attempts(frame: pl.DataFrame, hardware_types: Iterable[str]) -> ValidatedAttempts:
-    """Check one batch of job attempts; ``hardware_types`` are the types the spec table knows."""
+def validate_attempts(
+    frame: pl.DataFrame, hardware_types: Iterable[str], day: dt.date | None = None
+) -> ValidatedAttempts:
+    """Check one batch of job attempts; ``hardware_types`` are the types the spec table knows.
+
+    With ``day``, rows dated another day are quarantined: a partition holds its own day only.
+    """
     contract = schema("job_attempts")
     missing = [c for c in required_columns("job_attempts") if c not in frame.columns]
     if missing:
@@ -62,7 +68,7 @@ def validate_attempts(frame: pl.DataFrame, hardware_types: Iterable[str]) -> Val
     reasons = []
     cast = {}
     for name, dtype in contract.items():
-        converted = frame[name].cast(dtype, strict=False)
+        converted = convert(frame[name], dtype)
         bad = converted.is_null() & frame[name].is_not_null()
         reasons.append(pl.when(bad).then(pl.lit(f"{name}: not a valid {dtype}")))
         cast[name] = converted
@@ -85,6 +91,12 @@ def validate_attempts(frame: pl.DataFrame, hardware_types: Iterable[str]) -> Val
             pl.format("hardware_type: {} is not in the spec table", pl.col("hardware_type"))
         )
     )
+    if day is not None:
+        reasons.append(
+            pl.when(pl.col("ds") != day).then(
+                pl.format(f"ds: {{}} is not the partition day {day}", pl.col("ds"))
+            )
+        )
     reasons.append(
         pl.when(pl.col("attempt_id").is_duplicated()).then(
             pl.format("attempt_id: {} appears more than once", pl.col("attempt_id"))
@@ -105,6 +117,31 @@ def validate_attempts(frame: pl.DataFrame, hardware_types: Iterable[str]) -> Val
     return ValidatedAttempts(
         kept=labelled, dropped=good.height - labelled.height, quarantined=quarantined
     )
+
+
+_BOOLEAN_TEXT = {"true": True, "false": False, "1": True, "0": False}
+
+
+def convert(values: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """``values`` as ``dtype``; what does not convert becomes null (the caller names it).
+
+    Text (as read from CSV) converts by the contract's CSV rules: ISO dates and timestamps,
+    true/false or 1/0, and lists joined by ';'.
+    """
+    if values.dtype != pl.String or dtype == pl.String():
+        return values.cast(dtype, strict=False)
+    text = values.str.strip_chars()
+    if dtype == pl.Date():
+        return text.str.to_date(strict=False)
+    if isinstance(dtype, pl.Datetime):
+        return text.str.to_datetime(time_unit=dtype.time_unit, strict=False).cast(dtype)
+    if dtype == pl.Boolean():
+        return text.str.to_lowercase().replace_strict(
+            _BOOLEAN_TEXT, default=None, return_dtype=pl.Boolean
+        )
+    if isinstance(dtype, pl.List):
+        return text.str.split(";").cast(dtype, strict=False)
+    return text.cast(dtype, strict=False)
 
 
 def _as_text(name: str, dtype: pl.DataType) -> pl.Expr:

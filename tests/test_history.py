@@ -42,16 +42,18 @@ D1, D2, D3, D4 = (dt.date(2026, 1, d) for d in (1, 2, 3, 4))
 
 
 def _rows() -> pl.DataFrame:
-    """A hand-made fleet: family a runs on days 1, 1, 2 and 4; family b on day 2; c fails."""
+    """A hand-made fleet: family a runs on days 1, 1, 2 and 4 (types X, Y, X, then Y and Z); family
+    b on day 2; c fails."""
     rows = [
-        ("1", "a_20260101_11111_attempt1", "m", D1, 1, 100.0),
-        ("2", "a_20260101_22222_attempt1", "m", D1, 2, 400.0),
-        ("3", "a_20260102_33333_attempt1", "m", D2, 1, 200.0),
-        ("4", "b-2026-01-02-run44444-a1", "m", D2, 5, 50.0),
-        ("5", "c_20260102_55555_attempt1", "m", D2, 6, None),
-        ("6", "a_20260104_66666_attempt1", "m", D4, 1, 300.0),
-        ("7", "new_20260104_77777_attempt1", "m", D4, 2, 10.0),
-        ("8", "b-2026-01-02-run88888-a1", "m", D2, 9, 80.0),
+        ("1", "a_20260101_11111_attempt1", "m", D1, 1, 100.0, "X"),
+        ("2", "a_20260101_22222_attempt1", "m", D1, 2, 400.0, "Y"),
+        ("3", "a_20260102_33333_attempt1", "m", D2, 1, 200.0, "X"),
+        ("4", "b-2026-01-02-run44444-a1", "m", D2, 5, 50.0, "X"),
+        ("5", "c_20260102_55555_attempt1", "m", D2, 6, None, "X"),
+        ("6", "a_20260104_66666_attempt1", "m", D4, 1, 300.0, "Y"),
+        ("7", "new_20260104_77777_attempt1", "m", D4, 2, 10.0, "X"),
+        ("8", "b-2026-01-02-run88888-a1", "m", D2, 9, 80.0, "X"),
+        ("9", "a_20260104_99999_attempt1", "m", D4, 3, 250.0, "Z"),
     ]
     return pl.DataFrame(
         [
@@ -62,8 +64,9 @@ def _rows() -> pl.DataFrame:
                 "ds": ds,
                 "launch_ts": dt.datetime.combine(ds, dt.time(hour)),
                 "throughput": q,
+                "hardware_type": hw,
             }
-            for i, name, mt, ds, hour, q in rows
+            for i, name, mt, ds, hour, q, hw in rows
         ],
         schema_overrides={"throughput": pl.Float64},
     )
@@ -87,6 +90,8 @@ def test_every_history_value_is_what_serving_saw_the_day_before():
     assert a2["hist_mean_log_q"] == pytest.approx((ln(100) + ln(400)) / 2)
     assert a2["hist_std_log_q"] == pytest.approx((ln(400) - ln(100)) / 2)
     assert a2["hist_days_since_last"] == 1.0
+    # ... and on its own type X, one run
+    assert a2["hist_hw_count"] == 1.0 and a2["hist_hw_mean_log_q"] == pytest.approx(ln(100))
     # day 2, family b: cold, imputed with the model type's mean level, not zero
     assert got["4"]["hist_cold_start"] == 1.0
     assert got["4"]["hist_mean_log_q"] == pytest.approx((ln(100) + ln(400)) / 2)
@@ -95,6 +100,11 @@ def test_every_history_value_is_what_serving_saw_the_day_before():
     a4 = got["6"]
     assert a4["hist_count"] == 3.0 and a4["hist_days_since_last"] == 2.0
     assert a4["hist_prev_log_q"] == pytest.approx(ln(200))
+    assert a4["hist_hw_count"] == 1.0 and a4["hist_hw_prev_log_q"] == pytest.approx(ln(400))
+    # on a type the family never used, the per-type level falls back to the family's
+    az = got["9"]
+    assert az["hist_hw_count"] == 0.0 and az["hist_hw_prev_log_q"] == pytest.approx(ln(200))
+    assert az["hist_hw_mean_log_q"] == az["hist_mean_log_q"]
     # day 4, a new family: cold start
     assert got["7"]["hist_cold_start"] == 1.0 and got["7"]["hist_days_since_last"] is None
 
@@ -113,7 +123,12 @@ def test_snapshot_ignores_missing_throughput_and_caps_families():
     snapshot = history_snapshot(rows, D4)
     assert "c" not in snapshot["family"].to_list()
     capped = history_snapshot(rows, D4, max_families=2)
-    assert capped["family"].to_list() == ["a", "new"]  # the most recently seen
+    families = capped.filter(pl.col("hardware_type").is_null())["family"].to_list()
+    assert families == ["a", "new"]  # the most recently seen
+    assert set(capped["family"]) == {"a", "new"}  # per-type rows only for kept families
+    per_type = capped.filter(pl.col("family") == "a", pl.col("hardware_type").is_not_null())
+    assert per_type["hardware_type"].to_list() == ["X", "Y", "Z"]
+    assert per_type["count"].to_list() == [2, 2, 1]
 
 
 def test_a_snapshot_from_the_launch_day_is_refused():

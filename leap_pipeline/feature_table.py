@@ -1,0 +1,108 @@
+"""Landing a day's sources and building its feature table: pure functions the assets call.
+
+The feature table has one row per measured attempt: identifying columns (for grouping, baselines
+and cost accounting, never fed to a model), the label, and ``FEATURE_COLUMNS`` computed by the
+shared extraction module from the observable tables alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import polars as pl
+
+from leap_serving.features import FEATURE_COLUMNS, build_features
+from leap_serving.history import SNAPSHOT_SCHEMA, history_features, with_family
+from leap_serving.validation import validate_attempts
+
+from .sources import SourceDay, typed_frame
+
+ID_COLUMNS: tuple[str, ...] = (
+    "attempt_id",
+    "ds",
+    "family",
+    "model_type",
+    "hardware_type",
+    "num_trainers",
+    "batch_size",
+    "device_hours",
+)
+LABEL_COLUMNS: tuple[str, ...] = ("throughput", "log_q")
+FEATURE_TABLE_COLUMNS: tuple[str, ...] = ID_COLUMNS + LABEL_COLUMNS + FEATURE_COLUMNS
+
+# Days of attempts a history snapshot summarizes; a family unseen for longer is a cold start again.
+HISTORY_LOOKBACK_DAYS = 90
+
+QUARANTINE_SCHEMA = pl.Schema(
+    {
+        "ds": pl.Date,
+        "source": pl.String,
+        "attempt_id": pl.String,
+        "reason": pl.String,
+        "record": pl.String,
+    }
+)
+
+
+@dataclass(frozen=True)
+class LandedDay:
+    attempts: pl.DataFrame  # contract schema plus ``family``; labelled rows only
+    allocations: pl.DataFrame
+    hardware_specs: pl.DataFrame
+    quarantine: pl.DataFrame  # QUARANTINE_SCHEMA
+    counts: dict[str, int]
+
+
+def land_day(raw: SourceDay, day: dt.date) -> LandedDay:
+    """Validate one day of sources against the contract; nothing is dropped without a count."""
+    specs = typed_frame(raw.hardware_specs, "hardware_specs")
+    duplicated = specs.filter(pl.col("hardware_type").is_duplicated())["hardware_type"]
+    if duplicated.len():
+        raise ValueError(f"hardware_specs.hardware_type: {duplicated[0]!r} appears twice")
+    validated = validate_attempts(raw.attempts, specs["hardware_type"], day=day)
+    allocations = typed_frame(raw.allocations, "allocations")
+    quarantine = validated.quarantined.select(
+        ds=pl.lit(day, dtype=pl.Date),
+        source=pl.lit("job_attempts"),
+        attempt_id=pl.col("attempt_id"),
+        reason=pl.col("reason"),
+        record=pl.struct(pl.exclude("reason")).struct.json_encode(),
+    )
+    counts = validated.counts(raw.attempts.height)
+    counts["allocations"] = allocations.height
+    counts["hardware_types"] = specs.height
+    return LandedDay(
+        attempts=with_family(validated.kept),
+        allocations=allocations,
+        hardware_specs=specs,
+        quarantine=quarantine.cast(dict(QUARANTINE_SCHEMA)),
+        counts=counts,
+    )
+
+
+def empty_snapshot() -> pl.DataFrame:
+    return pl.DataFrame(schema=SNAPSHOT_SCHEMA)
+
+
+def build_feature_table(
+    attempts: pl.DataFrame,
+    allocations: pl.DataFrame,
+    hardware_specs: pl.DataFrame,
+    snapshot: pl.DataFrame,
+) -> pl.DataFrame:
+    """The feature table of one day's attempts, history from the snapshot of the day before."""
+    attempts = with_family(attempts)
+    provisioned = allocations.select(
+        "attempt_id",
+        devices=pl.col("num_hosts") * pl.col("devices_per_host"),
+    ).unique("attempt_id", keep="first")
+    ids = attempts.join(provisioned, on="attempt_id", how="left", maintain_order="left").select(
+        *ID_COLUMNS[:-1],
+        device_hours=pl.col("devices") * pl.col("duration_s") / 3600.0,
+        throughput=pl.col("throughput"),
+        log_q=pl.col("throughput").log(),
+    )
+    history = history_features(attempts, snapshot)
+    features = build_features(attempts, hardware_specs, history)
+    return pl.concat([ids, features], how="horizontal").select(FEATURE_TABLE_COLUMNS)

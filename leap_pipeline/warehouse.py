@@ -1,0 +1,166 @@
+"""The pipeline's DuckDB file: every database call goes through this module.
+
+Each table is partitioned by its ``ds`` column. Writing a partition deletes and inserts in one
+transaction, so a re-run replaces exactly that day and a failure half way leaves the previous rows.
+DuckDB lets one process open a file at a time: pipeline runs that write it are serialized (see
+``definitions.py``), and serving never opens it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+DEFAULT_PATH = Path("data") / "leap.duckdb"
+PATH_ENV = "LEAP_WAREHOUSE"
+
+# Table names cannot be bound parameters; only these are ever interpolated.
+TABLES: tuple[str, ...] = (
+    "job_attempts",
+    "allocations",
+    "hardware_specs",
+    "quarantine",
+    "source_log",
+    "feature_table",
+    "history_snapshot",
+)
+
+
+class WarehouseError(RuntimeError):
+    """The warehouse cannot be opened or written; the message says which file or table."""
+
+
+def default_path() -> Path:
+    """``$LEAP_WAREHOUSE`` if set, else ``data/leap.duckdb`` under the working directory."""
+    return Path(os.environ.get(PATH_ENV) or DEFAULT_PATH)
+
+
+def _table(name: str) -> str:
+    if name not in TABLES:
+        raise WarehouseError(f"table={name!r} is not one of {list(TABLES)}")
+    return name
+
+
+class Warehouse:
+    """An open connection to the warehouse file; use as a context manager."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path) -> None:
+        self._con = connection
+        self.path = path
+
+    def tables(self) -> list[str]:
+        found = self._con.sql("SELECT table_name FROM duckdb_tables()").pl()["table_name"]
+        return [t for t in TABLES if t in set(found.to_list())]
+
+    def has(self, table: str) -> bool:
+        return _table(table) in self.tables()
+
+    def replace_partition(self, table: str, ds: dt.date, rows: pl.DataFrame) -> int:
+        """Make ``rows`` the whole of partition ``ds`` of ``table``; returns rows written."""
+        return self.replace_partitions(ds, {table: rows})[table]
+
+    def replace_partitions(self, ds: dt.date, frames: Mapping[str, pl.DataFrame]) -> dict[str, int]:
+        """Replace partition ``ds`` of several tables in one transaction: all land, or none.
+
+        A table is created from the first frame written to it. A frame whose columns differ from
+        the stored table's is refused before anything changes.
+        """
+        prepared = {}
+        for table, rows in frames.items():
+            _table(table)
+            if "ds" not in rows.columns:
+                rows = rows.with_columns(ds=pl.lit(ds, dtype=pl.Date))
+            if rows.height and (rows["ds"] != ds).fill_null(True).any():
+                raise WarehouseError(f"{table}: rows for partition {ds} carry other ds values")
+            if self.has(table) and self.columns(table) != rows.columns:
+                raise WarehouseError(
+                    f"{table}: columns {rows.columns} differ from the stored "
+                    f"{self.columns(table)}; rebuild the warehouse ({self.path}) after a change "
+                    "of schema"
+                )
+            prepared[table] = rows
+        views = {table: f"_incoming_{table}" for table in prepared}
+        for table, rows in prepared.items():
+            self._con.register(views[table], rows.to_arrow())
+        try:
+            self._con.execute("BEGIN TRANSACTION")
+            try:
+                for table in prepared:
+                    self._con.execute(
+                        f"CREATE TABLE IF NOT EXISTS {table} AS "
+                        f"SELECT * FROM {views[table]} WITH NO DATA"
+                    )
+                    self._con.execute(f"DELETE FROM {table} WHERE ds = ?", [ds])
+                    self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {views[table]}")
+                self._con.execute("COMMIT")
+            except BaseException:
+                self._con.execute("ROLLBACK")
+                raise
+        finally:
+            for view in views.values():
+                self._con.unregister(view)
+        return {table: rows.height for table, rows in prepared.items()}
+
+    def columns(self, table: str) -> list[str]:
+        described = self._con.sql(f"DESCRIBE {_table(table)}").pl()
+        return described["column_name"].to_list()
+
+    def read(
+        self,
+        table: str,
+        first: dt.date | None = None,
+        last: dt.date | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pl.DataFrame:
+        """Rows of partitions ``first`` .. ``last`` (inclusive; open ends read everything)."""
+        _table(table)
+        if not self.has(table):
+            raise WarehouseError(f"{table}: no partition has been written to {self.path} yet")
+        stored = self.columns(table)
+        wanted = list(columns) if columns is not None else stored
+        unknown = [c for c in wanted if c not in stored]
+        if unknown:
+            raise WarehouseError(f"{table}: column(s) {unknown} not stored")
+        select = ", ".join(f'"{c}"' for c in wanted)
+        query = f"SELECT {select} FROM {table} WHERE ds >= ? AND ds <= ? ORDER BY ds"
+        low = first or dt.date.min
+        high = last or dt.date.max
+        return self._con.sql(query, params=[low, high]).pl()
+
+    def partitions(self, table: str) -> list[dt.date]:
+        if not self.has(table):
+            return []
+        query = f"SELECT DISTINCT ds FROM {_table(table)} ORDER BY ds"
+        return self._con.sql(query).pl()["ds"].to_list()
+
+    def count(self, table: str, ds: dt.date) -> int:
+        if not self.has(table):
+            return 0
+        query = f"SELECT count(*) AS n FROM {_table(table)} WHERE ds = ?"
+        return int(self._con.sql(query, params=[ds]).pl()["n"][0])
+
+
+@contextmanager
+def open_warehouse(path: str | Path | None = None, read_only: bool = False) -> Iterator[Warehouse]:
+    """Open (creating if needed) the warehouse file; the error names the file when it is locked."""
+    path = Path(path) if path else default_path()
+    if read_only and not path.exists():
+        raise WarehouseError(f"no warehouse at {path}: materialize the pipeline first")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        connection = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as exc:
+        raise WarehouseError(
+            f"cannot open {path}: {exc}. DuckDB allows one process per file; wait for the "
+            "running pipeline (or Dagster run) that holds it"
+        ) from exc
+    try:
+        yield Warehouse(connection, path)
+    finally:
+        connection.close()

@@ -1,0 +1,282 @@
+"""The daily pipeline end to end on a small simulated fleet: warehouse, sources, assets, checks."""
+
+import datetime as dt
+import json
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from leap_pipeline.feature_table import FEATURE_TABLE_COLUMNS, land_day
+from leap_pipeline.runs import materialize_days
+from leap_pipeline.sources import FileSource, SimulatorSource, source_from_uri
+from leap_pipeline.warehouse import WarehouseError, open_warehouse
+from leap_serving.features import FEATURE_COLUMNS, expand_candidates, launch_features
+from leap_serving.validation import ContractError
+
+SOURCE = "simulator:seed=3,scale=0.02"
+FIRST = dt.date(2026, 1, 1)
+LAST = dt.date(2026, 1, 6)
+
+
+def _table_contents(path, table):
+    with open_warehouse(path, read_only=True) as wh:
+        rows = wh.read(table)
+    return rows.sort(rows.columns[:2])
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory):
+    path = tmp_path_factory.mktemp("warehouse") / "leap.duckdb"
+    materialize_days(FIRST, LAST, source=SOURCE, warehouse=str(path), log_level="WARNING")
+    return path
+
+
+# -- the warehouse -------------------------------------------------------------------------------
+
+
+def test_replacing_a_partition_touches_only_that_day(tmp_path):
+    path = tmp_path / "w.duckdb"
+    day1, day2 = dt.date(2026, 1, 1), dt.date(2026, 1, 2)
+    with open_warehouse(path) as wh:
+        wh.replace_partition("feature_table", day1, pl.DataFrame({"x": [1.0, 2.0]}))
+        wh.replace_partition("feature_table", day2, pl.DataFrame({"x": [3.0]}))
+        wh.replace_partition("feature_table", day1, pl.DataFrame({"x": [9.0]}))
+        assert wh.read("feature_table", day1, day1)["x"].to_list() == [9.0]
+        assert wh.read("feature_table", day2, day2)["x"].to_list() == [3.0]
+
+
+def test_a_write_that_fails_half_way_leaves_the_old_rows(tmp_path):
+    path = tmp_path / "w.duckdb"
+    day = dt.date(2026, 1, 1)
+    with open_warehouse(path) as wh:
+        wh.replace_partitions(
+            day,
+            {"job_attempts": pl.DataFrame({"x": [1.0]}), "allocations": pl.DataFrame({"y": [1]})},
+        )
+        # the first table's delete and insert succeed, then the second insert fails
+        with pytest.raises(Exception, match=r"(?i)conver|cast"):
+            wh.replace_partitions(
+                day,
+                {
+                    "job_attempts": pl.DataFrame({"x": [5.0, 6.0]}),
+                    "allocations": pl.DataFrame({"y": ["not a number"]}),
+                },
+            )
+        assert wh.read("job_attempts", day, day)["x"].to_list() == [1.0]
+        assert wh.read("allocations", day, day)["y"].to_list() == [1]
+
+
+def test_warehouse_refuses_unknown_tables_and_changed_columns(tmp_path):
+    with open_warehouse(tmp_path / "w.duckdb") as wh:
+        with pytest.raises(WarehouseError, match="table='x; DROP"):
+            wh.read("x; DROP TABLE job_attempts")
+        wh.replace_partition("quarantine", FIRST, pl.DataFrame({"a": [1]}))
+        with pytest.raises(WarehouseError, match="differ from the stored"):
+            wh.replace_partition("quarantine", FIRST, pl.DataFrame({"b": [1]}))
+
+
+def test_a_locked_warehouse_is_an_error_naming_the_file(warehouse):
+    code = (
+        "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); print('open', flush=True); "
+        "time.sleep(30)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(warehouse)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with (
+            pytest.raises(WarehouseError, match="one process per file"),
+            open_warehouse(warehouse),
+        ):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# -- sources -------------------------------------------------------------------------------------
+
+
+def test_source_uris_select_the_adapter(tmp_path, monkeypatch):
+    assert source_from_uri("simulator:seed=2,scale=0.1") == SimulatorSource(seed=2, scale=0.1)
+    assert source_from_uri(f"files:{tmp_path}") == FileSource(tmp_path)
+    monkeypatch.setenv("LEAP_SOURCE", "simulator:seed=4")
+    assert source_from_uri("") == SimulatorSource(seed=4, scale=0.05)
+    with pytest.raises(ValueError, match="unknown setting"):
+        source_from_uri("simulator:sed=1")
+    with pytest.raises(ValueError, match="scale"):
+        source_from_uri("simulator:scale=-1")
+
+
+def _write_day(root, day_data, day, layout, fmt):
+    def write(frame, source):
+        if fmt == "csv":
+            frame = frame.with_columns(
+                pl.col(pl.List(pl.String)).list.join(";"),
+            )
+        if layout == "hive":
+            folder = root / source / f"ds={day.isoformat()}"
+            folder.mkdir(parents=True)
+            target = folder / f"part-0.{fmt}"
+        else:
+            (root / source).mkdir(parents=True, exist_ok=True)
+            target = root / source / f"{day.isoformat()}.{fmt}"
+        frame.write_csv(target) if fmt == "csv" else frame.write_parquet(target)
+
+    write(day_data.attempts, "job_attempts")
+    write(day_data.allocations, "allocations")
+    day_data.hardware_specs.write_parquet(root / "hardware_specs.parquet")
+
+
+@pytest.mark.parametrize(("layout", "fmt"), [("hive", "parquet"), ("daily", "csv")])
+def test_a_folder_of_files_lands_like_the_simulator(tmp_path, layout, fmt):
+    day = dt.date(2026, 1, 3)
+    simulated = SimulatorSource(seed=3, scale=0.02).read_day(day)
+    _write_day(tmp_path, simulated, day, layout, fmt)
+    from_files = land_day(FileSource(tmp_path).read_day(day), day)
+    from_simulator = land_day(simulated, day)
+    assert from_files.counts == from_simulator.counts
+    assert from_files.quarantine.height == 0
+    assert from_files.attempts.equals(from_simulator.attempts)
+
+
+def test_bad_rows_in_a_csv_are_quarantined_with_their_reason(tmp_path):
+    day = dt.date(2026, 1, 3)
+    simulated = SimulatorSource(seed=3, scale=0.02).read_day(day)
+    attempts = simulated.attempts.head(8).with_columns(pl.col(pl.Int64).cast(pl.String))
+    ids = attempts["attempt_id"].to_list()
+    broken = attempts.with_columns(
+        num_trainers=pl.when(pl.col("attempt_id") == ids[0]).then(pl.lit("four"))
+        .otherwise(pl.col("num_trainers")),
+        batch_size=pl.when(pl.col("attempt_id") == ids[1]).then(pl.lit("-512"))
+        .otherwise(pl.col("batch_size")),
+        hardware_type=pl.when(pl.col("attempt_id") == ids[2]).then(pl.lit("TPU-v9"))
+        .otherwise(pl.col("hardware_type")),
+        throughput=pl.when(pl.col("attempt_id") == ids[4]).then(None)
+        .otherwise(pl.col("throughput")),
+    )  # fmt: skip
+    broken = pl.concat([broken, broken.filter(pl.col("attempt_id") == ids[3])])
+    _write_day(tmp_path, type(simulated)(broken, simulated.allocations, simulated.hardware_specs),
+               day, "daily", "csv")  # fmt: skip
+    landed = land_day(FileSource(tmp_path).read_day(day), day)
+    reasons = dict(zip(landed.quarantine["attempt_id"], landed.quarantine["reason"], strict=True))
+    assert reasons[ids[0]] == "num_trainers: not a valid Int64"
+    assert reasons[ids[1]] == "batch_size: -512 is not positive"
+    assert reasons[ids[2]] == "hardware_type: TPU-v9 is not in the spec table"
+    assert reasons[ids[3]] == f"attempt_id: {ids[3]} appears more than once"
+    assert (
+        json.loads(landed.quarantine.filter(pl.col("attempt_id") == ids[0])["record"][0])[
+            "num_trainers"
+        ]
+        == "four"
+    )
+    unlabelled = simulated.attempts.head(8)["throughput"].is_null().sum()
+    assert landed.counts["dropped"] >= 1 + unlabelled - (ids[4] in reasons)
+    assert sum(landed.counts[k] for k in ("kept", "dropped", "quarantined")) == broken.height
+
+
+def test_a_missing_day_file_is_an_error_naming_the_place(tmp_path):
+    with pytest.raises(ContractError, match="no job_attempts file for 2026-01-03"):
+        FileSource(tmp_path).read_day(dt.date(2026, 1, 3))
+
+
+# -- the assets ----------------------------------------------------------------------------------
+
+
+def test_the_pipeline_builds_every_table_for_every_day(warehouse):
+    with open_warehouse(warehouse, read_only=True) as wh:
+        days = [FIRST + dt.timedelta(days=i) for i in range((LAST - FIRST).days + 1)]
+        for table in ("job_attempts", "allocations", "hardware_specs", "feature_table"):
+            assert wh.partitions(table) == days, table
+        assert wh.partitions("history_snapshot") == days
+        for day in days:
+            assert wh.count("feature_table", day) == wh.count("job_attempts", day) > 0
+
+
+def test_feature_table_columns_are_exactly_the_declared_list(warehouse):
+    with open_warehouse(warehouse, read_only=True) as wh:
+        assert wh.columns("feature_table") == list(FEATURE_TABLE_COLUMNS)
+    assert set(FEATURE_COLUMNS) <= set(FEATURE_TABLE_COLUMNS)
+
+
+def test_rematerializing_leaves_identical_contents(warehouse, tmp_path):
+    before = {t: _table_contents(warehouse, t) for t in ("feature_table", "history_snapshot")}
+    materialize_days(
+        FIRST + dt.timedelta(days=2), LAST, source=SOURCE, warehouse=str(warehouse),
+        log_level="WARNING",
+    )  # fmt: skip
+    for table, rows in before.items():
+        assert _table_contents(warehouse, table).equals(rows), table
+
+
+def test_features_come_from_the_observable_tables_alone(warehouse):
+    """Recompute a day's features in a process where the simulator cannot even be imported."""
+    script = f"""
+import sys, datetime as dt
+class Forbid:
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith("leap_pipeline"):
+            raise ImportError("no pipeline or simulator in reach: " + name)
+sys.meta_path.insert(0, Forbid())
+import duckdb, polars as pl
+from leap_serving.features import FEATURE_COLUMNS, launch_features
+day, before = dt.date(2026, 1, 5), dt.date(2026, 1, 4)
+con = duckdb.connect({str(warehouse)!r}, read_only=True)
+read = lambda q: con.sql(q, params=[day if "hist" not in q else before]).pl()
+attempts = read("SELECT * FROM job_attempts WHERE ds = ? ORDER BY attempt_id")
+specs = read("SELECT * FROM hardware_specs WHERE ds = ?").drop("ds")
+snapshot = read("SELECT * FROM history_snapshot WHERE ds = ?").drop("ds")
+stored = read("SELECT * FROM feature_table WHERE ds = ? ORDER BY attempt_id")
+assert stored["attempt_id"].equals(attempts["attempt_id"])
+recomputed = launch_features(attempts, specs, snapshot)
+assert recomputed.equals(stored.select(FEATURE_COLUMNS)), "features differ"
+assert not any(m.startswith("leap_pipeline") for m in sys.modules)
+print("ok", recomputed.height)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ok ")
+
+
+def test_training_and_serving_extract_byte_identical_rows(warehouse):
+    day, before = dt.date(2026, 1, 6), dt.date(2026, 1, 5)
+    with open_warehouse(warehouse, read_only=True) as wh:
+        attempts = wh.read("job_attempts", day, day).sort("attempt_id")
+        stored = wh.read("feature_table", day, day).sort("attempt_id")
+        specs = wh.read("hardware_specs", day, day).drop("ds")
+        snapshot = wh.read("history_snapshot", before, before).drop("ds")
+    known = stored.filter(pl.col("hist_cold_start") == 0.0)
+    for attempt_id in [stored["attempt_id"][0], known["attempt_id"][0]]:
+        launch = attempts.filter(pl.col("attempt_id") == attempt_id).to_dicts()[0]
+        trained = stored.filter(pl.col("attempt_id") == attempt_id).select(FEATURE_COLUMNS)
+        # what a launcher sends: the config as a mapping, and one candidate type
+        rows = expand_candidates(launch, [launch["hardware_type"]])
+        served = launch_features(rows, specs, snapshot)
+        assert served.to_numpy().tobytes() == trained.to_numpy().tobytes()
+
+
+def test_fleet_stats_reads_the_feature_table(warehouse, capsys):
+    from leap_pipeline.cli import main
+
+    assert main(["fleet", "stats", "--json", "--warehouse", str(warehouse)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["read_from"].startswith("feature table")
+    with open_warehouse(warehouse, read_only=True) as wh:
+        measured = wh.read("feature_table", columns=["ds"]).group_by("ds").len()["len"].mean()
+    assert stats["attempts_per_day"] == pytest.approx(measured)
+    assert stats["oracle_w20"] is not None  # the warehouse came from the simulator
+
+
+def test_a_missing_snapshot_for_the_day_before_stops_the_feature_table(tmp_path):
+    path = tmp_path / "w.duckdb"
+    materialize_days(FIRST, FIRST, source=SOURCE, warehouse=str(path), log_level="WARNING")
+    # day 3 without day 2: its history would be incomplete, so the run must fail, loudly
+    with pytest.raises(Exception, match="history_snapshot for 2026-01-02 is missing"):
+        materialize_days(
+            FIRST + dt.timedelta(days=2), FIRST + dt.timedelta(days=2), source=SOURCE,
+            warehouse=str(path), log_level="CRITICAL",
+        )  # fmt: skip
+    assert _table_contents(path, "feature_table")["ds"].unique().to_list() == [FIRST]
