@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+import numpy as np
 import polars as pl
 
 MAX_SNAPSHOT_FAMILIES = 250_000
@@ -150,6 +151,19 @@ def history_snapshot(
     return snapshot.cast(dict(SNAPSHOT_SCHEMA))
 
 
+def _ordered_means(frame: pl.DataFrame, key: str, value: str, alias: str) -> pl.DataFrame:
+    """Per-key means summed in one fixed order (key, then family), so they are bit-identical
+    however the snapshot's rows were stored; a threaded group-by sums in varying order."""
+    ordered = frame.sort(key, "family")
+    keys, starts = np.unique(ordered[key].to_numpy(), return_index=True)
+    values = ordered[value].to_numpy()
+    sums = np.add.reduceat(values, starts) if len(values) else np.zeros(0)
+    counts = np.diff(np.append(starts, len(values)))
+    return pl.DataFrame(
+        {key: keys, alias: sums / counts}, schema={key: pl.String, alias: pl.Float64}
+    )
+
+
 def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame) -> pl.DataFrame:
     """History features of launches (``job_name`` or ``family``, ``model_type``, ``ds``,
     ``hardware_type``).
@@ -161,10 +175,7 @@ def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame) -> pl.DataF
             f"snapshot reaches {snapshot['last_ds'].max()} but a launch is on "
             f"{launches['ds'].min()}: history must come from earlier days"
         )
-    # sorted, so the fallback means sum in one order however the snapshot was stored
-    family_level = (
-        snapshot.filter(pl.col("hardware_type").is_null()).drop("hardware_type").sort("family")
-    )
+    family_level = snapshot.filter(pl.col("hardware_type").is_null()).drop("hardware_type")
     type_level = snapshot.filter(pl.col("hardware_type").is_not_null()).select(
         "family",
         "hardware_type",
@@ -172,10 +183,10 @@ def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame) -> pl.DataF
         hw_mean_log_q="mean_log_q",
         hw_prev_log_q="prev_log_q",
     )
-    fleet_mean = family_level["mean_log_q"].mean() if family_level.height else None
-    by_type = family_level.group_by("model_type", maintain_order=True).agg(
-        type_mean_log_q=pl.col("mean_log_q").mean()
+    fleet_mean = (
+        float(np.mean(family_level["mean_log_q"].to_numpy())) if family_level.height else None
     )
+    by_type = _ordered_means(family_level, "model_type", "mean_log_q", "type_mean_log_q")
     keyed = with_family(launches).select(
         pl.int_range(pl.len()).alias("_row"), "family", "model_type", "ds", "hardware_type"
     )
