@@ -6,11 +6,11 @@ running mean and standard deviation of earlier log throughputs, the number of ea
 and the days since the last one, always as of the end of the day before the launch.
 
 History is kept at two levels: per family, and per family and hardware type. Measured on the
-simulated fleet (days 30-35, scale 0.5), the family-on-this-type mean log throughput, falling back
-to the family mean where the family never ran on the type, puts 40-42% of known-family attempts
-within 20%, against 35-37% for the family mean alone; 81% of those attempts had history on their
-type. So both levels are features: ``hist_hw_*`` hold the per-type values (the family's when the
-type has none, with ``hist_hw_count`` 0 saying so).
+simulated fleet (days 30-35, scale 0.5, ``benchmarks/history_keying.py``), the family-on-this-type
+mean log throughput, falling back to the family mean where the family never ran on the type, puts
+40-42% of known-family attempts within 20%, against 35-37% for the family mean alone; 81% of those
+attempts had history on their type. So both levels are features: ``hist_hw_*`` hold the per-type
+values (the family's when the type has none, with ``hist_hw_count`` 0 saying so).
 
 Training and serving share one path: a snapshot as of day D-1 (what a model artifact ships) plus
 the launch date gives the features of a launch on day D. Families absent from the snapshot are cold
