@@ -27,11 +27,11 @@ from .resources import SourceResource, WarehouseResource
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 
 
-def _days(context: dg.AssetExecutionContext) -> list[dt.date]:
+def partition_days(context: dg.AssetExecutionContext) -> list[dt.date]:
     return [dt.date.fromisoformat(key) for key in context.partition_keys]
 
 
-def _per_day_table(rows: list[dict]) -> dg.MetadataValue:
+def per_day_table(rows: list[dict]) -> dg.MetadataValue:
     if not rows:
         return dg.MetadataValue.md("(no days)")
     header = list(rows[0])
@@ -65,7 +65,7 @@ def source_tables(
     adapter = source.source()
     per_day = []
     with warehouse.open() as wh:
-        for i, day in enumerate(_days(context), start=1):
+        for i, day in enumerate(partition_days(context), start=1):
             landed = land_day(adapter.read_day(day), day)
             wh.replace_partitions(
                 day,
@@ -85,7 +85,7 @@ def source_tables(
         metadata={
             **totals,
             "source": adapter.description,
-            "per_day": _per_day_table(per_day),
+            "per_day": per_day_table(per_day),
         },
     )
     yield dg.MaterializeResult(
@@ -135,7 +135,7 @@ def history_snapshot_asset(
     per_day = []
     problems = []
     with warehouse.open() as wh:
-        for day in _days(context):
+        for day in partition_days(context):
             if wh.count("job_attempts", day) == 0:
                 raise dg.Failure(f"job_attempts has no rows for {day}: materialize it first")
             first = day - dt.timedelta(days=HISTORY_LOOKBACK_DAYS - 1)
@@ -154,7 +154,7 @@ def history_snapshot_asset(
                 problems.append(f"{day}: {families} families")
             per_day.append({"ds": day.isoformat(), "families": families, "rows": snapshot.height})
     yield dg.MaterializeResult(
-        metadata={"families_last_day": per_day[-1]["families"], "per_day": _per_day_table(per_day)}
+        metadata={"families_last_day": per_day[-1]["families"], "per_day": per_day_table(per_day)}
     )
     yield dg.AssetCheckResult(
         check_name="snapshot_as_of_its_day",
@@ -197,7 +197,7 @@ def feature_table(
         "history_from_earlier_days": [],
     }
     with warehouse.open() as wh:
-        for day in _days(context):
+        for day in partition_days(context):
             attempts = wh.read("job_attempts", day, day)
             if attempts.height == 0:
                 raise dg.Failure(f"job_attempts has no rows for {day}: materialize it first")
@@ -226,7 +226,7 @@ def feature_table(
         metadata={
             "rows": sum(r["rows"] for r in per_day),
             "features": len(FEATURE_TABLE_COLUMNS),
-            "per_day": _per_day_table(per_day),
+            "per_day": per_day_table(per_day),
         }
     )
     for name, failed in failures.items():

@@ -84,6 +84,35 @@ def materialize(args: argparse.Namespace) -> int:
     return 0
 
 
+def demo(args: argparse.Namespace) -> int:
+    from .demo import DemoSettings, run_demo, summary_lines
+
+    settings = DemoSettings(
+        scale=args.scale, days=args.days, nights=args.nights, seed=args.seed,
+        profile=args.profile, data=Path(args.data),
+    )  # fmt: skip
+    result = run_demo(settings, log=lambda line: print(line, file=sys.stderr))
+    print("\n".join(summary_lines(result, settings)))
+    if args.json:
+        keys = ("w20", "coverage", "oracle_w20", "table1", "model_uri", "tracking_uri")
+        print(json.dumps({k: result[k] for k in keys}))
+    return 0
+
+
+def model_command(args: argparse.Namespace) -> int:
+    from . import registry
+
+    registry.configure_tracking(Path(args.data) / "mlflow" if args.data else None)
+    if args.model_command == "promote":
+        record = registry.promote(args.version, reason=args.reason)
+        print(f"production: version {record['from_version']} -> {record['to_version']}")
+    else:
+        for record in registry.promotion_history():
+            print(f"{record['at']}  {record['from_version']} -> {record['to_version']}  "
+                  f"by {record['by']}: {record['reason']}")  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leap", description="LEAP: learned hardware routing")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -115,6 +144,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--source", default="", help="simulator[:seed=S,scale=X] or files:/folder")
     run.add_argument("--warehouse", default="", help="DuckDB file")
     run.set_defaults(handler=materialize)
+
+    show = commands.add_parser("demo", help="everything, end to end, on a small simulated fleet")
+    show.add_argument("--scale", type=float, default=0.1, help="fleet scale (1.0: ~25k/day)")
+    show.add_argument("--days", type=int, default=45, help="days to simulate")
+    show.add_argument("--nights", type=int, default=3, help="nightly retrains to run")
+    show.add_argument("--seed", type=int, default=0)
+    show.add_argument("--profile", choices=("fast", "paper"), default="fast")
+    show.add_argument("--data", default="data", help="folder for the warehouse and MLflow")
+    show.add_argument("--json", action="store_true", help="end with one JSON line")
+    show.set_defaults(handler=demo)
+
+    model = commands.add_parser("model", help="the registered model and its production pointer")
+    model_commands = model.add_subparsers(dest="model_command", required=True)
+    promote = model_commands.add_parser("promote", help="point production at VERSION (rollback)")
+    promote.add_argument("version")
+    promote.add_argument("--reason", default="manual promotion", help="recorded with the move")
+    model_commands.add_parser("history", help="every recorded move of the pointer")
+    model.add_argument("--data", default="", help="data folder (default: $MLFLOW_TRACKING_URI "
+                       "or data/mlflow)")  # fmt: skip
+    model.set_defaults(handler=model_command)
     return parser
 
 

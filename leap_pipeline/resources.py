@@ -32,3 +32,27 @@ class WarehouseResource(dg.ConfigurableResource):
     def open(self) -> Iterator[Warehouse]:
         with open_warehouse(self.path or None) as warehouse:
             yield warehouse
+
+
+class TrainingResource(dg.ConfigurableResource):
+    """Settings of the nightly training, evaluation gate and promotion, in one place."""
+
+    profile: str = "fast"  # "paper" for the paper's hyperparameters
+    window_days: int = 30  # at most 30: the assets' partition mapping declares 30 days
+    run_kind: str = ""  # empty: "nightly" when a schedule launched the run, else "adhoc"
+    promote: bool = False  # also move the pointer on an ad-hoc run (the gate still applies)
+    gate_floor: float = 0.30  # the cascade's w20 must reach this
+    gate_margin: float = 0.02  # ... and be at most this far below production on the same day
+    keep_versions: int = 30  # registered versions kept; the production one always is
+    lookup_min_support: int = 20  # attempts a lookup-table key needs (scale it with the fleet)
+
+
+class MlflowResource(dg.ConfigurableResource):
+    """Tracking store; empty: ``$MLFLOW_TRACKING_URI``, else SQLite under ``data/mlflow``."""
+
+    store: str = ""
+
+    def configure(self) -> str:
+        from .registry import configure_tracking
+
+        return configure_tracking(self.store or None)

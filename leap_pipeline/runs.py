@@ -36,9 +36,16 @@ def materialize_days(
     job_name: str = "daily_pipeline",
     source: str = "",
     warehouse: str = "",
+    mlflow_store: str = "",
+    training: dict | None = None,
     log_level: str = "INFO",
+    raise_on_error: bool = True,
 ) -> dg.ExecuteInProcessResult:
-    """Materialize ``job_name`` for days ``first`` .. ``last`` in one run; raises if it fails."""
+    """Materialize ``job_name`` for days ``first`` .. ``last`` in one run; raises if it fails
+    (unless ``raise_on_error`` is False: then the result says what ran).
+
+    ``training`` sets fields of the training resource (profile, promote, gate_floor, ...).
+    """
     from .definitions import defs
 
     check_range(first, last)
@@ -53,9 +60,11 @@ def materialize_days(
             "resources": {
                 "source": {"config": {"uri": source}},
                 "warehouse": {"config": {"path": warehouse}},
+                "mlflow_tracking": {"config": {"store": mlflow_store}},
+                "training": {"config": dict(training or {})},
             },
             "loggers": {"console": {"config": {"log_level": log_level}}},
         },
-        raise_on_error=True,
+        raise_on_error=raise_on_error,
     )
     return result

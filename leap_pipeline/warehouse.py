@@ -29,6 +29,7 @@ TABLES: tuple[str, ...] = (
     "source_log",
     "feature_table",
     "history_snapshot",
+    "evaluation",
 )
 
 

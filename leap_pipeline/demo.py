@@ -1,0 +1,127 @@
+"""``leap demo``: the whole product on the embedded default, end to end, in one command.
+
+Simulates a small fleet, materializes its days, trains and evaluates the last few nights,
+registers each night's model and promotes the last one, then summarizes what came out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .lookup_table import MIN_SUPPORT
+from .registry import configure_tracking, model_uri, production_version
+from .runs import materialize_days
+from .simulation import SPAN_START
+from .training import models_folder
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    scale: float = 0.1
+    days: int = 45
+    nights: int = 3
+    seed: int = 0
+    profile: str = "fast"
+    data: Path = Path("data")
+
+    def check(self) -> None:
+        if self.nights < 1 or self.days < self.nights + 8:
+            raise ValueError(
+                f"days={self.days}, nights={self.nights}: need nights >= 1 and at least 8 days "
+                "of features before the first night"
+            )
+
+
+def run_demo(settings: DemoSettings, log=print) -> dict:
+    settings.check()
+    warehouse = settings.data / "leap.duckdb"
+    store = settings.data / "mlflow"
+    source = f"simulator:seed={settings.seed},scale={settings.scale}"
+    first, last = SPAN_START, SPAN_START + dt.timedelta(days=settings.days - 1)
+    first_night = last - dt.timedelta(days=settings.nights - 1)
+    start = time.perf_counter()
+    log(f"[1/2] landing {settings.days} days of {source} and building features ({first}..{last})")
+    materialize_days(first, last, source=source, warehouse=str(warehouse), log_level="INFO")
+    log(f"      done in {time.perf_counter() - start:.0f} s")
+    log(f"[2/2] training, evaluating and registering {settings.nights} nights")
+    materialize_days(
+        first_night,
+        last,
+        job_name="training",
+        warehouse=str(warehouse),
+        mlflow_store=str(store),
+        training={
+            "profile": settings.profile,
+            "promote": True,
+            # the table's support threshold shrinks with the fleet, as its keys' counts do
+            "lookup_min_support": max(2, round(MIN_SUPPORT * settings.scale)),
+        },
+        log_level="INFO",
+    )
+    tracking_uri = configure_tracking(store)
+    folder = models_folder(warehouse, last)
+    evaluation = json.loads((folder / "evaluation.json").read_text())
+    registered = json.loads((folder / "registered.json").read_text())
+    current = production_version()
+    overall, table1 = evaluation["overall"], evaluation["table1"]
+    return {
+        "evaluation_day": evaluation["day"],
+        "training_window": evaluation["window"],
+        "metrics": overall,
+        "w20": {m: overall[m]["w20"] for m in ("cascade", "single_gbdt", "lookup")},
+        "coverage": {m: overall[m]["coverage"] for m in ("cascade", "single_gbdt", "lookup")},
+        "oracle_w20": overall.get("oracle", {}).get("w20"),
+        "table1": {
+            "covered_jobs": table1["covered_attempts"],
+            "lookup_w20": table1["lookup_w20"],
+            "cascade_w20": table1["cascade_w20"],
+        },
+        "registered_version": registered["version"],
+        "gate": registered["gate_reason"],
+        "production_version": str(current.version) if current else None,
+        "model_uri": model_uri(),
+        "tracking_uri": tracking_uri,
+        "warehouse": str(warehouse),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:5.1f}%"
+
+
+def summary_lines(result: dict, settings: DemoSettings) -> list[str]:
+    m, t1 = result["metrics"], result["table1"]
+    window = result["training_window"]
+    lines = [
+        f"LEAP demo: evaluated on {result['evaluation_day']}, trained on {window[0]}..{window[1]}",
+        f"{'model':14} {'w10':>7} {'w20':>7} {'MdAPE':>7} {'coverage':>9}",
+    ]
+    for name in ("cascade", "single_gbdt", "lookup", "oracle"):
+        if name in m:
+            row = m[name]
+            mdape = "n/a" if row["mdape"] != row["mdape"] else f"{row['mdape']:5.1f}%"
+            lines.append(
+                f"{name:14} {_pct(row['w10']):>7} {_pct(row['w20']):>7} {mdape:>7} "
+                f"{_pct(row['coverage']):>9}"
+            )
+    data = settings.data.resolve()
+    lines += [
+        "",
+        f"Table 1, on the {t1['covered_jobs']} attempts the lookup table covers: "
+        f"lookup w20 {_pct(t1['lookup_w20'])}, cascade w20 {_pct(t1['cascade_w20'])}",
+        f"oracle ceiling (true medians) w20: {_pct(result['oracle_w20'])}",
+        f"registered version {result['registered_version']} ({result['gate']}); "
+        f"production is version {result['production_version']}",
+        f"model: {result['model_uri']}  (tracking {result['tracking_uri']})",
+        "browse it:",
+        f"  MLFLOW_TRACKING_URI={result['tracking_uri']} .venv/bin/mlflow server --workers 1",
+        f"  DAGSTER_HOME={data / 'dagster'} LEAP_WAREHOUSE={data / 'leap.duckdb'} "
+        f"MLFLOW_TRACKING_URI={result['tracking_uri']} .venv/bin/dagster dev -w workspace.yaml",
+        f"finished in {result['seconds']:.0f} s",
+    ]
+    return lines

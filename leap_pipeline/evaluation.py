@@ -1,0 +1,268 @@
+"""Next-day evaluation (paper section 3.1): train on days D-30 .. D-1, score day D.
+
+Pure functions over feature-table frames. Every model is scored on the same attempts with the
+paper's pooled metrics; breakdowns by hardware type, model-type frequency band and cold start; the
+lookup table against the cascade on the attempts the table covers (Table 1); and, when the fleet
+is simulated, the oracle's true medians scored the same way (the noise ceiling).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from leap_serving import metrics
+from leap_serving.cascade import BinnedCascade, profile_params, single_gbdt
+from leap_serving.features import FEATURE_COLUMNS
+
+from .lookup_table import MIN_SUPPORT, LookupTable, build_lookup_table
+
+WINDOW_DAYS = 30
+MIN_WINDOW_DAYS = 7
+HEAD_MODEL_TYPES = 19  # the lookup table's model types
+TORSO_MODEL_TYPES = 100
+
+
+def training_window(day: dt.date, window_days: int = WINDOW_DAYS) -> tuple[dt.date, dt.date]:
+    """First and last training day for evaluation day ``day``: the ``window_days`` before it."""
+    if window_days < 1:
+        raise ValueError(f"window_days={window_days!r} must be at least 1")
+    return day - dt.timedelta(days=window_days), day - dt.timedelta(days=1)
+
+
+@dataclass
+class TrainedModels:
+    cascade: BinnedCascade
+    single_gbdt: object
+    lookup: LookupTable
+    window: tuple[dt.date, dt.date]
+    training_rows: int
+    model_type_ranks: pl.DataFrame  # model_type, rank (1 = most attempts in the window)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def check_window(window: pl.DataFrame, day: dt.date, min_days: int = MIN_WINDOW_DAYS) -> None:
+    """Refuse a window that reaches the evaluation day or has too few days to learn from."""
+    if window.height and window["ds"].max() >= day:
+        raise ValueError(f"training rows reach {window['ds'].max()}, not before {day}")
+    days = window["ds"].n_unique() if window.height else 0
+    if days < min_days:
+        raise ValueError(
+            f"the training window before {day} has {days} day(s) of feature table; at least "
+            f"{min_days} are needed: materialize earlier partitions first"
+        )
+
+
+def fit_models(
+    window: pl.DataFrame,
+    day: dt.date,
+    profile: str = "fast",
+    random_state: int = 0,
+    lookup_min_support: int = MIN_SUPPORT,
+) -> TrainedModels:
+    """Fit the cascade, the single GBDT and the lookup table on a window of feature-table rows."""
+    import time
+
+    check_window(window, day)
+    X = window.select(FEATURE_COLUMNS).to_numpy()
+    y = window["log_q"].to_numpy()
+    seconds = {}
+    start = time.perf_counter()
+    cascade = BinnedCascade(**profile_params(profile), random_state=random_state).fit(X, y)
+    seconds["cascade"] = time.perf_counter() - start
+    start = time.perf_counter()
+    gbdt = single_gbdt(profile, random_state=random_state)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(cascade.n_threads):
+        gbdt.fit(X, y)
+    seconds["single_gbdt"] = time.perf_counter() - start
+    ranks = (
+        window.group_by("model_type")
+        .len()
+        .sort(["len", "model_type"], descending=[True, False])
+        .with_row_index("rank", offset=1)
+        .select("model_type", "rank")
+    )
+    return TrainedModels(
+        cascade=cascade,
+        single_gbdt=gbdt,
+        lookup=build_lookup_table(
+            window, top_model_types=HEAD_MODEL_TYPES, min_support=lookup_min_support
+        ),
+        window=(window["ds"].min(), window["ds"].max()),
+        training_rows=window.height,
+        model_type_ranks=ranks,
+        seconds=seconds,
+    )
+
+
+def predictions(models: TrainedModels, rows: pl.DataFrame) -> pl.DataFrame:
+    """Predicted throughput of every model per row (null where a model gives no estimate)."""
+    X = rows.select(FEATURE_COLUMNS).to_numpy()
+    bins, probability = models.cascade.predict_bins(X)
+    return pl.DataFrame(
+        {
+            "cascade": np.exp(models.cascade.predict(X)),
+            "single_gbdt": np.exp(models.single_gbdt.predict(X)),
+            "lookup": models.lookup.predict(rows).cast(pl.Float64),
+            "cascade_bin": bins,
+            "cascade_bin_probability": probability,
+        }
+    )
+
+
+def frequency_band(rows: pl.DataFrame, ranks: pl.DataFrame) -> pl.Series:
+    """head (the 19 most frequent model types of the window), torso (to 100), tail (the rest)."""
+    ranked = rows.select("model_type").join(
+        ranks, on="model_type", how="left", maintain_order="left"
+    )
+    return ranked.select(
+        pl.when(pl.col("rank") <= HEAD_MODEL_TYPES)
+        .then(pl.lit("head"))
+        .when(pl.col("rank") <= TORSO_MODEL_TYPES)
+        .then(pl.lit("torso"))
+        .otherwise(pl.lit("tail"))
+        .alias("band")
+    )["band"]
+
+
+def score(predicted: np.ndarray, measured: np.ndarray, weights=None) -> dict[str, float]:
+    """The paper's metrics for one model on one set of attempts."""
+    p = np.asarray(predicted, dtype=float)
+    out = {f"w{k}": metrics.within(p, measured, k) for k in metrics.TOLERANCES}
+    out["mdape"] = metrics.mdape(p, measured)
+    out["median_ratio"] = metrics.median_ratio(p, measured)
+    out["coverage"] = metrics.coverage(p)
+    out["attempts"] = float(len(p))
+    if weights is not None:
+        out["w20_device_hours"] = metrics.within(p, measured, 20, weights=weights)
+    return out
+
+
+MODELS = ("cascade", "single_gbdt", "lookup")
+
+
+def evaluate(
+    models: TrainedModels, rows: pl.DataFrame, oracle_medians: pl.DataFrame | None = None
+) -> dict:
+    """Every metric of the issue on evaluation-day rows; ``oracle_medians`` adds the ceiling."""
+    if rows.height == 0:
+        raise ValueError("no evaluation rows")
+    if rows["ds"].min() <= models.window[1]:
+        raise ValueError(f"evaluation rows from {rows['ds'].min()} overlap the training window")
+    predicted = predictions(models, rows)
+    scored = pl.concat([rows, predicted], how="horizontal").with_columns(
+        band=frequency_band(rows, models.model_type_ranks),
+        history=pl.when(pl.col("hist_cold_start") == 1.0)
+        .then(pl.lit("cold"))
+        .otherwise(pl.lit("known")),
+    )
+    if oracle_medians is not None:
+        scored = scored.join(
+            oracle_medians.select("attempt_id", oracle="true_median"),
+            on="attempt_id",
+            how="left",
+            maintain_order="left",
+        )
+    names = [*MODELS, *(["oracle"] if oracle_medians is not None else [])]
+    q = scored["throughput"].to_numpy()
+    weights = scored["device_hours"].fill_null(0.0).to_numpy()
+    weights = weights if weights.sum() > 0 else None
+    overall = {m: score(scored[m].to_numpy(), q, weights) for m in names}
+    breakdown = []
+    for column in ("hardware_type", "band", "history"):
+        for (group,), part in scored.group_by(column, maintain_order=True):
+            for m in names:
+                breakdown.append(
+                    {"by": column, "group": group, "model": m}
+                    | score(part[m].to_numpy(), part["throughput"].to_numpy())
+                )
+    covered = scored.filter(pl.col("lookup").is_not_null())
+    table1 = {"covered_attempts": covered.height, "coverage": overall["lookup"]["coverage"]}
+    for m in ("lookup", "cascade"):
+        for k in (10, 15, 20):
+            table1[f"{m}_w{k}"] = (
+                metrics.within(covered[m], covered["throughput"], k) if covered.height else None
+            )
+        table1[f"{m}_median_ratio"] = (
+            metrics.median_ratio(covered[m], covered["throughput"]) if covered.height else None
+        )
+    return {
+        "day": rows["ds"].min().isoformat(),
+        "window": [d.isoformat() for d in models.window],
+        "overall": overall,
+        "breakdown": pl.DataFrame(breakdown),
+        "table1": table1,
+        "scored": scored.select(
+            "attempt_id", "hardware_type", "throughput", *names, "cascade_bin", "band", "history"
+        ),
+    }
+
+
+def headline(evaluation: dict) -> dict[str, float | None]:
+    """The few numbers a run is tagged and gated with."""
+    overall = evaluation["overall"]
+    out = {f"{m}_{k}": overall[m][k] for m in overall for k in ("w10", "w20", "mdape", "coverage")}
+    out["cascade_w20_device_hours"] = overall["cascade"].get("w20_device_hours")
+    out["table1_lookup_w20"] = evaluation["table1"]["lookup_w20"]
+    out["table1_cascade_w20"] = evaluation["table1"]["cascade_w20"]
+    return out
+
+
+def markdown_table(frame: pl.DataFrame, digits: int = 3) -> str:
+    """A frame as a markdown table (floats rounded), for Dagster metadata and reports."""
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return f"{value:.{digits}f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * frame.width]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.iter_rows()]
+    return "\n".join(lines)
+
+
+def plot_predicted_vs_measured(scored: pl.DataFrame, path: str) -> str:
+    """Scatter of predicted against measured throughput on the evaluation day (log axes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    q = scored["throughput"].to_numpy()
+    for model, colour in (("single_gbdt", "tab:gray"), ("cascade", "tab:blue")):
+        ax.scatter(q, scored[model].to_numpy(), s=3, alpha=0.4, label=model, color=colour)
+    low, high = float(q.min()) / 2, float(q.max()) * 2
+    ax.plot([low, high], [low, high], color="black", linewidth=0.8)
+    for factor in (0.8, 1.2):
+        ax.plot([low, high], [low * factor, high * factor], color="black", linewidth=0.4, ls="--")
+    ax.set(xscale="log", yscale="log", xlabel="measured samples/s", ylabel="predicted samples/s")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_nightly_w20(series: pl.DataFrame, path: str) -> str:
+    """Figure 8: w20 per nightly retrain, one line per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for (model,), part in series.sort("ds").group_by("model", maintain_order=True):
+        ax.plot(part["ds"].to_list(), part["w20"].to_list(), marker="o", label=model)
+    ax.set(ylabel="w20", xlabel="evaluation day", ylim=(0, 1))
+    ax.legend()
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

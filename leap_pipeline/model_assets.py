@@ -1,0 +1,307 @@
+"""Nightly model assets: train on the 30 days before D, evaluate on D, publish behind the alias.
+
+``cascade_model`` fits the cascade and its two reference models; ``model_evaluation`` scores them on
+day D, logs the run and registers a new version in MLflow, and holds the blocking evaluation gate;
+``production_model`` moves the ``production`` alias when the run is a nightly one (or promotion was
+asked for) and the gate passed. Work lives in ``evaluation``, ``training`` and ``registry``.
+"""
+
+import base64
+import datetime as dt
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import polars as pl
+
+from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.model import ModelArtifactError, load_registered
+
+from . import registry
+from .assets import SINGLE_RUN, partition_days, per_day_table
+from .evaluation import (
+    WINDOW_DAYS,
+    evaluate,
+    headline,
+    markdown_table,
+    plot_nightly_w20,
+    plot_predicted_vs_measured,
+)
+from .partitions import daily_partitions
+from .resources import MlflowResource, TrainingResource, WarehouseResource
+from .sources import SimulatorSource, source_from_uri
+from .training import load_trained, models_folder, save_trained, train_night
+
+EVALUATION_COLUMNS = ("w5", "w10", "w15", "w20", "mdape", "median_ratio", "coverage")
+
+
+def _image(path: str) -> str:
+    return f"![plot](data:image/png;base64,{base64.b64encode(Path(path).read_bytes()).decode()})"
+
+
+@dg.asset(
+    deps=[
+        dg.AssetDep(
+            "feature_table",
+            partition_mapping=dg.TimeWindowPartitionMapping(
+                start_offset=-WINDOW_DAYS, end_offset=-1, allow_nonexistent_upstream_partitions=True
+            ),
+        ),
+        "history_snapshot",
+        "hardware_specs",
+    ],
+    partitions_def=daily_partitions,
+    backfill_policy=SINGLE_RUN,
+    group_name="model",
+)
+def cascade_model(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, training: TrainingResource
+) -> dg.MaterializeResult:
+    """The cascade, the single GBDT and the lookup table trained on the days before D."""
+    per_day = []
+    with warehouse.open() as wh:
+        for day in partition_days(context):
+            models = train_night(
+                wh, day, training.profile, training.window_days, training.lookup_min_support
+            )
+            snapshot = wh.read("history_snapshot", day, day).drop("ds")
+            specs = wh.read("hardware_specs", day, day).drop("ds")
+            save_trained(models, models_folder(wh.path, day), snapshot, specs, training.profile)
+            cascade = models.cascade
+            per_day.append(
+                {
+                    "ds": day.isoformat(),
+                    "rows": models.training_rows,
+                    "seconds": round(sum(models.seconds.values()), 1),
+                    "em_iterations": cascade.em_iterations_,
+                    "rows_moved": ", ".join(f"{m:.3f}" for m in cascade.rows_moved_),
+                    "bins": cascade.n_bins_,
+                    "trees_per_expert": int(np.mean(cascade.n_trees_per_expert_)),
+                }
+            )
+            context.log.info(f"trained {day}: {per_day[-1]}")
+    last = per_day[-1]
+    return dg.MaterializeResult(
+        metadata={
+            "training_rows": last["rows"],
+            "training_seconds": last["seconds"],
+            "em_iterations": last["em_iterations"],
+            "profile": training.profile,
+            "per_day": per_day_table(per_day),
+        }
+    )
+
+
+@dg.asset(
+    deps=["cascade_model", "feature_table"],
+    check_specs=[
+        dg.AssetCheckSpec(
+            "evaluation_gate",
+            asset="model_evaluation",
+            blocking=True,
+            description="Cascade w20 reaches the floor and is not more than the margin below "
+            "the production model's on the same day.",
+        )
+    ],
+    partitions_def=daily_partitions,
+    backfill_policy=SINGLE_RUN,
+    group_name="model",
+)
+def model_evaluation(
+    context: dg.AssetExecutionContext,
+    warehouse: WarehouseResource,
+    training: TrainingResource,
+    mlflow_tracking: MlflowResource,
+) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+    """Day D scored for every model; the run logged to MLflow and registered as a new version."""
+    tracking_uri = mlflow_tracking.configure()
+    run_kind = _run_kind(context, training)
+    decisions, per_day = [], []
+    last = None
+    with warehouse.open() as wh:
+        for day in partition_days(context):
+            folder = models_folder(wh.path, day)
+            models, _ = load_trained(folder)
+            rows = wh.read("feature_table", day, day)
+            evaluation = evaluate(models, rows, _oracle_medians(wh, day, rows))
+            production_w20 = _production_w20(rows, context)
+            gate = registry.evaluation_gate(
+                evaluation["overall"]["cascade"]["w20"],
+                production_w20,
+                training.gate_floor,
+                training.gate_margin,
+            )
+            wh.replace_partition("evaluation", day, _evaluation_rows(evaluation))
+            with tempfile.TemporaryDirectory() as tmp:
+                files = _report_files(evaluation, Path(tmp))
+                run_id, version = registry.log_candidate(
+                    artifact_folder=folder / "cascade",
+                    day=day,
+                    window=models.window,
+                    run_kind=run_kind,
+                    params={
+                        "profile": training.profile,
+                        "window_days": training.window_days,
+                        "training_rows": models.training_rows,
+                    },
+                    metrics={**headline(evaluation), "gate_passed": float(gate.passed)},
+                    files=files,
+                )
+                scatter = _image(str(Path(tmp) / "predicted_vs_measured.png"))
+            (folder / "evaluation.json").write_text(json.dumps(_summary(evaluation), indent=2))
+            (folder / "registered.json").write_text(
+                json.dumps(
+                    {
+                        "version": version,
+                        "run_id": run_id,
+                        "gate_passed": gate.passed,
+                        "gate_reason": gate.reason,
+                        "run_kind": run_kind,
+                    }
+                )
+            )
+            decisions.append((day, gate))
+            overall = evaluation["overall"]
+            per_day.append(
+                {
+                    "ds": day.isoformat(),
+                    "version": version,
+                    **{f"{m}_w20": round(overall[m]["w20"], 3) for m in overall},
+                    "gate": "pass" if gate.passed else "FAIL",
+                }
+            )
+            context.log.info(f"evaluated {day}: {per_day[-1]} ({gate.reason})")
+            last = (evaluation, scatter)
+        series = wh.read("evaluation", columns=["ds", "model", "w20"])
+    evaluation, scatter = last
+    with tempfile.TemporaryDirectory() as tmp:
+        nightly = _image(plot_nightly_w20(series, str(Path(tmp) / "nightly_w20.png")))
+    overall = pl.DataFrame([{"model": m} | v for m, v in evaluation["overall"].items()])
+    yield dg.MaterializeResult(
+        metadata={
+            **{k: v for k, v in headline(evaluation).items() if v is not None},
+            "tracking_uri": tracking_uri,
+            "run_kind": run_kind,
+            "registered_versions": per_day_table(per_day),
+            "overall": dg.MetadataValue.md(markdown_table(overall)),
+            "breakdown": dg.MetadataValue.md(markdown_table(evaluation["breakdown"])),
+            "table1": dg.MetadataValue.json(evaluation["table1"]),
+            "predicted_vs_measured": dg.MetadataValue.md(scatter),
+            "nightly_w20 (Figure 8)": dg.MetadataValue.md(
+                markdown_table(series.pivot("model", index="ds", values="w20").sort("ds"))
+                + "\n\n"
+                + nightly
+            ),
+        }
+    )
+    failed = [f"{day}: {gate.reason}" for day, gate in decisions if not gate.passed]
+    yield dg.AssetCheckResult(
+        check_name="evaluation_gate",
+        passed=not failed,
+        metadata={"decisions": "; ".join(f"{d}: {g.reason}" for d, g in decisions)},
+    )
+
+
+@dg.asset(
+    deps=["model_evaluation"],
+    partitions_def=daily_partitions,
+    backfill_policy=SINGLE_RUN,
+    group_name="model",
+)
+def production_model(
+    context: dg.AssetExecutionContext,
+    warehouse: WarehouseResource,
+    training: TrainingResource,
+    mlflow_tracking: MlflowResource,
+) -> dg.MaterializeResult:
+    """The ``production`` alias: moved to the last day's version on a nightly run whose gate
+    passed (or when promotion is asked for); old versions past retention removed."""
+    mlflow_tracking.configure()
+    day = partition_days(context)[-1]
+    with warehouse.open() as wh:
+        registered = json.loads((models_folder(wh.path, day) / "registered.json").read_text())
+    moved = None
+    if not registered["gate_passed"]:
+        note = f"not promoted: gate failed ({registered['gate_reason']})"
+    elif registered["run_kind"] == "nightly" or training.promote:
+        why = "nightly run" if registered["run_kind"] == "nightly" else "promotion asked for"
+        moved = registry.promote(
+            registered["version"],
+            reason=f"{why}, evaluated on {day}: {registered['gate_reason']}",
+            actor=f"dagster run {context.run.run_id}",
+        )
+        note = f"promoted version {registered['version']}"
+    else:
+        note = f"not promoted: a {registered['run_kind']} run moves the pointer only when asked"
+    deleted = registry.enforce_retention(training.keep_versions)
+    current = registry.production_version()
+    context.log.info(note)
+    return dg.MaterializeResult(
+        metadata={
+            "decision": note,
+            "production_version": str(current.version) if current else "none",
+            "model_uri": registry.model_uri(),
+            "moved_from": str(moved["from_version"]) if moved else "",
+            "versions_deleted": ", ".join(deleted),
+        }
+    )
+
+
+def _run_kind(context: dg.AssetExecutionContext, training: TrainingResource) -> str:
+    if training.run_kind:
+        return training.run_kind
+    return "nightly" if context.run.tags.get("dagster/schedule_name") else "adhoc"
+
+
+def _oracle_medians(wh, day: dt.date, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """The true medians of the day's attempts, when the day came from the simulator."""
+    sources = wh.read("source_log", day, day)["source"].to_list()
+    source = source_from_uri(sources[0]) if len(sources) == 1 else None
+    if not isinstance(source, SimulatorSource):
+        return None
+    return source.fleet().oracle().true_medians(rows["attempt_id"].to_list())
+
+
+def _production_w20(rows: pl.DataFrame, context: dg.AssetExecutionContext) -> float | None:
+    """The current production model's w20 on the same rows, or None when there is none."""
+    from leap_serving import metrics
+
+    if registry.production_version() is None:
+        return None
+    try:
+        production, _ = load_registered(registry.model_uri())
+    except ModelArtifactError as exc:
+        context.log.warning(f"production model not comparable: {exc}")
+        return None
+    predicted = np.exp(production.cascade.predict(rows.select(FEATURE_COLUMNS).to_numpy()))
+    return metrics.within(predicted, rows["throughput"].to_numpy(), 20)
+
+
+def _evaluation_rows(evaluation: dict) -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            {"model": m, **{k: v[k] for k in EVALUATION_COLUMNS}}
+            for m, v in evaluation["overall"].items()
+        ]
+    )
+
+
+def _summary(evaluation: dict) -> dict:
+    return {k: evaluation[k] for k in ("day", "window", "overall", "table1")}
+
+
+def _report_files(evaluation: dict, folder: Path) -> list[Path]:
+    files = [folder / "breakdown.csv", folder / "evaluation.json"]
+    evaluation["breakdown"].write_csv(files[0])
+    files[1].write_text(json.dumps(_summary(evaluation), indent=2))
+    files.append(
+        Path(
+            plot_predicted_vs_measured(
+                evaluation["scored"], str(folder / "predicted_vs_measured.png")
+            )
+        )
+    )
+    return files

@@ -1,0 +1,211 @@
+"""MLflow: log each nightly run, register an immutable version, and move the stable pointer.
+
+Tracking defaults to a SQLite store and an artifact folder under ``data/mlflow`` unless the
+standard ``MLFLOW_TRACKING_URI`` names another (a shared server, say). The pointer is the alias
+``production`` of the registered model; it moves only through ``promote``, which records who moved
+it, when, from which version and why, as tags on the version it now names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+MODEL_NAME_ENV = "LEAP_MODEL_NAME"
+DEFAULT_MODEL_NAME = "leap-throughput"
+ALIAS = "production"
+EXPERIMENT = "leap-nightly"
+DEFAULT_STORE = Path("data") / "mlflow"
+PROMOTION_TAG = "promotion"
+RUN_KINDS = ("nightly", "adhoc", "test")
+
+
+def model_name() -> str:
+    name = os.environ.get(MODEL_NAME_ENV) or DEFAULT_MODEL_NAME
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ValueError(f"{MODEL_NAME_ENV}={name!r}: use letters, digits, '_', '.' and '-'")
+    return name
+
+
+def model_uri(alias: str = ALIAS, name: str | None = None) -> str:
+    return f"models:/{name or model_name()}@{alias}"
+
+
+def configure_tracking(store: str | Path | None = None) -> str:
+    """Point MLflow at a SQLite store under ``store`` when given, else ``$MLFLOW_TRACKING_URI``,
+    else ``data/mlflow``; create the experiment (with its artifact folder beside a local store).
+    Returns the tracking URI."""
+    if store is None and os.environ.get("MLFLOW_TRACKING_URI"):
+        uri = os.environ["MLFLOW_TRACKING_URI"]
+        artifacts = None
+    else:
+        folder = Path(store or DEFAULT_STORE).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        uri = f"sqlite:///{folder / 'mlflow.db'}"
+        artifacts = (folder / "artifacts").as_uri()
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    if mlflow.get_experiment_by_name(EXPERIMENT) is None:
+        mlflow.create_experiment(EXPERIMENT, artifact_location=artifacts)
+    mlflow.set_experiment(EXPERIMENT)
+    return uri
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    passed: bool
+    reason: str
+    candidate_w20: float
+    production_w20: float | None
+    floor: float
+    margin: float
+
+
+def evaluation_gate(
+    candidate_w20: float, production_w20: float | None, floor: float, margin: float
+) -> GateDecision:
+    """Pass when w20 reaches ``floor`` and is at most ``margin`` below production's, both
+    scored on the same evaluation day."""
+    if not candidate_w20 >= floor:
+        reason = f"w20 {candidate_w20:.3f} is below the floor {floor:.3f}"
+        passed = False
+    elif production_w20 is not None and candidate_w20 < production_w20 - margin:
+        reason = (
+            f"w20 {candidate_w20:.3f} is more than {margin:.3f} below production's "
+            f"{production_w20:.3f} on the same day"
+        )
+        passed = False
+    else:
+        against = "" if production_w20 is None else f", production {production_w20:.3f}"
+        reason = f"w20 {candidate_w20:.3f} >= floor {floor:.3f}{against}"
+        passed = True
+    return GateDecision(passed, reason, candidate_w20, production_w20, floor, margin)
+
+
+def production_version(client: MlflowClient | None = None, name: str | None = None):
+    """The model version the alias names, or None when there is none yet."""
+    client = client or MlflowClient()
+    try:
+        return client.get_model_version_by_alias(name or model_name(), ALIAS)
+    except MlflowException:
+        return None  # no registered model, or no alias yet: both mean "no production model"
+
+
+def promote(version: str | int, reason: str, actor: str | None = None) -> dict:
+    """Point the alias at ``version`` and record the move on that version's tags."""
+    client = MlflowClient()
+    name = model_name()
+    try:
+        target = client.get_model_version(name, str(version))
+    except MlflowException as exc:
+        raise ValueError(
+            f"version={version!r} of model {name!r} cannot be promoted: {exc}"
+        ) from exc
+    previous = production_version(client, name)
+    now = dt.datetime.now(dt.UTC)
+    record = {
+        "at": now.isoformat(timespec="seconds"),
+        "by": actor or getpass.getuser(),
+        "from_version": str(previous.version) if previous else None,
+        "to_version": str(target.version),
+        "reason": reason,
+    }
+    key = f"{PROMOTION_TAG}.{now.strftime('%Y%m%dT%H%M%S.%fZ')}"
+    # the record first: a move that fails leaves no record behind, a record never lacks its move
+    client.set_model_version_tag(name, str(target.version), key, json.dumps(record))
+    try:
+        client.set_registered_model_alias(name, ALIAS, str(target.version))
+    except BaseException:
+        client.delete_model_version_tag(name, str(target.version), key)
+        raise
+    return record
+
+
+def promotion_history(name: str | None = None) -> list[dict]:
+    """Every recorded move of the pointer, oldest first."""
+    client = MlflowClient()
+    name = name or model_name()
+    records = []
+    for version in client.search_model_versions(f"name='{name}'"):
+        for key, value in version.tags.items():
+            if key.startswith(f"{PROMOTION_TAG}."):
+                records.append(json.loads(value))
+    return sorted(records, key=lambda r: r["at"])
+
+
+def enforce_retention(keep: int, name: str | None = None) -> list[str]:
+    """Delete all but the ``keep`` newest versions, never the one the alias names."""
+    if keep < 1:
+        raise ValueError(f"keep={keep!r} must be at least 1")
+    client = MlflowClient()
+    name = name or model_name()
+    current = production_version(client, name)
+    versions = sorted(
+        client.search_model_versions(f"name='{name}'"), key=lambda v: int(v.version), reverse=True
+    )
+    deleted = []
+    for version in versions[keep:]:
+        if current is not None and str(version.version) == str(current.version):
+            continue
+        client.delete_model_version(name, version.version)
+        deleted.append(str(version.version))
+    return deleted
+
+
+def log_candidate(
+    *,
+    artifact_folder: Path,
+    day: dt.date,
+    window: tuple[dt.date, dt.date],
+    run_kind: str,
+    params: dict,
+    metrics: dict[str, float | None],
+    files: list[Path],
+) -> tuple[str, str]:
+    """Log one night's run and register its model as a new version; returns (run id, version)."""
+    from leap_serving import mlflow_model
+    from leap_serving.model import ARTIFACTS
+
+    if run_kind not in RUN_KINDS:
+        raise ValueError(f"run_kind={run_kind!r} is not one of {RUN_KINDS}")
+    name = model_name()
+    tags = {
+        "evaluation_day": day.isoformat(),
+        "training_window": f"{window[0].isoformat()}..{window[1].isoformat()}",
+        "run_kind": run_kind,
+    }
+    with mlflow.start_run(run_name=f"{run_kind} {day.isoformat()}", tags=tags) as run:
+        mlflow.log_params(params)
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None})
+        for path in files:
+            mlflow.log_artifact(str(path))
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=mlflow_model.__file__,
+            artifacts={key: str(artifact_folder / file) for key, file in ARTIFACTS.items()},
+            registered_model_name=name,
+            pip_requirements=_serving_requirements(),
+        )
+    version = str(info.registered_model_version)
+    client = MlflowClient()
+    for key, value in {**tags, **{k: v for k, v in metrics.items() if v is not None}}.items():
+        client.set_model_version_tag(name, version, key, str(value))
+    return run.info.run_id, version
+
+
+def _serving_requirements() -> list[str]:
+    """What a process needs to load the model: leap_serving's own dependencies, pinned."""
+    from importlib.metadata import version
+
+    packages = ("mlflow", "scikit-learn", "polars", "pyarrow", "numpy", "skops", "pandas")
+    return [f"{p}=={version(p)}" for p in packages]

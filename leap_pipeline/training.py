@@ -1,0 +1,90 @@
+"""A night's training, stored between the Dagster assets that train, evaluate and publish it.
+
+``data/models/<day>/`` holds the fitted cascade (as the published ``LeapModel`` folder, history
+snapshot as of the day included), the single GBDT and the lookup table, so evaluation and
+registration read exactly what training wrote.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import polars as pl
+from sklearn.ensemble import HistGradientBoostingRegressor
+
+from leap_serving.model import LeapModel, load_skops
+
+from .evaluation import TrainedModels, fit_models, training_window
+from .lookup_table import MIN_SUPPORT, LookupTable
+from .warehouse import Warehouse
+
+
+def models_folder(warehouse_path: Path, day: dt.date) -> Path:
+    return Path(warehouse_path).parent / "models" / day.isoformat()
+
+
+def train_night(
+    wh: Warehouse,
+    day: dt.date,
+    profile: str = "fast",
+    window_days: int = 30,
+    lookup_min_support: int = MIN_SUPPORT,
+) -> TrainedModels:
+    first, last = training_window(day, window_days)
+    window = wh.read("feature_table", first, last)
+    return fit_models(window, day, profile=profile, lookup_min_support=lookup_min_support)
+
+
+def save_trained(models: TrainedModels, folder: Path, snapshot: pl.DataFrame,
+                 specs: pl.DataFrame, profile: str) -> None:  # fmt: skip
+    """Write a night's models; the cascade folder is the artifact a model version ships."""
+    import skops.io as sio
+
+    folder.mkdir(parents=True, exist_ok=True)
+    LeapModel(
+        cascade=models.cascade,
+        history_snapshot=snapshot,
+        hardware_specs=specs,
+        metadata={
+            "training_window": [d.isoformat() for d in models.window],
+            "training_rows": models.training_rows,
+            "profile": profile,
+        },
+    ).save(folder / "cascade")
+    sio.dump(models.single_gbdt, folder / "single_gbdt.skops")
+    models.lookup.entries.write_parquet(folder / "lookup_entries.parquet")
+    models.model_type_ranks.write_parquet(folder / "model_type_ranks.parquet")
+    (folder / "trained.json").write_text(
+        json.dumps(
+            {
+                "window": [d.isoformat() for d in models.window],
+                "training_rows": models.training_rows,
+                "lookup_model_types": list(models.lookup.model_types),
+                "seconds": models.seconds,
+                "profile": profile,
+            }
+        )
+    )
+
+
+def load_trained(folder: Path) -> tuple[TrainedModels, LeapModel]:
+    if not (folder / "trained.json").is_file():
+        raise FileNotFoundError(f"no trained models in {folder}: materialize cascade_model first")
+    meta = json.loads((folder / "trained.json").read_text())
+    published = LeapModel.load(folder / "cascade")
+    gbdt = load_skops(folder / "single_gbdt.skops", HistGradientBoostingRegressor)
+    models = TrainedModels(
+        cascade=published.cascade,
+        single_gbdt=gbdt,
+        lookup=LookupTable(
+            entries=pl.read_parquet(folder / "lookup_entries.parquet"),
+            model_types=tuple(meta["lookup_model_types"]),
+        ),
+        window=tuple(dt.date.fromisoformat(d) for d in meta["window"]),
+        training_rows=meta["training_rows"],
+        model_type_ranks=pl.read_parquet(folder / "model_type_ranks.parquet"),
+        seconds=meta["seconds"],
+    )
+    return models, published

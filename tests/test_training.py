@@ -1,0 +1,156 @@
+"""Nightly training, next-day evaluation, the registry and the production pointer."""
+
+import datetime as dt
+import json
+import subprocess
+import sys
+
+import numpy as np
+import polars as pl
+import pytest
+
+from leap_pipeline import registry
+from leap_pipeline.evaluation import (
+    check_window,
+    evaluate,
+    fit_models,
+    frequency_band,
+    training_window,
+)
+from leap_pipeline.runs import materialize_days
+from leap_pipeline.training import load_trained, models_folder, train_night
+from leap_pipeline.warehouse import open_warehouse
+
+SOURCE = "simulator:seed=3,scale=0.02"
+FIRST = dt.date(2026, 1, 1)
+NIGHT = dt.date(2026, 1, 10)
+MARKER = "marker_model_type_on_the_evaluation_day"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Ten days of a small fleet in a fresh warehouse and MLflow store."""
+    root = tmp_path_factory.mktemp("fleet")
+    warehouse, store = root / "leap.duckdb", root / "mlflow"
+    materialize_days(FIRST, NIGHT, source=SOURCE, warehouse=str(warehouse), log_level="WARNING")
+    registry.configure_tracking(store)
+    return {"warehouse": warehouse, "store": store}
+
+
+def _train(fleet, **training):
+    return materialize_days(
+        NIGHT, NIGHT, job_name="training", warehouse=str(fleet["warehouse"]),
+        mlflow_store=str(fleet["store"]), training={"lookup_min_support": 2, **training},
+        log_level="WARNING", raise_on_error=False,
+    )  # fmt: skip
+
+
+def test_the_window_is_the_days_before_the_evaluation_day():
+    assert training_window(dt.date(2026, 3, 31)) == (dt.date(2026, 3, 1), dt.date(2026, 3, 30))
+    assert training_window(dt.date(2026, 3, 31), 7)[0] == dt.date(2026, 3, 24)
+
+
+def test_evaluation_never_sees_a_training_day(fleet):
+    """Plant a marker row on the evaluation day: training must not see it, evaluation must."""
+    with open_warehouse(fleet["warehouse"]) as wh:
+        day_rows = wh.read("feature_table", NIGHT, NIGHT)
+        marker = day_rows.head(1).with_columns(
+            attempt_id=pl.lit("marker"), model_type=pl.lit(MARKER)
+        )
+        wh.replace_partition("feature_table", NIGHT, pl.concat([day_rows, marker]))
+        try:
+            models = train_night(wh, NIGHT, lookup_min_support=2)
+            rows = wh.read("feature_table", NIGHT, NIGHT)
+        finally:
+            wh.replace_partition("feature_table", NIGHT, day_rows)
+        window_rows = wh.read("feature_table", FIRST, NIGHT - dt.timedelta(days=1)).height
+    assert models.window == (FIRST, NIGHT - dt.timedelta(days=1))
+    assert models.training_rows == window_rows
+    assert MARKER not in models.model_type_ranks["model_type"].to_list()
+    scored = evaluate(models, rows)["scored"]
+    assert "marker" in scored["attempt_id"].to_list()
+    assert (
+        frequency_band(rows.filter(pl.col("attempt_id") == "marker"), models.model_type_ranks)[0]
+        == "tail"
+    )  # never seen in training
+    with pytest.raises(ValueError, match="overlap the training window"):
+        evaluate(models, rows.with_columns(ds=pl.lit(NIGHT - dt.timedelta(days=1))))
+
+
+def test_a_window_reaching_the_day_or_too_short_is_refused(fleet):
+    with open_warehouse(fleet["warehouse"], read_only=True) as wh:
+        rows = wh.read("feature_table", FIRST, NIGHT)
+    with pytest.raises(ValueError, match="not before"):
+        check_window(rows, NIGHT)
+    with pytest.raises(ValueError, match="at least 7"):
+        fit_models(rows.filter(pl.col("ds") < FIRST + dt.timedelta(days=3)), NIGHT)
+
+
+def test_the_gate():
+    assert registry.evaluation_gate(0.5, None, floor=0.3, margin=0.02).passed
+    below_floor = registry.evaluation_gate(0.2, None, floor=0.3, margin=0.02)
+    assert not below_floor.passed and "below the floor" in below_floor.reason
+    worse = registry.evaluation_gate(0.5, 0.53, floor=0.3, margin=0.02)
+    assert not worse.passed and "below production" in worse.reason
+    assert registry.evaluation_gate(0.52, 0.53, floor=0.3, margin=0.02).passed
+
+
+def test_pointer_moves_only_when_asked_and_the_gate_passes_and_rollback_works(fleet):
+    # a test run registers a version but leaves the pointer alone
+    result = _train(fleet, run_kind="test")
+    assert result.success
+    assert registry.production_version() is None
+    first = json.loads((models_folder(fleet["warehouse"], NIGHT) / "registered.json").read_text())
+    # an ad-hoc run asked to promote moves it
+    assert _train(fleet, promote=True).success
+    second = json.loads((models_folder(fleet["warehouse"], NIGHT) / "registered.json").read_text())
+    assert str(registry.production_version().version) == second["version"] != first["version"]
+    # a failed gate blocks promotion, even when asked
+    failed = _train(fleet, promote=True, gate_floor=0.99)
+    gate = [e for e in failed.get_asset_check_evaluations() if e.check_name == "evaluation_gate"]
+    assert len(gate) == 1 and not gate[0].passed
+    materialized = {e.asset_key.path[-1] for e in failed.get_asset_materialization_events()}
+    assert "production_model" not in materialized
+    assert str(registry.production_version().version) == second["version"]
+    # rollback: one command, recorded
+    registry.promote(first["version"], reason="rollback test", actor="pytest")
+    assert str(registry.production_version().version) == first["version"]
+    moves = registry.promotion_history()
+    assert [(m["from_version"], m["to_version"]) for m in moves][-2:] == [
+        (None, second["version"]),
+        (second["version"], first["version"]),
+    ]
+    assert moves[-1]["by"] == "pytest" and moves[-1]["reason"] == "rollback test"
+    with pytest.raises(ValueError, match="version='999'"):
+        registry.promote("999", reason="no such version")
+
+
+def test_retention_never_removes_the_production_version(fleet):
+    current = registry.production_version()
+    deleted = registry.enforce_retention(keep=1)
+    assert str(current.version) not in deleted
+    assert str(registry.production_version().version) == str(current.version)
+
+
+def test_the_registered_model_predicts_the_same_in_a_fresh_process(fleet, tmp_path):
+    assert _train(fleet, promote=True).success
+    folder = models_folder(fleet["warehouse"], NIGHT)
+    _, published = load_trained(folder)
+    with open_warehouse(fleet["warehouse"], read_only=True) as wh:
+        launches = wh.read("job_attempts", NIGHT, NIGHT).head(20)
+    launches = launches.with_columns(ds=pl.lit(NIGHT + dt.timedelta(days=1)))
+    launches.write_parquet(tmp_path / "launches.parquet")
+    expected = published.predict(launches)["predicted_throughput"].to_numpy()
+    script = f"""
+import sys, mlflow, polars as pl
+mlflow.set_tracking_uri({registry.mlflow.get_tracking_uri()!r})
+model = mlflow.pyfunc.load_model("models:/{registry.model_name()}@production")
+launches = pl.read_parquet({str(tmp_path / "launches.parquet")!r})
+predicted = model.predict(launches.to_pandas())["predicted_throughput"].to_numpy()
+pl.DataFrame({{"p": predicted}}).write_parquet({str(tmp_path / "predicted.parquet")!r})
+assert not any(m.split(".")[0] in ("leap_pipeline", "dagster") for m in sys.modules), "imports"
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = pl.read_parquet(tmp_path / "predicted.parquet")["p"].to_numpy()
+    np.testing.assert_array_equal(got, expected)
