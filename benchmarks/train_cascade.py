@@ -1,0 +1,88 @@
+"""Train one night of the cascade on a full-scale window and print where the time goes.
+
+Materializes (or reuses) the simulated fleet's days up to the evaluation day in a benchmark
+warehouse, trains the cascade and the single GBDT on the 30 days before it with one profile, and
+scores both on the evaluation day.
+
+Run: python benchmarks/train_cascade.py [--scale 1.0] [--profile paper] [--json]
+"""
+
+import argparse
+import datetime as dt
+import json
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from leap_pipeline.evaluation import training_window
+from leap_pipeline.runs import materialize_days
+from leap_pipeline.simulation import SPAN_START
+from leap_pipeline.warehouse import open_warehouse
+from leap_serving import metrics
+from leap_serving.cascade import BinnedCascade, profile_params, single_gbdt
+from leap_serving.features import FEATURE_COLUMNS
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--profile", default="paper", choices=("paper", "fast"))
+    parser.add_argument("--day", type=dt.date.fromisoformat, default=SPAN_START + dt.timedelta(31))
+    parser.add_argument("--warehouse", default="", help="default: data/bench-<scale>.duckdb")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    warehouse = Path(args.warehouse or f"data/bench-{args.scale}.duckdb")
+    source = f"simulator:seed=0,scale={args.scale}"
+
+    start = time.perf_counter()
+    materialize_days(SPAN_START, args.day, source=source, warehouse=str(warehouse),
+                     log_level="WARNING")  # fmt: skip
+    materialize_s = time.perf_counter() - start
+    first, last = training_window(args.day)
+    with open_warehouse(warehouse, read_only=True) as wh:
+        window = wh.read("feature_table", first, last)
+        held_out = wh.read("feature_table", args.day, args.day)
+    X, y = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
+    X_day, q_day = held_out.select(FEATURE_COLUMNS).to_numpy(), held_out["throughput"].to_numpy()
+
+    start = time.perf_counter()
+    cascade = BinnedCascade(**profile_params(args.profile)).fit(X, y)
+    cascade_s = time.perf_counter() - start
+    start = time.perf_counter()
+    with threadpool_limits(1):
+        gbdt = single_gbdt(args.profile).fit(X, y)
+    gbdt_s = time.perf_counter() - start
+    result = {
+        "scale": args.scale,
+        "profile": args.profile,
+        "training_rows": len(y),
+        "evaluation_rows": len(q_day),
+        "materialize_s": round(materialize_s, 1),
+        "wall_s": round(cascade_s, 1),
+        "phase_s": {k: round(v, 1) for k, v in cascade.fit_seconds_.items()},
+        "single_gbdt_s": round(gbdt_s, 1),
+        "peak_rss_mb": round(peak_rss_mb()),
+        "em_iterations": cascade.em_iterations_,
+        "rows_moved": [round(m, 4) for m in cascade.rows_moved_],
+        "trees_per_expert": cascade.n_trees_per_expert_,
+        "classifier_rounds": int(cascade.classifier_.n_iter_) if cascade.classifier_ else 0,
+        "single_gbdt_trees": int(gbdt.n_iter_),
+        "w20_cascade": metrics.within(np.exp(cascade.predict(X_day)), q_day, 20),
+        "w20_single_gbdt": metrics.within(np.exp(gbdt.predict(X_day)), q_day, 20),
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:20} {value}")
+
+
+if __name__ == "__main__":
+    main()
