@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .lookup_table import MIN_SUPPORT
 from .registry import configure_tracking, model_uri, production_version
-from .runs import materialize_days
+from .runs import ensure_dagster_home, materialize_days
 from .simulation import SPAN_START
 from .training import models_folder
 
@@ -38,6 +38,7 @@ class DemoSettings:
 
 def run_demo(settings: DemoSettings, log=print) -> dict:
     settings.check()
+    dagster_home = ensure_dagster_home(settings.data / "dagster")  # runs show up in the UI
     warehouse = settings.data / "leap.duckdb"
     store = settings.data / "mlflow"
     source = f"simulator:seed={settings.seed},scale={settings.scale}"
@@ -86,6 +87,7 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
         "model_uri": model_uri(),
         "tracking_uri": tracking_uri,
         "warehouse": str(warehouse),
+        "dagster_home": str(dagster_home),
         "seconds": round(time.perf_counter() - start, 1),
     }
 
@@ -120,7 +122,7 @@ def summary_lines(result: dict, settings: DemoSettings) -> list[str]:
         f"model: {result['model_uri']}  (tracking {result['tracking_uri']})",
         "browse it:",
         f"  MLFLOW_TRACKING_URI={result['tracking_uri']} .venv/bin/mlflow server --workers 1",
-        f"  DAGSTER_HOME={data / 'dagster'} LEAP_WAREHOUSE={data / 'leap.duckdb'} "
+        f"  DAGSTER_HOME={result['dagster_home']} LEAP_WAREHOUSE={data / 'leap.duckdb'} "
         f"MLFLOW_TRACKING_URI={result['tracking_uri']} .venv/bin/dagster dev -w workspace.yaml",
         f"finished in {result['seconds']:.0f} s",
     ]

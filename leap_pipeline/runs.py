@@ -8,10 +8,34 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from pathlib import Path
 
 import dagster as dg
 
 from .partitions import daily_partitions
+
+# The instance settings of data/dagster/dagster.yaml (a test keeps the committed file equal).
+DAGSTER_YAML = """\
+# The Dagster instance of the embedded default (DAGSTER_HOME=$PWD/data/dagster).
+# Runs that write the DuckDB warehouse must not overlap: DuckDB allows one process per file.
+concurrency:
+  runs:
+    max_concurrent_runs: 1
+telemetry:
+  enabled: false
+"""
+
+
+def ensure_dagster_home(folder: Path) -> Path:
+    """Use ``folder`` as ``DAGSTER_HOME`` unless one is set; create it with its dagster.yaml."""
+    if not os.environ.get("DAGSTER_HOME"):
+        folder = folder.resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        config = folder / "dagster.yaml"
+        if not config.exists():
+            config.write_text(DAGSTER_YAML)
+        os.environ["DAGSTER_HOME"] = str(folder)
+    return Path(os.environ["DAGSTER_HOME"])
 
 
 def dagster_instance() -> dg.DagsterInstance:

@@ -54,3 +54,12 @@ def test_fleet_stats_rejects_bad_arguments_by_name(args, named):
     result = _leap("fleet", "stats", *args)
     assert result.returncode == 2
     assert named in result.stderr
+
+
+def test_the_committed_dagster_yaml_is_the_one_the_demo_writes():
+    from pathlib import Path
+
+    from leap_pipeline.runs import DAGSTER_YAML
+
+    committed = Path(__file__).parents[1] / "data" / "dagster" / "dagster.yaml"
+    assert committed.read_text() == DAGSTER_YAML
