@@ -13,14 +13,16 @@ Missing optional launch fields become NaN, which the trees route explicitly; nev
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterable
 
+import numpy as np
 import polars as pl
 
 from .architecture import ARCHITECTURE_SUMMARY_KEYS, ModelDefinitionError, summarize
 from .contract import HARDWARE_SPEC_COLUMNS, schema
-from .history import HISTORY_FEATURES, history_features
+from .history import HISTORY_FEATURES, HistoryIndex, history_features
 
 JOB_FEATURES: tuple[str, ...] = (
     "job_num_trainers",
@@ -130,33 +132,50 @@ def package_version_number(version: str | None) -> float | None:
     return float(numbers[0] * 10_000 + numbers[1] * 100 + numbers[2])
 
 
-def _architecture_table(launches: pl.DataFrame) -> pl.DataFrame:
-    """Summaries per distinct (definition, sizes, precision): the Python work runs once per key."""
-    keys = ["model_definition", "num_sparse_features", "num_dense_features", "hash_size"]
-    keys += ["seq_len", "precision"]
-    distinct = launches.select(keys).unique(maintain_order=True)
-    rows = []
-    for key in distinct.iter_rows(named=True):
-        summary: dict[str, float | None]
-        try:
-            summary = summarize(
-                key["model_definition"],
-                num_sparse_features=key["num_sparse_features"] or 0,
-                num_dense_features=key["num_dense_features"] or 0,
-                hash_size=key["hash_size"] or 0,
-                seq_len=key["seq_len"] or 0,
-                bytes_per_value=int(_BYTES_PER_VALUE.get(key["precision"] or "", 4.0)),
-            )
-        except (ModelDefinitionError, TypeError):
-            # no usable definition: the architecture features are unknown, not zero
-            summary = dict.fromkeys(ARCHITECTURE_SUMMARY_KEYS)
-        rows.append({**key, **{f"arch_{k}": v for k, v in summary.items()}})
-    schema = {**distinct.schema, **{name: pl.Float64 for name in ARCHITECTURE_FEATURES}}
-    return pl.DataFrame(rows, schema=schema, orient="row")
+@functools.lru_cache(maxsize=4096)
+def _architecture(
+    definition: str | None,
+    num_sparse_features: int | None,
+    num_dense_features: int | None,
+    hash_size: int | None,
+    seq_len: int | None,
+    bytes_per_value: float,
+) -> tuple[float, ...]:
+    """Architecture summary of one (definition, sizes, precision), cached: model types repeat."""
+    try:
+        summary = summarize(
+            definition,
+            num_sparse_features=num_sparse_features or 0,
+            num_dense_features=num_dense_features or 0,
+            hash_size=hash_size or 0,
+            seq_len=seq_len or 0,
+            bytes_per_value=int(bytes_per_value),
+        )
+    except (ModelDefinitionError, TypeError):
+        # no usable definition: the architecture features are unknown, not zero
+        return (np.nan,) * len(ARCHITECTURE_SUMMARY_KEYS)
+    return tuple(summary[k] for k in ARCHITECTURE_SUMMARY_KEYS)
 
 
-def _log(expr: pl.Expr) -> pl.Expr:
-    return pl.when(expr > 0).then(expr.log()).otherwise(None)
+def _codes(values: list, mapping: dict | None = None, code=None) -> np.ndarray:
+    """A category column as float codes via ``mapping`` or ``code``; unknown or missing: NaN."""
+    cache: dict = {}
+    out = np.empty(len(values))
+    for i, value in enumerate(values):
+        if value not in cache:
+            found = mapping.get(value) if mapping is not None else code(value)
+            cache[value] = np.nan if found is None else found
+        out[i] = cache[value]
+    return out
+
+
+def _number(launches: pl.DataFrame, name: str) -> np.ndarray:
+    return launches[name].cast(pl.Float64).to_numpy()
+
+
+def _safe_log(values: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(values > 0, np.log(np.where(values > 0, values, 1.0)), np.nan)
 
 
 def build_features(
@@ -166,94 +185,111 @@ def build_features(
 
     ``launches`` carries ``LAUNCH_COLUMNS`` (optional fields may be absent) with ``hardware_type``
     the type to predict for; ``history`` is the matching ``history_features`` rows (use
-    ``launch_features`` to compute them from a snapshot).
+    ``launch_features`` to compute them from a snapshot). Column arithmetic in numpy: the same
+    code costs microseconds for one launch's candidates and seconds for a month of attempts.
     """
     launches = _with_launch_columns(launches)
-    unknown = set(launches["hardware_type"].unique().to_list()) - set(
-        hardware_specs["hardware_type"].to_list()
-    )
-    if unknown:
-        raise ValueError(f"hardware_type {sorted(unknown)} not in the hardware spec table")
     if history.height != launches.height:
         raise ValueError(f"history has {history.height} rows for {launches.height} launches")
-    specs = hardware_specs.select(
-        "hardware_type",
-        *(pl.col(c).cast(pl.Float64).alias(f"hw_{c}") for c in HARDWARE_SPEC_COLUMNS),
-        hw_vendor_code=pl.col("vendor").map_elements(category_code, return_dtype=pl.Float64),
+    spec_row = {hw: i for i, hw in enumerate(hardware_specs["hardware_type"].to_list())}
+    hardware = launches["hardware_type"].to_list()
+    unknown = sorted({hw for hw in hardware if hw not in spec_row}, key=str)
+    if unknown:
+        raise ValueError(f"hardware_type {unknown} not in the hardware spec table")
+    take = np.fromiter((spec_row[hw] for hw in hardware), dtype=np.int64, count=len(hardware))
+    spec = {c: hardware_specs[c].cast(pl.Float64).to_numpy()[take] for c in HARDWARE_SPEC_COLUMNS}
+    vendor = _codes(hardware_specs["vendor"].to_list(), code=category_code)[take]
+
+    f: dict[str, np.ndarray] = {}
+    trainers = _number(launches, "num_trainers")
+    batch = _number(launches, "batch_size")
+    readers = _number(launches, "num_readers")
+    bytes_per_value = _codes(launches["precision"].to_list(), _BYTES_PER_VALUE)
+    devices = trainers * spec["devices_per_host"]
+    global_batch = trainers * batch
+    f["job_num_trainers"] = trainers
+    f["job_batch_size"] = batch
+    f["job_num_readers"] = readers
+    f["job_tensor_parallel"] = _number(launches, "tensor_parallel")
+    f["job_pipeline_parallel"] = _number(launches, "pipeline_parallel")
+    f["job_devices"] = devices
+    f["job_training_days"] = _number(launches, "training_days")
+    f["cfg_bytes_per_value"] = bytes_per_value
+    f["cfg_precision_fp16"] = _codes(
+        launches["precision"].to_list(), {"fp16": 1.0, "fp32": 0.0, "bf16": 0.0}
     )
-    arch = _architecture_table(launches)
-    keys = [c for c in arch.columns if not c.startswith("arch_")]
-    rows = (
-        launches.with_row_index("_row")
-        .join(specs, on="hardware_type", how="left")
-        .join(arch, on=keys, how="left", nulls_equal=True)
-        .sort("_row")
+    f["cfg_sharding_code"] = _codes(launches["embedding_sharding"].to_list(), _SHARDING_CODES)
+    f["cfg_optimizer_code"] = _codes(launches["optimizer"].to_list(), code=category_code)
+    f["cfg_activation_checkpointing"] = _number(launches, "activation_checkpointing")
+    f["cfg_package_version"] = _codes(
+        launches["package_version"].to_list(), code=package_version_number
     )
-    f64 = pl.Float64
-    bytes_per_value = pl.col("precision").replace_strict(
-        _BYTES_PER_VALUE, default=None, return_dtype=f64
+    f["cfg_num_sparse_features"] = _number(launches, "num_sparse_features")
+    f["cfg_num_dense_features"] = _number(launches, "num_dense_features")
+    f["cfg_log_hash_size"] = np.log1p(_number(launches, "hash_size"))
+    f["cfg_seq_len"] = _number(launches, "seq_len")
+    for c in HARDWARE_SPEC_COLUMNS:
+        f[f"hw_{c}"] = spec[c]
+    f["hw_vendor_code"] = vendor
+
+    keys = zip(
+        launches["model_definition"].to_list(),
+        launches["num_sparse_features"].to_list(),
+        launches["num_dense_features"].to_list(),
+        launches["hash_size"].to_list(),
+        launches["seq_len"].to_list(),
+        # an unknown precision sizes values as fp32 in the summary (the feature itself stays NaN)
+        [b if b == b else 4.0 for b in bytes_per_value.tolist()],
+        strict=True,
     )
-    trainers = pl.col("num_trainers").cast(f64)
-    devices = trainers * pl.col("hw_devices_per_host")
-    global_batch = trainers * pl.col("batch_size").cast(f64)
-    peak_tflops = pl.when(bytes_per_value == 2.0).then(pl.col("hw_peak_bf16_tflops"))
-    peak_tflops = peak_tflops.otherwise(pl.col("hw_peak_fp32_tflops"))
-    step_flops = 3.0 * pl.col("arch_flops_per_sample") * global_batch
-    step_bytes = (
-        3.0 * pl.col("arch_activation_bytes_per_sample") + pl.col("arch_embedding_bytes_per_sample")
-    ) * global_batch
-    ridge = peak_tflops * 1e12 / (pl.col("hw_memory_bandwidth_gbps") * 1e9)
-    gradient_bytes = pl.col("arch_dense_params") * bytes_per_value
-    embedding_bytes = pl.col("arch_embedding_params") * bytes_per_value
-    features = rows.select(
-        job_num_trainers=trainers,
-        job_batch_size=pl.col("batch_size").cast(f64),
-        job_num_readers=pl.col("num_readers").cast(f64),
-        job_tensor_parallel=pl.col("tensor_parallel").cast(f64),
-        job_pipeline_parallel=pl.col("pipeline_parallel").cast(f64),
-        job_devices=devices,
-        job_training_days=pl.col("training_days").cast(f64),
-        cfg_bytes_per_value=bytes_per_value,
-        cfg_precision_fp16=(pl.col("precision") == "fp16").cast(f64),
-        cfg_sharding_code=pl.col("embedding_sharding").replace_strict(
-            _SHARDING_CODES, default=None, return_dtype=f64
-        ),
-        cfg_optimizer_code=pl.col("optimizer").map_elements(category_code, return_dtype=f64),
-        cfg_activation_checkpointing=pl.col("activation_checkpointing").cast(f64),
-        cfg_package_version=pl.col("package_version").map_elements(
-            package_version_number, return_dtype=f64
-        ),
-        cfg_num_sparse_features=pl.col("num_sparse_features").cast(f64),
-        cfg_num_dense_features=pl.col("num_dense_features").cast(f64),
-        cfg_log_hash_size=pl.col("hash_size").cast(f64).log1p(),
-        cfg_seq_len=pl.col("seq_len").cast(f64),
-        **{name: pl.col(name) for name in HARDWARE_FEATURES},
-        ratio_global_batch=global_batch,
-        ratio_readers_per_trainer=pl.col("num_readers").cast(f64) / trainers,
-        ratio_batch_per_device=pl.col("batch_size").cast(f64) / pl.col("hw_devices_per_host"),
-        ratio_log_step_compute_s=_log(step_flops / (devices * peak_tflops * 1e12)),
-        ratio_log_step_memory_s=_log(
-            step_bytes / (devices * pl.col("hw_memory_bandwidth_gbps") * 1e9)
-        ),
-        ratio_log_step_allreduce_s=_log(
-            2.0 * gradient_bytes / (pl.col("hw_inter_node_bandwidth_gbps") * 1e9)
-        ),
-        ratio_intensity_over_ridge=pl.col("arch_arithmetic_intensity") / ridge,
-        ratio_embedding_memory_share=embedding_bytes / (devices * pl.col("hw_memory_gb") * 1e9),
-        **{name: pl.col(name) for name in ARCHITECTURE_FEATURES},
+    arch_rows = [_architecture(*key) for key in keys]
+    arch = (
+        np.array(arch_rows, dtype=np.float64)
+        if arch_rows
+        else np.empty((0, len(ARCHITECTURE_SUMMARY_KEYS)))
     )
-    features = pl.concat([features, history.select(HISTORY_FEATURES)], how="horizontal")
-    # inf/NaN from a zero denominator become missing values, one representation for "unknown"
-    return features.select(
-        pl.when(pl.col(c).is_finite()).then(pl.col(c)).otherwise(None).cast(f64).alias(c)
-        for c in FEATURE_COLUMNS
+    a = {k: arch[:, j] for j, k in enumerate(ARCHITECTURE_SUMMARY_KEYS)}
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        peak_tflops = np.where(bytes_per_value == 2.0, spec["peak_bf16_tflops"],
+                               spec["peak_fp32_tflops"])  # fmt: skip
+        step_flops = 3.0 * a["flops_per_sample"] * global_batch
+        step_bytes = (
+            3.0 * a["activation_bytes_per_sample"] + a["embedding_bytes_per_sample"]
+        ) * global_batch
+        ridge = peak_tflops * 1e12 / (spec["memory_bandwidth_gbps"] * 1e9)
+        f["ratio_global_batch"] = global_batch
+        f["ratio_readers_per_trainer"] = readers / trainers
+        f["ratio_batch_per_device"] = batch / spec["devices_per_host"]
+        f["ratio_log_step_compute_s"] = _safe_log(step_flops / (devices * peak_tflops * 1e12))
+        f["ratio_log_step_memory_s"] = _safe_log(
+            step_bytes / (devices * spec["memory_bandwidth_gbps"] * 1e9)
+        )
+        f["ratio_log_step_allreduce_s"] = _safe_log(
+            2.0 * a["dense_params"] * bytes_per_value / (spec["inter_node_bandwidth_gbps"] * 1e9)
+        )
+        f["ratio_intensity_over_ridge"] = a["arithmetic_intensity"] / ridge
+        f["ratio_embedding_memory_share"] = (
+            a["embedding_params"] * bytes_per_value / (devices * spec["memory_gb"] * 1e9)
+        )
+    for k in ARCHITECTURE_SUMMARY_KEYS:
+        f[f"arch_{k}"] = a[k]
+    for name in HISTORY_FEATURES:
+        f[name] = history[name].cast(pl.Float64).to_numpy()
+    # inf/NaN from a zero denominator become missing values: one representation for "unknown"
+    return pl.DataFrame(
+        [
+            pl.Series(name, np.where(np.isfinite(f[name]), f[name], np.nan), nan_to_null=True)
+            for name in FEATURE_COLUMNS
+        ]
     )
 
 
 def launch_features(
-    launches: pl.DataFrame, hardware_specs: pl.DataFrame, snapshot: pl.DataFrame
+    launches: pl.DataFrame, hardware_specs: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex
 ) -> pl.DataFrame:
-    """Features of launches on day D from the history snapshot as of D-1: the serving path."""
+    """Features of launches on day D from the history snapshot as of D-1 (or its index, which
+    serving builds once per model): the serving path."""
     launches = _with_launch_columns(launches)
     return build_features(launches, hardware_specs, history_features(launches, snapshot))
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -151,7 +152,7 @@ def history_snapshot(
     return snapshot.cast(dict(SNAPSHOT_SCHEMA))
 
 
-def _ordered_means(frame: pl.DataFrame, key: str, value: str, alias: str) -> pl.DataFrame:
+def _ordered_means(frame: pl.DataFrame, key: str, value: str) -> dict[str, float]:
     """Per-key means summed in one fixed order (key, then family), so they are bit-identical
     however the snapshot's rows were stored; a threaded group-by sums in varying order."""
     ordered = frame.sort(key, "family")
@@ -159,57 +160,95 @@ def _ordered_means(frame: pl.DataFrame, key: str, value: str, alias: str) -> pl.
     values = ordered[value].to_numpy()
     sums = np.add.reduceat(values, starts) if len(values) else np.zeros(0)
     counts = np.diff(np.append(starts, len(values)))
-    return pl.DataFrame(
-        {key: keys, alias: sums / counts}, schema={key: pl.String, alias: pl.Float64}
-    )
+    return dict(zip(keys.tolist(), (sums / counts).tolist(), strict=True))
 
 
-def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame) -> pl.DataFrame:
+@dataclass(frozen=True)
+class HistoryIndex:
+    """A snapshot arranged for look-ups: built once per snapshot (per day in training, once per
+    loaded model in serving), so a launch's history costs a few dictionary reads."""
+
+    families: dict[str, tuple[int, float, float, float, dt.date]]  # count, mean, std, prev, last
+    per_type: dict[tuple[str, str], tuple[int, float, float]]  # count, mean, prev
+    type_means: dict[str, float]
+    fleet_mean: float | None
+    last_ds: dt.date | None
+
+    @classmethod
+    def from_snapshot(cls, snapshot: pl.DataFrame) -> HistoryIndex:
+        family_level = snapshot.filter(pl.col("hardware_type").is_null())
+        type_level = snapshot.filter(pl.col("hardware_type").is_not_null())
+        families = {
+            row[0]: row[1:]
+            for row in family_level.select(
+                "family", "count", "mean_log_q", "std_log_q", "prev_log_q", "last_ds"
+            ).iter_rows()
+        }
+        per_type = {
+            (row[0], row[1]): row[2:]
+            for row in type_level.select(
+                "family", "hardware_type", "count", "mean_log_q", "prev_log_q"
+            ).iter_rows()
+        }
+        fleet_mean = (
+            float(np.mean(family_level["mean_log_q"].to_numpy())) if family_level.height else None
+        )
+        return cls(
+            families=families,
+            per_type=per_type,
+            type_means=_ordered_means(family_level, "model_type", "mean_log_q"),
+            fleet_mean=fleet_mean,
+            last_ds=snapshot["last_ds"].max() if snapshot.height else None,
+        )
+
+
+def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex) -> pl.DataFrame:
     """History features of launches (``job_name`` or ``family``, ``model_type``, ``ds``,
-    ``hardware_type``).
+    ``hardware_type``), from a snapshot or its index.
 
     The snapshot must predate every launch; only recency is computed here, from the launch day.
     """
-    if launches.height and snapshot.height and snapshot["last_ds"].max() >= launches["ds"].min():
+    index = snapshot if isinstance(snapshot, HistoryIndex) else HistoryIndex.from_snapshot(snapshot)
+    if launches.height and index.last_ds is not None and index.last_ds >= launches["ds"].min():
         raise ValueError(
-            f"snapshot reaches {snapshot['last_ds'].max()} but a launch is on "
-            f"{launches['ds'].min()}: history must come from earlier days"
+            f"snapshot reaches {index.last_ds} but a launch is on {launches['ds'].min()}: "
+            "history must come from earlier days"
         )
-    family_level = snapshot.filter(pl.col("hardware_type").is_null()).drop("hardware_type")
-    type_level = snapshot.filter(pl.col("hardware_type").is_not_null()).select(
-        "family",
-        "hardware_type",
-        hw_count="count",
-        hw_mean_log_q="mean_log_q",
-        hw_prev_log_q="prev_log_q",
+    keyed = with_family(launches)
+    columns = {name: np.full(keyed.height, np.nan) for name in HISTORY_FEATURES}
+    rows = zip(
+        keyed["family"].to_list(),
+        keyed["model_type"].to_list(),
+        keyed["hardware_type"].to_list(),
+        keyed["ds"].to_list(),
+        strict=True,
     )
-    fleet_mean = (
-        float(np.mean(family_level["mean_log_q"].to_numpy())) if family_level.height else None
-    )
-    by_type = _ordered_means(family_level, "model_type", "mean_log_q", "type_mean_log_q")
-    keyed = with_family(launches).select(
-        pl.int_range(pl.len()).alias("_row"), "family", "model_type", "ds", "hardware_type"
-    )
-    joined = (
-        keyed.join(family_level.drop("model_type"), on="family", how="left")
-        .join(type_level, on=["family", "hardware_type"], how="left")
-        .join(by_type, on="model_type", how="left")
-        .sort("_row")
-    )
-    fallback = pl.coalesce(pl.col("type_mean_log_q"), pl.lit(fleet_mean, dtype=pl.Float64))
-    cold = pl.col("count").is_null()
-    prev = pl.when(cold).then(fallback).otherwise(pl.col("prev_log_q"))
-    mean = pl.when(cold).then(fallback).otherwise(pl.col("mean_log_q"))
-    return joined.select(
-        hist_prev_log_q=prev,
-        hist_mean_log_q=mean,
-        hist_std_log_q=pl.col("std_log_q"),
-        hist_count=pl.col("count").fill_null(0).cast(pl.Float64),
-        hist_days_since_last=(pl.col("ds") - pl.col("last_ds")).dt.total_days().cast(pl.Float64),
-        hist_cold_start=cold.cast(pl.Float64),
-        hist_hw_prev_log_q=pl.coalesce(pl.col("hw_prev_log_q"), prev),
-        hist_hw_mean_log_q=pl.coalesce(pl.col("hw_mean_log_q"), mean),
-        hist_hw_count=pl.col("hw_count").fill_null(0).cast(pl.Float64),
+    for i, (family, model_type, hardware_type, ds) in enumerate(rows):
+        known = index.families.get(family)
+        if known is None:
+            level = index.type_means.get(model_type, index.fleet_mean)
+            prev = mean = np.nan if level is None else level
+            count = 0
+            columns["hist_cold_start"][i] = 1.0
+        else:
+            count, mean, std, prev, last_ds = known
+            columns["hist_std_log_q"][i] = np.nan if std is None else std
+            columns["hist_days_since_last"][i] = float((ds - last_ds).days)
+            columns["hist_cold_start"][i] = 0.0
+        columns["hist_prev_log_q"][i] = prev
+        columns["hist_mean_log_q"][i] = mean
+        columns["hist_count"][i] = float(count)
+        on_type = index.per_type.get((family, hardware_type))
+        if on_type is None:
+            columns["hist_hw_count"][i] = 0.0
+            columns["hist_hw_prev_log_q"][i] = prev
+            columns["hist_hw_mean_log_q"][i] = mean
+        else:
+            columns["hist_hw_count"][i] = float(on_type[0])
+            columns["hist_hw_mean_log_q"][i] = on_type[1]
+            columns["hist_hw_prev_log_q"][i] = on_type[2]
+    return pl.DataFrame(
+        [pl.Series(name, columns[name], nan_to_null=True) for name in HISTORY_FEATURES]
     )
 
 

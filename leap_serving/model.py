@@ -19,6 +19,7 @@ import polars as pl
 
 from .cascade import BinnedCascade
 from .features import FEATURE_COLUMNS, launch_features
+from .history import HistoryIndex
 
 ARTIFACTS: dict[str, str] = {
     "cascade": "cascade.skops",
@@ -49,6 +50,11 @@ class LeapModel:
     history_snapshot: pl.DataFrame
     hardware_specs: pl.DataFrame
     metadata: dict[str, Any] = field(default_factory=dict)
+    history_index: HistoryIndex | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.history_index is None:  # built once: every prediction reads it
+            self.history_index = HistoryIndex.from_snapshot(self.history_snapshot)
 
     def save(self, folder: str | Path) -> dict[str, str]:
         """Write the artifact files; returns the MLflow ``artifacts`` mapping (name -> path)."""
@@ -92,7 +98,7 @@ class LeapModel:
 
     def predict(self, launches: pl.DataFrame) -> pl.DataFrame:
         """Predicted throughput, bin and bin probability for launch rows (one per candidate)."""
-        features = launch_features(launches, self.hardware_specs, self.history_snapshot)
+        features = launch_features(launches, self.hardware_specs, self.history_index)
         X = features.to_numpy()
         bins, probability = self.cascade.predict_bins(X)
         log_q = self.cascade.predict(X)
