@@ -1,0 +1,436 @@
+"""Rank candidate hardware for a job launch (paper section 2.3): the call a launcher makes.
+
+``Ranker.rank`` builds one feature row per candidate with the training code's extraction, predicts
+throughput with the published cascade, divides by the job's cost on each type, removes premium
+types the job would not use efficiently, and returns the rest best first. It never raises into
+the caller: any failure gives an empty ranking with the reason, logged.
+
+The premium rule: a premium type stays only if its throughput per dollar is at least
+``premium_min_ratio`` times that of the best non-premium candidate (1.0 by default: a premium
+type must pay for itself). With no non-premium candidate, premium types stay.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from .compiled import CompiledCascade
+from .contract import schema
+from .features import LAUNCH_COLUMNS, expand_candidates, launch_features
+from .model import LeapModel, ModelArtifactError
+
+log = logging.getLogger("leap_serving")
+
+MODEL_URI_ENV = "LEAP_MODEL_URI"
+SWITCHES_ENV = "LEAP_ROUTING_SWITCHES"
+DEFAULT_MODEL_URI = "models:/leap-throughput@production"
+REQUIRED_JOB_FIELDS = ("job_name", "model_type", "num_trainers", "batch_size")
+_POSITIVE_FIELDS = ("num_trainers", "batch_size")
+_NON_NEGATIVE_FIELDS = (
+    "num_readers", "tensor_parallel", "pipeline_parallel", "num_sparse_features",
+    "num_dense_features", "hash_size", "seq_len", "training_days",
+)  # fmt: skip
+# fields a launcher may send that describe the attempt, not the launch: accepted, not used
+_CONTRACT_FIELDS = set(schema("job_attempts"))
+
+
+@dataclass(frozen=True)
+class CandidateScore:
+    hardware_type: str
+    predicted_throughput: float  # samples/s
+    cost_per_hour: float  # USD per hour for the job: hourly cost x trainers x devices per host
+    throughput_per_cost: float  # samples per USD
+    rank: int | None  # 1 = best; None when removed
+    bin: int  # the cascade bin the classifier chose
+    bin_probability: float
+    history_found: bool  # the job's family was in the model's history snapshot
+    premium: bool
+    removed_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Ranking:
+    ranking: list[CandidateScore]
+    removed: list[CandidateScore] = field(default_factory=list)
+    model_version: str | None = None
+    reason: str | None = None  # why the ranking is empty, in plain words
+    ignored_fields: list[str] = field(default_factory=list)
+
+    @property
+    def preference_list(self) -> list[str]:
+        return [c.hardware_type for c in self.ranking]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model_version": self.model_version,
+            "ranking": [asdict(c) for c in self.ranking],
+            "removed": [asdict(c) for c in self.removed],
+            "reason": self.reason,
+            "ignored_fields": list(self.ignored_fields),
+        }
+
+
+class JobError(ValueError):
+    """The job or candidate list cannot be ranked; the message is the ranking's reason."""
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """One model, fully prepared: swapped in as a whole, so a call never sees half of one."""
+
+    model: LeapModel
+    compiled: CompiledCascade
+    version: str | None
+    specs: dict[str, dict[str, Any]]
+
+
+class Switches:
+    """Routing on/off per model type, from a JSON file re-read when it changes:
+    ``{"default": true, "model_types": {"ads_ctr_dlrm_v3": false}}``."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path else None
+        self._stamp: float | None = None
+        self._default, self._types = True, {}
+
+    def enabled(self, model_type: str) -> bool:
+        self._refresh()
+        return bool(self._types.get(model_type, self._default))
+
+    def _refresh(self) -> None:
+        if self.path is None:
+            return
+        try:
+            stamp = self.path.stat().st_mtime
+        except FileNotFoundError:
+            stamp = None
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        if stamp is None:
+            self._default, self._types = True, {}
+            return
+        try:
+            config = json.loads(self.path.read_text())
+            self._default = bool(config.get("default", True))
+            self._types = {str(k): bool(v) for k, v in config.get("model_types", {}).items()}
+        except (OSError, ValueError, AttributeError) as exc:
+            # a broken file keeps the last good switches rather than routing everything
+            log.error(
+                "routing switches %s unreadable, keeping the previous ones: %s", self.path, exc
+            )
+
+
+class Ranker:
+    """Loads the model the stable pointer names once, keeps it, and follows the pointer.
+
+    Parameters
+    ----------
+    model_uri : ``models:/name@alias`` (default ``$LEAP_MODEL_URI`` or the production alias), or a
+        local folder holding the model's artifact files.
+    check_interval_s : how often, at most, a ``rank`` call checks whether the pointer moved (the
+        reload happens in the background; ``reload()`` does it now).
+    premium_min_ratio : see the module docstring.
+    switches_path : the routing switches file (default ``$LEAP_ROUTING_SWITCHES``; none: all on).
+    """
+
+    def __init__(
+        self,
+        model_uri: str | None = None,
+        *,
+        check_interval_s: float = 60.0,
+        premium_min_ratio: float = 1.0,
+        switches_path: str | Path | None = None,
+    ) -> None:
+        self.model_uri = model_uri or os.environ.get(MODEL_URI_ENV) or DEFAULT_MODEL_URI
+        self.check_interval_s = check_interval_s
+        self.premium_min_ratio = premium_min_ratio
+        self.switches = Switches(switches_path or os.environ.get(SWITCHES_ENV))
+        self._loaded: _Loaded | None = None
+        self._load_error: str | None = None
+        self._checked_at = 0.0
+        self._lock = threading.Lock()
+        self._refreshing = False
+        self.reload()
+
+    # -- the model ---------------------------------------------------------------------------
+
+    @property
+    def model_version(self) -> str | None:
+        loaded = self._loaded
+        return loaded.version if loaded else None
+
+    def reload(self) -> bool:
+        """Load the model the URI names now if it differs from the one held; True if swapped."""
+        try:
+            version = self._pointer_version()
+            if self._loaded is not None and version is not None and version == self._loaded.version:
+                return False
+            self._loaded = self._load(version)
+            self._load_error = None
+            log.info("leap_serving: model %s version %s loaded", self.model_uri, version)
+            return True
+        except Exception as exc:  # a bad artifact must not take the launcher down
+            self._load_error = f"model {self.model_uri} cannot be loaded: {exc}"
+            log.error(self._load_error)
+            return False
+        finally:
+            self._checked_at = time.monotonic()
+
+    def _pointer_version(self) -> str | None:
+        if not self.model_uri.startswith("models:/"):
+            return None
+        from .model import _registry_version
+
+        return _registry_version(self.model_uri)
+
+    def _load(self, version: str | None) -> _Loaded:
+        if self.model_uri.startswith("models:/"):
+            from .model import load_registered
+
+            model, _ = load_registered(self.model_uri)
+        else:
+            model = LeapModel.load(self.model_uri)
+        compiled = CompiledCascade(model.cascade)
+        specs = {row["hardware_type"]: row for row in model.hardware_specs.iter_rows(named=True)}
+        # compile and warm the tree walk before the model serves a launch
+        compiled.predict(np.zeros((1, model.cascade.n_features_in_)))
+        return _Loaded(model, compiled, version, specs)
+
+    def _maybe_refresh(self) -> None:
+        if time.monotonic() - self._checked_at < self.check_interval_s:
+            return
+        with self._lock:
+            if self._refreshing:
+                return
+            self._refreshing = True
+            self._checked_at = time.monotonic()
+
+        def refresh() -> None:
+            try:
+                self.reload()
+            finally:
+                self._refreshing = False
+
+        threading.Thread(target=refresh, name="leap-model-refresh", daemon=True).start()
+
+    # -- ranking -------------------------------------------------------------------------------
+
+    def rank(
+        self,
+        job: Mapping[str, Any],
+        candidates: Iterable[str],
+        *,
+        launch_date: dt.date | None = None,
+    ) -> Ranking:
+        """The job's candidates best first by predicted throughput per dollar; never raises."""
+        return self.rank_many([(job, candidates)], launch_date=launch_date)[0]
+
+    def rank_many(
+        self,
+        jobs: Sequence[tuple[Mapping[str, Any], Iterable[str]]],
+        *,
+        launch_date: dt.date | None = None,
+    ) -> list[Ranking]:
+        """``rank`` for many launches at once: one feature build and one prediction pass."""
+        self._maybe_refresh()
+        loaded = self._loaded  # one model for the whole call, whatever a reload does meanwhile
+        version = loaded.version if loaded else None
+        results: list[Ranking | None] = [None] * len(jobs)
+        prepared = []
+        for i, (job, candidates) in enumerate(jobs):
+            try:
+                if loaded is None:
+                    raise JobError(self._load_error or "no model loaded")
+                launch, types, ignored = _check_job(job, candidates, loaded, launch_date)
+                if not self.switches.enabled(launch["model_type"]):
+                    raise JobError(f"routing is switched off for model type {launch['model_type']}")
+                prepared.append((i, launch, types, ignored))
+            except Exception as exc:  # every failure becomes a reason
+                results[i] = _empty(exc, version, job)
+        if prepared:
+            try:
+                self._score(prepared, loaded, results)
+            except Exception as exc:
+                for i, *_ in prepared:
+                    results[i] = _empty(exc, version, jobs[i][0])
+        return results  # type: ignore[return-value]
+
+    def _score(self, prepared: list, loaded: _Loaded, results: list) -> None:
+        rows = pl.concat([expand_candidates(launch, types) for _, launch, types, _ in prepared])
+        features = launch_features(rows, loaded.model.hardware_specs, loaded.model.history_index)
+        log_q, bins, probability = loaded.compiled.predict(features.to_numpy())
+        history_found = features["hist_cold_start"].to_numpy() == 0.0
+        start = 0
+        for i, launch, types, ignored in prepared:
+            stop = start + len(types)
+            try:
+                results[i] = self._order(
+                    launch, types, log_q[start:stop], bins[start:stop],
+                    probability[start:stop], history_found[start:stop], loaded, ignored,
+                )  # fmt: skip
+            except Exception as exc:
+                results[i] = _empty(exc, loaded.version, launch)
+            start = stop
+
+    def _order(self, launch, types, log_q, bins, probability, history_found, loaded, ignored):
+        throughput = np.exp(log_q)
+        if not np.all(np.isfinite(throughput)):
+            bad = [t for t, q in zip(types, throughput, strict=True) if not np.isfinite(q)]
+            raise JobError(f"the model predicted no finite throughput for {bad}")
+        scores = []
+        for j, hardware_type in enumerate(types):
+            spec = loaded.specs[hardware_type]
+            cost = spec["hourly_cost_usd"] * launch["num_trainers"] * spec["devices_per_host"]
+            if not cost > 0 or not math.isfinite(cost):
+                raise JobError(f"hardware_type {hardware_type} has no usable hourly cost ({cost})")
+            scores.append(
+                CandidateScore(
+                    hardware_type=hardware_type,
+                    predicted_throughput=float(throughput[j]),
+                    cost_per_hour=float(cost),
+                    throughput_per_cost=float(throughput[j] * 3600.0 / cost),
+                    rank=None,
+                    bin=int(bins[j]),
+                    bin_probability=float(probability[j]),
+                    history_found=bool(history_found[j]),
+                    premium=bool(spec["premium"]),
+                )
+            )
+        standard = [s for s in scores if not s.premium]
+        bar = max((s.throughput_per_cost for s in standard), default=None)
+        kept, removed = [], []
+        for s in scores:
+            if (
+                s.premium
+                and bar is not None
+                and s.throughput_per_cost < self.premium_min_ratio * bar
+            ):
+                removed.append(_removed(s, bar, self.premium_min_ratio))
+            else:
+                kept.append(s)
+        kept.sort(key=lambda s: (-s.throughput_per_cost, s.hardware_type))
+        ranked = [_with_rank(s, r) for r, s in enumerate(kept, start=1)]
+        return Ranking(ranked, removed, loaded.version, None, ignored)
+
+
+def _with_rank(score: CandidateScore, rank: int) -> CandidateScore:
+    return CandidateScore(**{**asdict(score), "rank": rank})
+
+
+def _removed(score: CandidateScore, bar: float, ratio: float) -> CandidateScore:
+    reason = (
+        f"premium type removed: {score.throughput_per_cost:,.0f} samples per dollar is below "
+        f"{ratio:g} x the best non-premium candidate's {bar:,.0f}"
+    )
+    return CandidateScore(**{**asdict(score), "removed_reason": reason})
+
+
+def _empty(exc: Exception, version: str | None, job: Any) -> Ranking:
+    reason = (
+        str(exc)
+        if isinstance(exc, (JobError, ModelArtifactError))
+        else (f"ranking failed: {type(exc).__name__}: {exc}")
+    )
+    name = job.get("job_name") if isinstance(job, Mapping) else None
+    log.warning("leap_serving: empty ranking for job %r: %s", name, reason)
+    return Ranking([], [], version, reason)
+
+
+def _check_job(
+    job: Any, candidates: Any, loaded: _Loaded, launch_date: dt.date | None
+) -> tuple[dict[str, Any], list[str], list[str]]:
+    """The launch as contract-typed values, the candidate list, and the fields ignored."""
+    if not isinstance(job, Mapping):
+        raise JobError(f"job must be a mapping of launch fields, not {type(job).__name__}")
+    contract = schema("job_attempts")
+    launch: dict[str, Any] = {}
+    for name in REQUIRED_JOB_FIELDS:
+        if job.get(name) is None:
+            raise JobError(f"job.{name} is missing")
+    for name in LAUNCH_COLUMNS:
+        if name in ("hardware_type", "ds") or job.get(name) is None:
+            continue
+        value = job[name]
+        if isinstance(value, float) and not math.isfinite(value):
+            raise JobError(f"job.{name}={value!r} is not a finite number")
+        typed = _typed(value, contract[name])
+        if typed is None:
+            raise JobError(f"job.{name}={value!r} is not a valid {contract[name]}")
+        if name in _POSITIVE_FIELDS and typed <= 0:
+            raise JobError(f"job.{name}={value!r} must be positive")
+        if name in _NON_NEGATIVE_FIELDS and typed < 0:
+            raise JobError(f"job.{name}={value!r} must not be negative")
+        launch[name] = typed
+    launch["ds"] = _launch_day(job, launch_date)
+    snapshot_day = loaded.model.history_index.last_ds
+    if snapshot_day is not None and launch["ds"] <= snapshot_day:
+        raise JobError(
+            f"launch date {launch['ds']} is not after the model's history snapshot "
+            f"({snapshot_day}): the model cannot know that day's history"
+        )
+    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Iterable):
+        raise JobError("candidates must be a list of hardware type names")
+    types = list(candidates)
+    if not types:
+        raise JobError("no candidate hardware types")
+    bad = [t for t in types if not isinstance(t, str)]
+    if bad:
+        raise JobError(f"candidate {bad[0]!r} is not a hardware type name")
+    unknown = [t for t in types if t not in loaded.specs]
+    if unknown:
+        raise JobError(f"unknown hardware type(s) {unknown}: not in the model's spec table")
+    types = list(dict.fromkeys(types))  # a repeated candidate is ranked once
+    ignored = sorted(str(k) for k in job if k not in _CONTRACT_FIELDS)
+    return launch, types, ignored
+
+
+def _typed(value: Any, dtype: pl.DataType) -> Any:
+    """A launch field as the contract types it (plain Python: this runs on every launch), or
+    None when it is not one."""
+    if dtype == pl.String:
+        return value if isinstance(value, str) else None
+    if dtype == pl.Boolean:
+        if isinstance(value, bool):
+            return value
+        return {"true": True, "false": False}.get(str(value).lower())
+    if dtype == pl.Int64:
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        return None
+    return None
+
+
+def _launch_day(job: Mapping[str, Any], launch_date: dt.date | None) -> dt.date:
+    if launch_date is not None:
+        if not isinstance(launch_date, dt.date):
+            raise JobError(f"launch_date={launch_date!r} is not a date")
+        return launch_date if not isinstance(launch_date, dt.datetime) else launch_date.date()
+    value = job.get("ds")
+    if value is None:
+        return dt.datetime.now(dt.UTC).date()
+    if isinstance(value, dt.date):
+        return value if not isinstance(value, dt.datetime) else value.date()
+    try:
+        return dt.date.fromisoformat(str(value))
+    except ValueError:
+        raise JobError(f"job.ds={value!r} is not a date YYYY-MM-DD") from None
