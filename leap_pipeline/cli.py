@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -113,6 +114,53 @@ def model_command(args: argparse.Namespace) -> int:
     return 0
 
 
+EXAMPLE_JOB = Path(__file__).parents[1] / "examples" / "job.json"
+
+
+def rank(args: argparse.Namespace) -> int:
+    """Rank a job's candidates; a bad job still exits 0, with an empty ranking and a reason."""
+    import logging
+
+    from leap_serving.ranking import Ranker, Ranking
+
+    logging.getLogger("leap_serving").setLevel(logging.ERROR)  # the reason is printed below
+    try:
+        job = json.loads(Path(args.job).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--job {args.job}: cannot read a JSON object: {exc}") from None
+    candidates = (
+        [c.strip() for c in args.candidates.split(",") if c.strip()]
+        if args.candidates
+        else job.pop("candidates", None)
+        if isinstance(job, dict)
+        else None
+    )
+    if isinstance(job, dict):
+        job.pop("candidates", None)
+    if args.data:
+        os.environ.setdefault(
+            "MLFLOW_TRACKING_URI", f"sqlite:///{Path(args.data).resolve()}/mlflow/mlflow.db"
+        )
+    ranker = Ranker(args.model or None, check_interval_s=float("inf"))
+    result: Ranking = ranker.rank(job, candidates if candidates is not None else [])
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return 0
+    print(f"model version {result.model_version}")
+    if result.reason:
+        print(f"no ranking: {result.reason}")
+    for c in result.ranking:
+        history = "history" if c.history_found else "cold start"
+        print(f"{c.rank:>3}. {c.hardware_type:14} {c.predicted_throughput:>14,.0f} samples/s "
+              f"{c.cost_per_hour:>9,.2f} $/h {c.throughput_per_cost:>16,.0f} samples/$ "
+              f"bin {c.bin:>2} ({c.bin_probability:.2f}) {history}")  # fmt: skip
+    for c in result.removed:
+        print(f"  - {c.hardware_type}: {c.removed_reason}")
+    if result.ignored_fields:
+        print(f"ignored fields: {', '.join(result.ignored_fields)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leap", description="LEAP: learned hardware routing")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -154,6 +202,17 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--data", default="data", help="folder for the warehouse and MLflow")
     show.add_argument("--json", action="store_true", help="end with one JSON line")
     show.set_defaults(handler=demo)
+
+    ranking = commands.add_parser("rank", help="rank candidate hardware for one job")
+    ranking.add_argument("--job", default=str(EXAMPLE_JOB), help="launch config as JSON "
+                         "(default: examples/job.json)")  # fmt: skip
+    ranking.add_argument("--candidates", default="", help="A,B,C (default: the job's candidates)")
+    ranking.add_argument("--model", default="", help="models:/name@alias or a model folder "
+                         "(default: $LEAP_MODEL_URI, else the production alias)")  # fmt: skip
+    ranking.add_argument("--data", default="data", help="where the demo's MLflow store lives, "
+                         "used unless MLFLOW_TRACKING_URI is set")  # fmt: skip
+    ranking.add_argument("--json", action="store_true", help="print one JSON object")
+    ranking.set_defaults(handler=rank)
 
     model = commands.add_parser("model", help="the registered model and its production pointer")
     model_commands = model.add_subparsers(dest="model_command", required=True)

@@ -1,0 +1,249 @@
+"""leap_serving.Ranker: hand-checked rankings, every failure as a reason, parity, reloads."""
+
+import datetime as dt
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leap_pipeline import registry
+from leap_pipeline.evaluation import fit_models
+from leap_pipeline.runs import materialize_days
+from leap_pipeline.training import save_trained
+from leap_pipeline.warehouse import open_warehouse
+from leap_serving.compiled import CompiledCascade
+from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.ranking import Ranker, Ranking
+
+SOURCE = "simulator:seed=3,scale=0.02"
+FIRST, NIGHT = dt.date(2026, 1, 1), dt.date(2026, 1, 10)
+TOMORROW = NIGHT + dt.timedelta(days=1)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A model trained on days 1-9 and shipping the snapshot of day 10, plus day 11's rows."""
+    root = tmp_path_factory.mktemp("served")
+    warehouse = root / "leap.duckdb"
+    materialize_days(FIRST, TOMORROW, source=SOURCE, warehouse=str(warehouse), log_level="WARNING")
+    with open_warehouse(warehouse, read_only=True) as wh:
+        models = fit_models(wh.read("feature_table", FIRST, NIGHT - dt.timedelta(days=1)), NIGHT)
+        snapshot = wh.read("history_snapshot", NIGHT, NIGHT).drop("ds")
+        specs = wh.read("hardware_specs", NIGHT, NIGHT).drop("ds")
+        tomorrow = wh.read("job_attempts", TOMORROW, TOMORROW).sort("attempt_id")
+        features = wh.read("feature_table", TOMORROW, TOMORROW).sort("attempt_id")
+    save_trained(models, root / "models", snapshot, specs, "fast")
+    return {"folder": root / "models" / "cascade", "root": root, "models": models,
+            "attempts": tomorrow, "features": features}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ranker(served):
+    return Ranker(str(served["folder"]), check_interval_s=float("inf"))
+
+
+def _job(served, i=0) -> tuple[dict, list[str]]:
+    row = served["attempts"].row(i, named=True)
+    candidates = row.pop("candidate_hardware")
+    row.pop("family")  # the pipeline's column; a launcher sends only the job name
+    return row, candidates
+
+
+def _with_predictions(ranker, monkeypatch, throughput: dict[str, float]):
+    """Make the model predict the given throughput per hardware type (hand-checked cases)."""
+    compiled = ranker._loaded.compiled
+    real = compiled.predict
+
+    def predict(X):
+        _, bins, probability = real(X)
+        return np.log(np.array(order.pop(0))), bins, probability
+
+    order = []
+    original = ranker._score
+
+    def score(prepared, loaded, results):
+        for _, _, types, _ in prepared:
+            order.append([throughput[t] for t in types])
+        return original(prepared, loaded, results)
+
+    monkeypatch.setattr(compiled, "predict", predict)
+    monkeypatch.setattr(ranker, "_score", score)
+
+
+def _cost(ranker, hardware_type, trainers):
+    spec = ranker._loaded.specs[hardware_type]
+    return spec["hourly_cost_usd"] * spec["devices_per_host"] * trainers
+
+
+def test_a_cheaper_type_predicted_nearly_as_fast_wins(ranker, served, monkeypatch):
+    job, _ = _job(served)
+    cheap, dear = "A10G", "A100-80GB"  # non-premium, the first much cheaper per hour
+    assert _cost(ranker, cheap, 1) < _cost(ranker, dear, 1) * 0.8
+    _with_predictions(ranker, monkeypatch, {cheap: 950.0, dear: 1000.0})
+    result = ranker.rank(job, [dear, cheap])
+    assert result.preference_list == [cheap, dear]
+    best = result.ranking[0]
+    trainers = job["num_trainers"]
+    assert best.cost_per_hour == pytest.approx(_cost(ranker, cheap, trainers))
+    assert best.throughput_per_cost == pytest.approx(950.0 * 3600 / best.cost_per_hour)
+    assert [c.rank for c in result.ranking] == [1, 2]
+
+
+def test_premium_stays_only_when_it_pays_for_itself(ranker, served, monkeypatch):
+    job, _ = _job(served)
+    base, premium = "H100-SXM", "MI325X"
+    price_ratio = _cost(ranker, premium, 1) / _cost(ranker, base, 1)
+    # twice as fast at about 1.5x the price: more samples per dollar, so it stays
+    assert 1.3 < price_ratio < 1.6
+    _with_predictions(ranker, monkeypatch, {base: 1000.0, premium: 2000.0})
+    kept = ranker.rank(job, [base, premium])
+    assert kept.preference_list == [premium, base] and not kept.removed
+    # only 10% faster: fewer samples per dollar, removed with the reason
+    _with_predictions(ranker, monkeypatch, {base: 1000.0, premium: 1100.0})
+    removed = ranker.rank(job, [base, premium])
+    assert removed.preference_list == [base]
+    assert removed.removed[0].hardware_type == premium
+    assert "premium type removed" in removed.removed[0].removed_reason
+    assert removed.removed[0].rank is None
+
+
+@pytest.mark.parametrize(
+    ("change", "candidates", "reason"),
+    [
+        ({"num_trainers": None}, None, "job.num_trainers is missing"),
+        ({"batch_size": -4}, None, "job.batch_size=-4 must be positive"),
+        ({"batch_size": "many"}, None, "job.batch_size='many' is not a valid Int64"),
+        ({"num_readers": float("nan")}, None, "is not a finite number"),
+        ({"precision": 16}, None, "job.precision=16 is not a valid String"),
+        ({"ds": "yesterday"}, None, "job.ds='yesterday' is not a date"),
+        ({"ds": "2026-01-10"}, None, "is not after the model's history snapshot"),
+        ({}, [], "no candidate hardware types"),
+        ({}, ["TPU-v9"], "unknown hardware type(s) ['TPU-v9']"),
+        ({}, "A10G", "candidates must be a list"),
+        ({}, [3], "candidate 3 is not a hardware type name"),
+    ],
+)
+def test_every_failure_is_an_empty_list_with_its_reason(ranker, served, change, candidates, reason):
+    job, default = _job(served)
+    result = ranker.rank({**job, **change}, default if candidates is None else candidates)
+    assert result.ranking == [] and reason in result.reason
+
+
+def test_a_job_that_is_not_a_mapping_and_a_model_that_cannot_load(ranker, tmp_path):
+    assert "must be a mapping" in ranker.rank(None, ["A10G"]).reason
+    broken = Ranker(str(tmp_path / "nothing-here"), check_interval_s=float("inf"))
+    result = broken.rank({"job_name": "x"}, ["A10G"])
+    assert result.ranking == [] and "cannot be loaded" in result.reason
+
+
+def test_unknown_fields_are_ignored_and_reported(ranker, served):
+    job, candidates = _job(served)
+    result = ranker.rank({**job, "team": "ads", "priority": 3}, candidates)
+    assert result.reason is None and result.ranking
+    assert result.ignored_fields == ["priority", "team"]
+
+
+def test_switched_off_model_types_get_an_empty_list(served, tmp_path):
+    job, candidates = _job(served)
+    switches = tmp_path / "switches.json"
+    ranker = Ranker(str(served["folder"]), switches_path=switches, check_interval_s=float("inf"))
+    assert ranker.rank(job, candidates).ranking
+    switches.write_text(json.dumps({"model_types": {job["model_type"]: False}}))
+    off = ranker.rank(job, candidates)
+    assert off.ranking == [] and "switched off" in off.reason
+    switches.write_text("{not json")  # a broken file keeps the last good switches
+    assert ranker.rank(job, candidates).ranking == []
+    switches.write_text(json.dumps({"default": True}))
+    assert ranker.rank(job, candidates).ranking
+
+
+def test_served_features_equal_the_training_features(ranker, served):
+    """Rank tomorrow's attempts on the types they ran on: the serving path's feature rows are
+    the feature table's, byte for byte, and so are the predictions."""
+    attempts, stored = served["attempts"].head(30), served["features"].head(30)
+    loaded = ranker._loaded
+    captured = []
+    real = loaded.compiled.predict
+
+    def spy(X):
+        captured.append(X.copy())
+        return real(X)
+
+    loaded.compiled.predict = spy
+    try:
+        for i in range(attempts.height):
+            row = attempts.row(i, named=True)
+            ranker.rank({k: v for k, v in row.items() if k != "candidate_hardware"},
+                        [row["hardware_type"]])  # fmt: skip
+    finally:
+        del loaded.compiled.predict
+    served_rows = np.vstack(captured)
+    trained_rows = stored.select(FEATURE_COLUMNS).to_numpy()
+    assert served_rows.tobytes() == trained_rows.tobytes()
+    direct = served["models"].cascade.predict(trained_rows)
+    assert np.array_equal(
+        CompiledCascade(served["models"].cascade).predict(trained_rows)[0], direct
+    )
+
+
+def test_batch_form_equals_one_at_a_time(ranker, served):
+    jobs = [_job(served, i) for i in range(6)]
+    jobs.append(({"job_name": "broken"}, ["A10G"]))
+    batch = ranker.rank_many(jobs)
+    single = [ranker.rank(job, candidates) for job, candidates in jobs]
+    assert [r.to_dict() for r in batch] == [r.to_dict() for r in single]
+    assert batch[-1].ranking == [] and batch[0].ranking
+
+
+_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**6, 10**12), st.floats(allow_nan=True),
+    st.text(max_size=12), st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)  # fmt: skip
+_fields = st.sampled_from(
+    ["job_name", "model_type", "num_trainers", "batch_size", "num_readers", "precision",
+     "hash_size", "seq_len", "model_definition", "ds", "activation_checkpointing", "extra"]
+)  # fmt: skip
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    changes=st.dictionaries(_fields, _values, max_size=5),
+    candidates=st.one_of(
+        st.none(), st.text(max_size=5), st.lists(st.one_of(st.text(max_size=8), st.integers(),
+        st.sampled_from(["A10G", "H200", "T4", "MI300X"])), max_size=6),
+    ),
+    as_mapping=st.booleans(),
+)  # fmt: skip
+def test_rank_never_raises_on_malformed_input(ranker, served, changes, candidates, as_mapping):
+    job, _ = _job(served)
+    job = {**job, **changes} if as_mapping else list(changes.items())
+    result = ranker.rank(job, candidates)
+    assert isinstance(result, Ranking)
+    assert (result.reason is None) == bool(result.ranking)
+    for c in result.ranking:
+        assert np.isfinite(c.predicted_throughput) and c.throughput_per_cost > 0
+
+
+def test_the_ranker_follows_the_pointer(served, tmp_path, monkeypatch):
+    monkeypatch.setenv(registry.MODEL_NAME_ENV, "leap-ranker-test")
+    registry.configure_tracking(tmp_path / "mlflow")
+    versions = []
+    for _ in range(2):
+        _, version = registry.log_candidate(
+            artifact_folder=served["folder"], day=NIGHT, window=served["models"].window,
+            run_kind="test", params={}, metrics={"w20": 0.5}, files=[],
+        )  # fmt: skip
+        versions.append(version)
+    registry.promote(versions[0], reason="test", actor="pytest")
+    ranker = Ranker(registry.model_uri(), check_interval_s=float("inf"))
+    job, candidates = _job(served)
+    assert ranker.rank(job, candidates).model_version == versions[0]
+    assert ranker.reload() is False  # the pointer did not move: nothing to load
+    registry.promote(versions[1], reason="test", actor="pytest")
+    assert ranker.reload() is True
+    assert ranker.rank(job, candidates).model_version == versions[1]
