@@ -1,0 +1,144 @@
+"""Latency of one ``Ranker.rank`` call against the naive path, in one process.
+
+Trains (once, cached under data/bench-models/) a paper-profile model on a small simulated
+window unless --model names a model folder, then measures over thousands of calls: ``rank``
+with 8 and 20 candidates (p50, p99), its model time alone (the compiled trees), model load time
+and memory, and the naive path on the same rows: MLflow pyfunc ``predict`` on a data frame, and
+scikit-learn's own ``predict`` of the cascade.
+
+Run: python benchmarks/rank_latency.py [--model FOLDER] [--calls 3000] [--json]
+"""
+
+import argparse
+import datetime as dt
+import json
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ms = np.array(samples) * 1e3
+    return {"p50_ms": round(float(np.percentile(ms, 50)), 3),
+            "p99_ms": round(float(np.percentile(ms, 99)), 3)}  # fmt: skip
+
+
+def paper_model(scale: float) -> Path:
+    """A paper-profile model trained on a 30-day window of a small fleet, cached."""
+    from leap_pipeline.evaluation import fit_models, training_window
+    from leap_pipeline.runs import materialize_days
+    from leap_pipeline.simulation import SPAN_START
+    from leap_pipeline.training import save_trained
+    from leap_pipeline.warehouse import open_warehouse
+
+    root = Path("data") / "bench-models" / f"paper-{scale}"
+    if (root / "cascade" / "metadata.json").exists():
+        return root / "cascade"
+    day = SPAN_START + dt.timedelta(days=31)
+    warehouse = root / "leap.duckdb"
+    materialize_days(SPAN_START, day, source=f"simulator:seed=0,scale={scale}",
+                     warehouse=str(warehouse), log_level="WARNING")  # fmt: skip
+    first, last = training_window(day)
+    with open_warehouse(warehouse, read_only=True) as wh:
+        start = time.perf_counter()
+        models = fit_models(wh.read("feature_table", first, last), day, profile="paper")
+        print(f"trained the paper-profile model in {time.perf_counter() - start:.0f} s")
+        save_trained(models, root, wh.read("history_snapshot", day, day).drop("ds"),
+                     wh.read("hardware_specs", day, day).drop("ds"), "paper")  # fmt: skip
+    return root / "cascade"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="", help="a model folder (default: train one)")
+    parser.add_argument("--scale", type=float, default=0.05, help="fleet scale to train on")
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    folder = Path(args.model) if args.model else paper_model(args.scale)
+
+    from leap_serving.features import expand_candidates, launch_features
+    from leap_serving.ranking import Ranker
+
+    before = rss_mb()
+    start = time.perf_counter()
+    ranker = Ranker(str(folder), check_interval_s=float("inf"))
+    load_s = time.perf_counter() - start
+    loaded = ranker._loaded
+    if loaded is None:
+        raise SystemExit(f"model at {folder} did not load: {ranker._load_error}")
+    model = loaded.model
+    snapshot_day = model.history_index.last_ds
+    example = json.loads((Path(__file__).parents[1] / "examples" / "job.json").read_text())
+    example.pop("candidates")
+    job = {**example, "ds": (snapshot_day + dt.timedelta(days=1)).isoformat()}
+    types = list(loaded.specs)
+    result = {
+        "model": str(folder),
+        "trees": loaded.compiled.n_trees,
+        "classifier_trees": loaded.compiled.classifier.n_trees if loaded.compiled.classifier else 0,
+        "load_s": round(load_s, 2),
+        "load_rss_mb": round(rss_mb() - before),
+    }
+
+    import mlflow.pyfunc
+
+    from leap_serving import mlflow_model
+    from leap_serving.model import ARTIFACTS
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "pyfunc"
+        mlflow.pyfunc.save_model(
+            path, python_model=mlflow_model.__file__,
+            artifacts={k: str(folder / f) for k, f in ARTIFACTS.items()},
+        )  # fmt: skip
+        start = time.perf_counter()
+        pyfunc = mlflow.pyfunc.load_model(str(path))
+        result["naive_load_s"] = round(time.perf_counter() - start, 2)
+
+        for n in (8, 20):
+            candidates = types[:n]
+            assert ranker.rank(job, candidates).reason is None
+            rows = expand_candidates(job | {"ds": dt.date.fromisoformat(job["ds"])}, candidates)
+            X = launch_features(rows, model.hardware_specs, model.history_index).to_numpy()
+            frame = rows.to_pandas()
+            timings = {"rank": [], "model_time": [], "naive_pyfunc": [], "naive_sklearn": []}
+            for _ in range(args.calls):
+                t = time.perf_counter()
+                ranker.rank(job, candidates)
+                timings["rank"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                loaded.compiled.predict(X)
+                timings["model_time"].append(time.perf_counter() - t)
+            naive_calls = max(50, args.calls // 20)  # the naive paths are slow: fewer calls
+            for _ in range(naive_calls):
+                t = time.perf_counter()
+                pyfunc.predict(frame)
+                timings["naive_pyfunc"].append(time.perf_counter() - t)
+                with threadpool_limits(1):
+                    t = time.perf_counter()
+                    model.cascade.predict(X)
+                    timings["naive_sklearn"].append(time.perf_counter() - t)
+            stats = {k: percentiles(v) for k, v in timings.items()}
+            stats["speedup_p50_vs_pyfunc"] = round(
+                stats["naive_pyfunc"]["p50_ms"] / stats["rank"]["p50_ms"], 1
+            )
+            result[f"candidates_{n}"] = stats
+    result["rss_mb"] = round(rss_mb())
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
