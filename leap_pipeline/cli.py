@@ -114,6 +114,27 @@ def model_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def report(args: argparse.Namespace) -> int:
+    from .report import ReportSettings, build_report
+
+    settings = (
+        ReportSettings.quick_mode(Path(args.data))
+        if args.quick
+        else ReportSettings(
+            scale=args.scale, nights=args.nights, seed=args.seed, data=Path(args.data)
+        )
+    )
+    result = build_report(settings, log=lambda line: print(line, file=sys.stderr))
+    if args.json:
+        keys = ("nightly_w20", "nightly_w20_median", "oracle_w20_median",
+                "single_gbdt_w20_median", "table1", "ablation", "holdout_hardware_delta_w20",
+                "holdout_family_delta_w20", "routing", "routing_capture")  # fmt: skip
+        print(json.dumps({k: result[k] for k in keys}))
+    else:
+        print((Path(args.data) / "reports" / "report.md").read_text())
+    return 0
+
+
 EXAMPLE_JOB = Path(__file__).parents[1] / "examples" / "job.json"
 
 
@@ -213,6 +234,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "used unless MLFLOW_TRACKING_URI is set")  # fmt: skip
     ranking.add_argument("--json", action="store_true", help="print one JSON object")
     ranking.set_defaults(handler=rank)
+
+    paper = commands.add_parser("report", help="the paper's evaluation and routing value")
+    paper.add_argument("--scale", type=float, default=0.05)
+    paper.add_argument("--nights", type=int, default=30)
+    paper.add_argument("--seed", type=int, default=0)
+    paper.add_argument("--data", default="data", help="warehouse and data/reports/ go here")
+    paper.add_argument("--quick", action="store_true", help="a one-minute run for tests")
+    paper.add_argument("--json", action="store_true")
+    paper.set_defaults(handler=report)
 
     model = commands.add_parser("model", help="the registered model and its production pointer")
     model_commands = model.add_subparsers(dest="model_command", required=True)

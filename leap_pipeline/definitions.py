@@ -3,7 +3,7 @@
 import dagster as dg
 
 from .assets import feature_table, history_snapshot_asset, source_tables
-from .model_assets import cascade_model, model_evaluation, production_model
+from .model_assets import cascade_model, model_evaluation, paper_report, production_model
 from .resources import MlflowResource, SourceResource, TrainingResource, WarehouseResource
 
 DATA_ASSETS = [source_tables, history_snapshot_asset, feature_table]
@@ -31,7 +31,7 @@ nightly_schedule = dg.build_schedule_from_partitioned_job(
 )
 
 defs = dg.Definitions(
-    assets=[*DATA_ASSETS, *MODEL_ASSETS],
+    assets=[*DATA_ASSETS, *MODEL_ASSETS, paper_report],
     jobs=[daily_pipeline, nightly, training],
     schedules=[nightly_schedule],
     resources={

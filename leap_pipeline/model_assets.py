@@ -305,3 +305,33 @@ def _report_files(evaluation: dict, folder: Path) -> list[Path]:
         )
     )
     return files
+
+
+class ReportConfig(dg.Config):
+    scale: float = 0.05
+    nights: int = 30
+    quick: bool = False
+    data: str = "data"
+
+
+@dg.asset(group_name="report")
+def paper_report(context: dg.AssetExecutionContext, config: ReportConfig) -> dg.MaterializeResult:
+    """``leap report`` as an asset: the paper's evaluation and the routing value, with figures."""
+    from .report import ReportSettings, build_report
+
+    settings = (
+        ReportSettings.quick_mode(Path(config.data))
+        if config.quick
+        else ReportSettings(scale=config.scale, nights=config.nights, data=Path(config.data))
+    )
+    report = build_report(settings, log=context.log.info)
+    root = Path(config.data) / "reports"
+    return dg.MaterializeResult(
+        metadata={
+            "nightly_w20_median": report["nightly_w20_median"],
+            "oracle_w20_median": report["oracle_w20_median"],
+            "routing_capture": report["routing_capture"] or float("nan"),
+            "report": dg.MetadataValue.md((root / "report.md").read_text()),
+            "figures": dg.MetadataValue.md("\n\n".join(_image(p) for p in report["figures"])),
+        }
+    )

@@ -20,7 +20,8 @@ from threadpoolctl import threadpool_limits
 
 N_BINS = 13
 
-# Hyperparameter profiles: ``paper`` as section 2.4 describes it, ``fast`` for tests and the demo.
+# Hyperparameter profiles: ``paper`` as section 2.4 describes it, ``fast`` for the demo and the
+# report, ``quick`` for tests.
 PROFILES: dict[str, dict[str, Any]] = {
     "paper": {
         "max_iter": 3000,
@@ -29,6 +30,15 @@ PROFILES: dict[str, dict[str, Any]] = {
         "classifier_max_iter": 1000,
         "classifier_max_leaf_nodes": 63,
         "classifier_learning_rate": 0.05,
+    },
+    "quick": {  # tests and `leap report --quick`: seconds, not accuracy
+        "max_iter": 40,
+        "max_leaf_nodes": 15,
+        "learning_rate": 0.2,
+        "classifier_max_iter": 20,
+        "classifier_max_leaf_nodes": 15,
+        "classifier_learning_rate": 0.2,
+        "min_bin_rows": 60,
     },
     "fast": {
         "max_iter": 300,

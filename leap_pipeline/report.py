@@ -1,0 +1,448 @@
+"""``leap report``: the paper's evaluation on the simulated fleet, and routing measured exactly.
+
+Sections 3 and 4 of the paper, reproduced on a simulated fleet whose truth is known: the nightly
+backtest (Figure 8), Table 1, the ablation ladder (Table 2), permutation importance (Figure 4),
+hold-outs (Table 4), throughput per type and first choices (Figures 5 and 7), the noise ceiling,
+and a routing simulation that prices each policy against the oracle. Pure orchestration over the
+pipeline's modules; figures go to ``<data>/reports/``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from threadpoolctl import threadpool_limits
+
+from leap_serving import metrics
+from leap_serving.cascade import BinnedCascade, profile_params, single_gbdt
+from leap_serving.compiled import CompiledCascade
+from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
+from leap_serving.ranking import Ranker
+
+from . import routing
+from .evaluation import evaluate, fit_models, training_window
+from .lookup_table import MIN_SUPPORT
+from .runs import materialize_days
+from .simulation import SPAN_START
+from .sources import source_from_uri
+from .training import save_trained
+from .warehouse import open_warehouse
+
+WINDOW_DAYS = 30
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    scale: float = 0.05
+    nights: int = 30
+    seed: int = 0
+    profile: str = "fast"
+    shuffles: int = 10
+    data: Path = Path("data")
+    quick: bool = False
+
+    @classmethod
+    def quick_mode(cls, data: Path = Path("data")) -> ReportSettings:
+        return cls(scale=0.02, nights=2, profile="quick", shuffles=2, data=data, quick=True)
+
+    @property
+    def lookup_min_support(self) -> int:
+        return max(2, round(MIN_SUPPORT * self.scale))
+
+    @property
+    def window_days(self) -> int:
+        return 8 if self.quick else WINDOW_DAYS
+
+
+def build_report(settings: ReportSettings, log: Callable[[str], None] = print) -> dict:
+    start = time.perf_counter()
+    root = settings.data / "reports"
+    root.mkdir(parents=True, exist_ok=True)
+    warehouse = settings.data / f"report-{settings.scale}-{settings.seed}.duckdb"
+    source = f"simulator:seed={settings.seed},scale={settings.scale}"
+    days = settings.window_days + settings.nights
+    first_night = SPAN_START + dt.timedelta(days=settings.window_days)
+    last = SPAN_START + dt.timedelta(days=days - 1)
+    log(f"landing {days} days of {source}")
+    materialize_days(SPAN_START, last, source=source, warehouse=str(warehouse), log_level="WARNING")
+    oracle = source_from_uri(source).fleet().oracle()
+
+    nightly, final = [], None
+    with open_warehouse(warehouse, read_only=True) as wh:
+        for i in range(settings.nights):
+            day = first_night + dt.timedelta(days=i)
+            window = wh.read("feature_table", *training_window(day, settings.window_days))
+            rows = wh.read("feature_table", day, day)
+            models = fit_models(
+                window,
+                day,
+                profile=settings.profile,
+                lookup_min_support=settings.lookup_min_support,
+            )
+            medians = oracle.true_medians(rows["attempt_id"].to_list())
+            evaluation = evaluate(models, rows, medians)
+            nightly.append(
+                {"ds": day.isoformat(), **{m: v["w20"] for m, v in evaluation["overall"].items()}}
+            )
+            log(
+                f"night {i + 1}/{settings.nights} {day}: "
+                + ", ".join(f"{m} {v:.3f}" for m, v in nightly[-1].items() if m != "ds")
+            )
+            final = (day, window, rows, models, evaluation)
+        day, window, rows, models, evaluation = final
+        snapshot_before = wh.read(
+            "history_snapshot", day - dt.timedelta(days=1), day - dt.timedelta(days=1)
+        ).drop("ds")
+        specs = wh.read("hardware_specs", day, day).drop("ds")
+        attempts = wh.read("job_attempts", day, day)
+
+    series = pl.DataFrame(nightly)
+    report = {
+        "settings": {k: str(v) for k, v in settings.__dict__.items()},
+        "evaluation_day": day.isoformat(),
+        "nightly": nightly,
+        "nightly_w20": series["cascade"].to_list(),
+        "nightly_w20_median": float(series["cascade"].median()),
+        "nightly_w20_range": [float(series["cascade"].min()), float(series["cascade"].max())],
+        "single_gbdt_w20_median": float(series["single_gbdt"].median()),
+        "lookup_w20_median": float(series["lookup"].median()),
+        "oracle_w20_median": float(series["oracle"].median()),
+        "table1": {
+            "covered_jobs": evaluation["table1"]["covered_attempts"],
+            "coverage": evaluation["table1"]["coverage"],
+            **{
+                k: evaluation["table1"][k]
+                for k in evaluation["table1"]
+                if "_w" in k or "ratio" in k
+            },
+        },
+    }
+    log("ablation ladder")
+    report["ablation"] = ablation(window, rows, settings)
+    log("permutation importance")
+    report["importance"] = permutation_importance(models.cascade, rows, settings.shuffles)
+    log("hold-outs")
+    report.update(holdouts(window, rows, settings))
+    log("first choices and routing")
+    with tempfile.TemporaryDirectory() as tmp:
+        save_trained(models, Path(tmp), snapshot_before, specs, settings.profile)
+        ranker = Ranker(str(Path(tmp) / "cascade"), check_interval_s=float("inf"))
+        leap_lists = leap_preferences(ranker, attempts, day)
+    report["first_choice"] = first_choice_shares(attempts, leap_lists)
+    report["routing"], report["routing_capture"] = routing_value(
+        attempts, specs, models, leap_lists, oracle
+    )
+    report["figures"] = figures(window, series, report, root)
+    report["seconds"] = round(time.perf_counter() - start, 1)
+    (root / "report.json").write_text(json.dumps(report, indent=2))
+    (root / "report.md").write_text(markdown(report))
+    return report
+
+
+def _fit_cascade(X, y, settings: ReportSettings) -> BinnedCascade:
+    return BinnedCascade(**profile_params(settings.profile)).fit(X, y)
+
+
+def _w20_log(predicted_log_q: np.ndarray, rows: pl.DataFrame) -> float:
+    return metrics.within(np.exp(predicted_log_q), rows["throughput"].to_numpy(), 20)
+
+
+def ablation(window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings) -> list[dict]:
+    """Table 2's ladder on one held-out day: add feature groups, then depth, then the cascade."""
+    groups = [
+        ("single GBDT: launch config + hardware specs", ("job", "cfg", "hw")),
+        ("+ job history", ("job", "cfg", "hw", "hist")),
+        ("+ throughput-ratio features", ("job", "cfg", "hw", "hist", "ratio")),
+        ("+ architecture features", ("job", "cfg", "hw", "hist", "ratio", "arch")),
+    ]
+    y = window["log_q"].to_numpy()
+    ladder = []
+    with threadpool_limits(1):
+        for name, chosen in groups:
+            columns = [c for g in chosen for c in FEATURE_GROUPS[g]]
+            model = single_gbdt(settings.profile).fit(window.select(columns).to_numpy(), y)
+            ladder.append(
+                {
+                    "configuration": name,
+                    "w20": _w20_log(model.predict(rows.select(columns).to_numpy()), rows),
+                }
+            )
+        X, X_day = (
+            window.select(FEATURE_COLUMNS).to_numpy(),
+            rows.select(FEATURE_COLUMNS).to_numpy(),
+        )
+        deeper = "quick" if settings.quick else "paper"
+        model = single_gbdt(deeper)
+        if not settings.quick:
+            model.set_params(max_iter=1000)  # bounded so the report fits its hour
+        ladder.append(
+            {
+                "configuration": f"+ deeper histogram GBDT ({deeper} leaves and rate)",
+                "w20": _w20_log(model.fit(X, y).predict(X_day), rows),
+            }
+        )
+    cascade = _fit_cascade(X, y, settings)
+    ladder.append(
+        {
+            "configuration": f"+ binned cascade ({settings.profile} profile)",
+            "w20": _w20_log(cascade.predict(X_day), rows),
+        }
+    )
+    return ladder
+
+
+def permutation_importance(cascade: BinnedCascade, rows: pl.DataFrame, shuffles: int) -> dict:
+    """Drop in w20 when one feature (or one group together) is shuffled on the held-out day."""
+    compiled = CompiledCascade(cascade)
+    X = rows.select(FEATURE_COLUMNS).to_numpy()
+    base = _w20_log(compiled.predict(X)[0], rows)
+    rng = np.random.default_rng(0)
+
+    def drop(columns: list[int]) -> float:
+        losses = []
+        for _ in range(shuffles):
+            shuffled = X.copy()
+            order = rng.permutation(len(X))
+            shuffled[:, columns] = X[order][:, columns]
+            losses.append(base - _w20_log(compiled.predict(shuffled)[0], rows))
+        return float(np.mean(losses))
+
+    index = {name: i for i, name in enumerate(FEATURE_COLUMNS)}
+    per_feature = {name: drop([index[name]]) for name in FEATURE_COLUMNS}
+    per_group = {g: drop([index[c] for c in cols]) for g, cols in FEATURE_GROUPS.items()}
+    top = sorted(per_feature.items(), key=lambda item: -item[1])[:15]
+    return {
+        "base_w20": base,
+        "per_group": per_group,
+        "top_features": dict(top),
+        "per_feature": per_feature,
+    }
+
+
+def holdouts(window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings) -> dict:
+    """Table 4: remove one hardware type, or one model type, from training; the same number of
+    random rows removed is the control. Scored on the held-out day's rows of that type."""
+    X_all, y_all = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
+    rng = np.random.default_rng(0)
+    out = {}
+    for key, column in (("hardware", "hardware_type"), ("family", "model_type")):
+        counts = rows.group_by(column).len().sort(["len", column], descending=[True, False])
+        target = counts[column][0]
+        scored = rows.filter(pl.col(column) == target)
+        removed = (window[column] == target).to_numpy()
+        control = np.zeros(len(y_all), dtype=bool)
+        control[rng.choice(len(y_all), size=int(removed.sum()), replace=False)] = True
+        X_day = scored.select(FEATURE_COLUMNS).to_numpy()
+        w20 = {}
+        for name, drop in (("full", None), ("held_out", removed), ("control", control)):
+            keep = np.ones(len(y_all), dtype=bool) if drop is None else ~drop
+            w20[name] = _w20_log(
+                _fit_cascade(X_all[keep], y_all[keep], settings).predict(X_day), scored
+            )
+        out[f"holdout_{key}"] = {
+            "held_out": target,
+            "rows_removed": int(removed.sum()),
+            "rows_scored": scored.height,
+            **w20,
+        }
+        out[f"holdout_{key}_delta_w20"] = w20["held_out"] - w20["full"]
+        out[f"holdout_{key}_control_delta_w20"] = w20["control"] - w20["full"]
+    return out
+
+
+def leap_preferences(ranker: Ranker, attempts: pl.DataFrame, day: dt.date) -> dict[str, list]:
+    jobs = [
+        ({k: v for k, v in row.items() if k != "candidate_hardware"}, row["candidate_hardware"])
+        for row in attempts.iter_rows(named=True)
+    ]
+    rankings = ranker.rank_many(jobs, launch_date=day)
+    return {a: r.preference_list for a, r in zip(attempts["attempt_id"], rankings, strict=True)}
+
+
+def first_choice_shares(attempts: pl.DataFrame, lists: dict[str, list]) -> list[dict]:
+    """Figure 7: per top-10 model type, the share of launches each type was ranked first on."""
+    firsts = attempts.select("attempt_id", "model_type").with_columns(
+        first=pl.col("attempt_id").replace_strict(
+            {a: (p[0] if p else None) for a, p in lists.items()}, return_dtype=pl.String
+        )
+    )
+    top = firsts.group_by("model_type").len().sort(["len", "model_type"], descending=[True, False])
+    shares = (
+        firsts.filter(pl.col("model_type").is_in(top.head(10)["model_type"].implode()))
+        .group_by("model_type", "first")
+        .len()
+        .with_columns(share=pl.col("len") / pl.col("len").sum().over("model_type"))
+        .sort(["model_type", "share"], descending=[False, True])
+    )
+    return shares.select("model_type", "first", "share").to_dicts()
+
+
+def routing_value(attempts, specs, models, leap_lists, oracle) -> tuple[dict, float | None]:
+    """The same day replayed under each policy; costs from the truth."""
+    types = specs["hardware_type"].to_list()
+    truth = oracle.true_medians(attempts["attempt_id"].to_list(), types)
+    cost_per_hour = dict(zip(types, specs["hourly_cost_usd"].to_list(), strict=True))
+    candidates = attempts.select("attempt_id", pl.col("candidate_hardware").alias("hardware_type"))
+    options = (
+        truth.join(candidates.explode("hardware_type"), on=["attempt_id", "hardware_type"])
+        .with_columns(
+            devices=pl.col("cost_usd")
+            / (pl.col("duration_s") / 3600.0)
+            / pl.col("hardware_type").replace_strict(cost_per_hour, return_dtype=pl.Float64)
+        )
+        .with_columns(devices=pl.col("devices").round(0))
+    )
+    day_start = dt.datetime.combine(attempts["ds"][0], dt.time())
+    jobs = attempts.select(
+        "attempt_id",
+        arrival_s=(pl.col("launch_ts") - pl.lit(day_start)).dt.total_microseconds() / 1e6,
+        logged_hardware="hardware_type",
+    )
+    logged = jobs.join(
+        options, left_on=["attempt_id", "logged_hardware"], right_on=["attempt_id", "hardware_type"]
+    )
+    capacity = routing.capacities(
+        logged.select(
+            hardware_type="logged_hardware",
+            start_s="arrival_s",
+            end_s=pl.col("arrival_s") + pl.col("duration_s"),
+            devices="devices",
+        )
+    )
+    for hardware_type in types:
+        capacity.setdefault(hardware_type, 8.0)
+    lookup = models.lookup.predict(
+        attempts.explode("candidate_hardware")
+        .drop("hardware_type")
+        .rename({"candidate_hardware": "hardware_type"})
+    )
+    exploded = (
+        attempts.explode("candidate_hardware")
+        .select("attempt_id", "num_trainers", hardware_type="candidate_hardware")
+        .with_columns(lookup=lookup)
+    )
+    per_dollar = (
+        exploded.join(
+            options.select("attempt_id", "hardware_type", "devices"),
+            on=["attempt_id", "hardware_type"],
+        )
+        .with_columns(
+            score=pl.col("lookup")
+            / (
+                pl.col("devices")
+                * pl.col("hardware_type").replace_strict(cost_per_hour, return_dtype=pl.Float64)
+            )
+        )
+        .filter(pl.col("score").is_not_null())
+        .sort("score", descending=True)
+    )
+    lookup_lists = per_dollar.group_by("attempt_id", maintain_order=True).agg("hardware_type")
+    cheapest = (
+        options.sort("cost_usd").group_by("attempt_id", maintain_order=True).agg("hardware_type")
+    )
+    policies = {
+        "as_logged": dict(
+            zip(jobs["attempt_id"], ([h] for h in jobs["logged_hardware"]), strict=True)
+        ),
+        "lookup": dict(lookup_lists.iter_rows()),
+        "leap": leap_lists,
+        "oracle": dict(cheapest.iter_rows()),
+    }
+    outcomes = {
+        name: routing.simulate(jobs, options, lists, capacity).__dict__
+        for name, lists in policies.items()
+    }
+    captured = routing.capture(
+        outcomes["as_logged"]["cost"], outcomes["leap"]["cost"], outcomes["oracle"]["cost"]
+    )
+    return outcomes, captured
+
+
+def figures(window: pl.DataFrame, series: pl.DataFrame, report: dict, root: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .evaluation import plot_nightly_w20
+
+    paths = []
+    long = series.unpivot(index="ds", variable_name="model", value_name="w20")
+    paths.append(plot_nightly_w20(long, str(root / "figure8_nightly_w20.png")))
+    by_type = window.group_by("hardware_type").agg(pl.col("log_q")).sort("hardware_type")
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.boxplot([np.array(v) / np.log(10) for v in by_type["log_q"]], showfliers=False)
+    ax.set_xticks(range(1, by_type.height + 1), by_type["hardware_type"].to_list(), rotation=60)
+    ax.set(ylabel="log10 samples/s", title="Figure 5: throughput per hardware type")
+    fig.tight_layout()
+    fig.savefig(root / "figure5_throughput_by_type.png", dpi=90)
+    plt.close(fig)
+    paths.append(str(root / "figure5_throughput_by_type.png"))
+    groups = report["importance"]["per_group"]
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.barh(list(groups), list(groups.values()))
+    ax.set(xlabel="drop in w20 when shuffled", title="Figure 4: importance by group")
+    fig.tight_layout()
+    fig.savefig(root / "figure4_importance.png", dpi=90)
+    plt.close(fig)
+    paths.append(str(root / "figure4_importance.png"))
+    return paths
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"# LEAP report ({report['settings']['scale']} scale, evaluation day "
+        f"{report['evaluation_day']})",
+        "",
+        "| figure | ours | paper |",
+        "|---|---|---|",
+        f"| nightly w20, median (range) | {_pct(report['nightly_w20_median'])} "
+        f"({_pct(report['nightly_w20_range'][0])} - {_pct(report['nightly_w20_range'][1])}) "
+        "| 77.0% (74.4 - 79.7) |",
+        f"| single GBDT w20, median | {_pct(report['single_gbdt_w20_median'])} | - |",
+        f"| oracle (noise ceiling) w20, median | {_pct(report['oracle_w20_median'])} | - |",
+        f"| Table 1: lookup coverage | {_pct(report['table1']['coverage'])} | 13% |",
+        f"| Table 1: lookup w20 / cascade w20 on covered | "
+        f"{_pct(report['table1'].get('lookup_w20'))} / "
+        f"{_pct(report['table1'].get('cascade_w20'))} | 53% / 87% |",
+        f"| hold out a hardware type: change in w20 | "
+        f"{_pct(report['holdout_hardware_delta_w20'])} (control "
+        f"{_pct(report['holdout_hardware_control_delta_w20'])}) | -37 points (control < 2) |",
+        f"| hold out a model type: change in w20 | {_pct(report['holdout_family_delta_w20'])} "
+        f"(control {_pct(report['holdout_family_control_delta_w20'])}) | -49.7 points |",
+        f"| routing capture of the oracle's saving | {_pct(report['routing_capture'])} | - |",
+        "",
+        "## Ablation (one held-out day)",
+        "",
+        "| configuration | w20 |",
+        "|---|---|",
+    ]
+    lines += [f"| {a['configuration']} | {_pct(a['w20'])} |" for a in report["ablation"]]
+    lines += [
+        "",
+        "## Routing",
+        "",
+        "| policy | cost (USD) | device-hours | mean queue (s) | top choice | fallback |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {name} | {o['cost']:,.0f} | {o['device_hours']:,.0f} | "
+        f"{o['mean_queue_delay_s']:,.0f} | {_pct(o['top_choice_share'])} | "
+        f"{_pct(o['fallback_share'])} |"
+        for name, o in report["routing"].items()
+    ]
+    lines += ["", "## Importance by group (drop in w20)", ""]
+    lines += [f"- {g}: {v:.3f}" for g, v in report["importance"]["per_group"].items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,76 @@
+"""The report in its quick mode, and the routing simulation on hand-made jobs."""
+
+import json
+
+import polars as pl
+import pytest
+
+from leap_pipeline import routing
+from leap_pipeline.report import ReportSettings, build_report
+
+
+def _jobs(n: int) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "attempt_id": [f"j{i}" for i in range(n)],
+            "arrival_s": [0.0] * n,
+            "logged_hardware": ["dear"] * n,
+        }
+    )
+
+
+def _options(n: int) -> pl.DataFrame:
+    rows = []
+    for i in range(n):
+        rows.append((f"j{i}", "cheap", 100.0, 8.0, 1.0))
+        rows.append((f"j{i}", "dear", 50.0, 8.0, 3.0))
+    return pl.DataFrame(
+        rows,
+        schema=["attempt_id", "hardware_type", "duration_s", "devices", "cost_usd"],
+        orient="row",
+    )
+
+
+def test_routing_places_on_the_first_free_type_and_queues_when_full():
+    jobs, options = _jobs(3), _options(3)
+    capacity = {"cheap": 16.0, "dear": 8.0}  # two jobs fit on cheap at once, one on dear
+    prefer_cheap = {f"j{i}": ["cheap", "dear"] for i in range(3)}
+    outcome = routing.simulate(jobs, options, prefer_cheap, capacity)
+    # two on cheap now, the third goes to dear (free) rather than waiting
+    assert outcome.cost == pytest.approx(1.0 + 1.0 + 3.0)
+    assert outcome.top_choice_share == pytest.approx(2 / 3)
+    assert outcome.mean_queue_delay_s == 0.0
+    only_cheap = {f"j{i}": ["cheap"] for i in range(3)}
+    queued = routing.simulate(jobs, options, only_cheap, capacity)
+    assert queued.cost == pytest.approx(3.0)
+    assert queued.mean_queue_delay_s == pytest.approx(100.0 / 3)  # the third waits 100 s
+    empty = routing.simulate(jobs, options, {}, capacity)
+    assert empty.fallback_share == 1.0 and empty.cost == pytest.approx(9.0)
+    assert routing.capture(9.0, 5.0, 3.0) == pytest.approx(4 / 6)
+
+
+def test_capacity_is_the_logged_peak_with_headroom():
+    placements = pl.DataFrame(
+        {"hardware_type": ["a", "a", "a"], "start_s": [0.0, 5.0, 20.0],
+         "end_s": [10.0, 15.0, 30.0], "devices": [8.0, 8.0, 8.0]}
+    )  # fmt: skip
+    assert routing.capacities(placements, min_devices=0.0) == {"a": 18}  # ceil(16 * 1.1)
+
+
+def test_the_quick_report_has_every_section(tmp_path):
+    report = build_report(ReportSettings.quick_mode(tmp_path), log=lambda _: None)
+    for key in ("nightly_w20", "nightly_w20_median", "oracle_w20_median", "single_gbdt_w20_median",
+                "table1", "ablation", "holdout_hardware_delta_w20", "holdout_family_delta_w20",
+                "routing", "routing_capture"):  # fmt: skip
+        assert key in report, key
+    assert len(report["nightly_w20"]) == 2
+    assert all(0.0 <= w <= 1.0 for w in report["nightly_w20"])
+    assert report["oracle_w20_median"] > report["nightly_w20_median"]  # the noise ceiling
+    assert [a["configuration"] for a in report["ablation"]][-1].startswith("+ binned cascade")
+    assert set(report["routing"]) == {"as_logged", "lookup", "leap", "oracle"}
+    assert report["routing"]["as_logged"]["top_choice_share"] == 1.0
+    assert set(report["importance"]["per_group"]) == {"job", "cfg", "hw", "ratio", "arch", "hist"}
+    saved = json.loads((tmp_path / "reports" / "report.json").read_text())
+    assert saved["nightly_w20"] == report["nightly_w20"]
+    for figure in report["figures"]:
+        assert (tmp_path / "reports" / figure.split("/")[-1]).stat().st_size > 0
