@@ -10,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import polars as pl
+
 from .fleet_stats import (
     STAT_RANGES,
     in_range,
@@ -135,6 +137,40 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
+def import_logs(args: argparse.Namespace) -> int:
+    from .importer import stage_import
+    from .runs import materialize_days
+    from .warehouse import open_warehouse
+
+    staging = Path(args.data) / "imports" / "staging"
+    staged = stage_import(
+        Path(args.attempts), Path(args.allocations), Path(args.hardware), staging, args.days_from
+    )
+    first, last = staged.days[0], staged.days[-1]
+    print(f"importing {staged.rows['job_attempts']:,} attempts over {len(staged.days)} days "
+          f"({first} .. {last})", file=sys.stderr)  # fmt: skip
+    warehouse = args.warehouse or str(Path(args.data) / "leap.duckdb")
+    materialize_days(first, last, source=f"files:{staging}", warehouse=warehouse,
+                     log_level="WARNING")  # fmt: skip
+    with open_warehouse(warehouse, read_only=True) as wh:
+        kept = wh.read("job_attempts", first, last, columns=["ds"]).height
+        quarantine = (
+            wh.read("quarantine", first, last, columns=["reason"])
+            if wh.has("quarantine") else pl.DataFrame({"reason": []}, schema={"reason": pl.String})
+        )  # fmt: skip
+    rows_in = staged.rows["job_attempts"]
+    orphans = staged.rows["allocations_without_attempt"]
+    print(f"rows in {rows_in:,}, kept {kept:,}, dropped (no throughput) "
+          f"{rows_in - kept - quarantine.height:,}, quarantined {quarantine.height:,}; "
+          f"allocations without an attempt {orphans:,}")  # fmt: skip
+    for reason, count in (
+        quarantine.group_by("reason").len().sort("len", descending=True).head(10).iter_rows()
+    ):
+        print(f"  quarantined: {reason} ({count})")
+    print(f"landed in {warehouse}; train with: leap materialize ... or the Dagster UI")
+    return 0
+
+
 EXAMPLE_JOB = Path(__file__).parents[1] / "examples" / "job.json"
 
 
@@ -235,6 +271,16 @@ def build_parser() -> argparse.ArgumentParser:
     ranking.add_argument("--json", action="store_true", help="print one JSON object")
     ranking.set_defaults(handler=rank)
 
+    imports = commands.add_parser("import", help="land your own logs as daily partitions")
+    imports.add_argument("--attempts", required=True, help="job attempts: a file or a folder")
+    imports.add_argument("--allocations", required=True, help="allocation logs")
+    imports.add_argument("--hardware", required=True, help="the hardware spec table")
+    imports.add_argument("--days-from", default="ds", help="column giving each attempt's day "
+                         "(a date or a timestamp, e.g. launch_ts)")  # fmt: skip
+    imports.add_argument("--data", default="data", help="staging goes under DATA/imports/")
+    imports.add_argument("--warehouse", default="", help="DuckDB file (default DATA/leap.duckdb)")
+    imports.set_defaults(handler=import_logs)
+
     paper = commands.add_parser("report", help="the paper's evaluation and routing value")
     paper.add_argument("--scale", type=float, default=0.05)
     paper.add_argument("--nights", type=int, default=30)
@@ -261,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except (FleetArgumentError, ValueError, WarehouseError) as exc:
+    except (FleetArgumentError, ValueError, WarehouseError) as exc:  # ContractError included
         parser.exit(2, f"leap: error: {exc}\n")
 
 

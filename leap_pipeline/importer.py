@@ -1,0 +1,108 @@
+"""``leap import``: bring a fleet's own logs in, as daily partitions like the simulator's.
+
+The files (CSV or Parquet; a file or a folder of them) are checked for the contract's required
+columns, split by day into a staging folder in the file source's layout, and the daily pipeline
+then lands them exactly as it lands any source: validation, quarantine with reasons, counts.
+Staging is rewritten day by day and partitions are replaced whole, so importing the same files
+twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from leap_serving.contract import required_columns
+from leap_serving.validation import ContractError, convert
+
+from .sources import FILE_SUFFIXES, read_file
+
+
+@dataclass(frozen=True)
+class StagedImport:
+    folder: Path
+    days: list[dt.date]
+    rows: dict[str, int]
+
+
+def _read_all(path: Path, source: str) -> pl.DataFrame:
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in FILE_SUFFIXES)
+    else:
+        files = [path]
+    if not files or not all(p.is_file() for p in files):
+        raise ContractError(f"{source}: no CSV or Parquet file at {path}")
+    # text everywhere until validation types it, so files that disagree on types still stack
+    frames = [read_file(p, source) for p in files]
+    frames = [f.select(_as_text(name, dtype) for name, dtype in f.schema.items()) for f in frames]
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def _as_text(name: str, dtype: pl.DataType) -> pl.Expr:
+    if isinstance(dtype, pl.List):
+        return pl.col(name).cast(pl.List(pl.String)).list.join(";")
+    return pl.col(name).cast(pl.String)
+
+
+def _check_columns(frame: pl.DataFrame, source: str, path: Path) -> None:
+    missing = [c for c in required_columns(source) if c not in frame.columns]
+    if source == "job_attempts":
+        missing = [c for c in missing if c != "ds"]  # the day may come from --days-from
+    if missing:
+        raise ContractError(f"{source} at {path} lacks required column(s) {missing}")
+
+
+def stage_import(
+    attempts: Path,
+    allocations: Path,
+    hardware: Path,
+    staging: Path,
+    days_from: str = "ds",
+) -> StagedImport:
+    """Split the files by day into ``staging`` in the file source's layout."""
+    frames = {
+        "job_attempts": (_read_all(attempts, "job_attempts"), attempts),
+        "allocations": (_read_all(allocations, "allocations"), allocations),
+        "hardware_specs": (_read_all(hardware, "hardware_specs"), hardware),
+    }
+    for source, (frame, path) in frames.items():
+        _check_columns(frame, source, path)
+    job_attempts = frames["job_attempts"][0]
+    if days_from not in job_attempts.columns:
+        raise ContractError(f"job_attempts has no column {days_from!r} to take the day from")
+    day = convert(job_attempts[days_from], pl.Datetime("us")).dt.date()
+    if days_from == "ds" or day.null_count() == day.len():
+        day = convert(job_attempts[days_from], pl.Date())
+    if day.null_count():
+        bad = job_attempts[days_from].filter(day.is_null())[0]
+        raise ContractError(f"job_attempts.{days_from}: {bad!r} is not a date or timestamp")
+    job_attempts = job_attempts.with_columns(ds=day.cast(pl.String))
+    allocations = frames["allocations"][0].join(
+        job_attempts.select("attempt_id", "ds").unique("attempt_id"), on="attempt_id", how="left"
+    )
+    orphans = allocations["ds"].null_count()  # allocations of no imported attempt: counted
+    days = sorted(set(day.to_list()))
+    everyday = [days[0] + dt.timedelta(days=i) for i in range((days[-1] - days[0]).days + 1)]
+    if staging.exists():
+        shutil.rmtree(staging)
+    for source, frame in (("job_attempts", job_attempts), ("allocations", allocations)):
+        for d in everyday:  # a day without jobs lands empty, so history runs on unbroken
+            part = frame.filter(pl.col("ds") == d.isoformat())
+            folder = staging / source / f"ds={d.isoformat()}"
+            folder.mkdir(parents=True)
+            (part if source == "job_attempts" else part.drop("ds")).write_parquet(
+                folder / "part-0.parquet"
+            )
+    frames["hardware_specs"][0].write_parquet(staging / "hardware_specs.parquet")
+    return StagedImport(
+        folder=staging,
+        days=everyday,
+        rows={
+            **{source: frame.height for source, (frame, _) in frames.items()},
+            "allocations_without_attempt": orphans,
+        },
+    )
