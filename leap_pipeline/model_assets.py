@@ -174,11 +174,16 @@ def model_evaluation(
                 }
             )
             context.log.info(f"evaluated {day}: {per_day[-1]} ({gate.reason})")
-            last = (evaluation, scatter)
+            last = (evaluation, scatter, run_id)
         series = wh.read("evaluation", columns=["ds", "model", "w20"])
-    evaluation, scatter = last
+    evaluation, scatter, run_id = last
     with tempfile.TemporaryDirectory() as tmp:
-        nightly = _image(plot_nightly_w20(series, str(Path(tmp) / "nightly_w20.png")))
+        figure8 = plot_nightly_w20(series, str(Path(tmp) / "nightly_w20.png"))
+        table = Path(tmp) / "nightly_w20.csv"
+        series.pivot("model", index="ds", values="w20").sort("ds").write_csv(table)
+        for path in (figure8, table):  # the Figure 8 series so far, with the last night's run
+            registry.MlflowClient().log_artifact(run_id, str(path))
+        nightly = _image(figure8)
     overall = pl.DataFrame([{"model": m} | v for m, v in evaluation["overall"].items()])
     yield dg.MaterializeResult(
         metadata={
