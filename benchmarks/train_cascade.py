@@ -22,7 +22,7 @@ from leap_pipeline.runs import materialize_days
 from leap_pipeline.simulation import SPAN_START
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
-from leap_serving.cascade import BinnedCascade, profile_params, single_gbdt
+from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
 from leap_serving.features import FEATURE_COLUMNS
 
 
@@ -57,7 +57,7 @@ def main() -> None:
     cascade_s = time.perf_counter() - start
     start = time.perf_counter()
     with threadpool_limits(1):
-        gbdt = single_gbdt(args.profile).fit(X, y)
+        gbdt = fit_booster(single_gbdt(args.profile), X, y)
     gbdt_s = time.perf_counter() - start
     result = {
         "scale": args.scale,

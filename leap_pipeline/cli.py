@@ -171,6 +171,64 @@ def import_logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def crossval(args: argparse.Namespace) -> int:
+    from .crossval import SPLITS, run_split
+
+    attempts, specs = _static_source(args)
+    splits = SPLITS if args.split == "all" else (args.split,)
+    results = {}
+    for split in splits:
+        results[split] = run_split(attempts, specs, split, profile=args.profile,
+                                   log=lambda line: print(line, file=sys.stderr))  # fmt: skip
+    if args.json:
+        print(json.dumps(results))
+        return 0
+    for split, result in results.items():
+        print(f"{split}: {result['n_rows']:,} rows, {result['folds']} folds")
+        print(f"  {'model':12} {'w10':>6} {'w20':>6} {'MdAPE':>7} {'coverage':>9} "
+              f"{'top1 fastest':>13} {'top1 per $':>11}")  # fmt: skip
+        top1 = result["top1"]
+        for model in ("cascade", "single_gbdt", "lookup", "physics"):
+            r = result[model]
+            print(f"  {model:12} {r['w10']:6.3f} {r['w20']:6.3f} {r['mdape']:6.1f}% "
+                  f"{r['coverage']:9.3f} {top1['fastest'][model]:13.3f} "
+                  f"{top1['per_cost'][model]:11.3f}")  # fmt: skip
+        rule = (top1["fastest"]["highest_fp16_peak"], top1["per_cost"]["highest_fp16_peak"])
+        print(f"  rule 'highest FP16 peak': top1 fastest {rule[0]:.3f}, per $ {rule[1]:.3f} "
+              f"({top1['configurations']} configurations on 2+ types)")  # fmt: skip
+    return 0
+
+
+def _static_source(args: argparse.Namespace):
+    from leap_serving.validation import validate_attempts
+
+    from .importer import _read_all
+    from .public_data import sia_sources
+    from .sources import typed_frame
+
+    path = Path(args.path)
+    if args.source == "sia":
+        if not args.hardware:
+            raise ValueError("--hardware: the Epoch ml_hardware.csv is needed for --source sia")
+        attempts, _, specs = sia_sources(path, Path(args.hardware))
+        return attempts, specs
+    specs_path = Path(args.hardware) if args.hardware else next(
+        (p for p in (path / "hardware_specs.parquet", path / "hardware_specs.csv") if p.exists()),
+        path / "hardware_specs.csv",
+    )  # fmt: skip
+    specs = typed_frame(_read_all(specs_path, "hardware_specs"), "hardware_specs")
+    found = [p for p in (path / "job_attempts", *(path / f"job_attempts{s}" for s in
+             (".parquet", ".csv"))) if p.exists()]  # fmt: skip
+    if not found:
+        raise ValueError(f"--path {path}: no job_attempts folder, .parquet or .csv in it")
+    raw = _read_all(found[0], "job_attempts")
+    validated = validate_attempts(raw, specs["hardware_type"])
+    if validated.quarantined.height:
+        print(f"quarantined {validated.quarantined.height} rows, e.g. "
+              f"{validated.quarantined['reason'][0]}", file=sys.stderr)  # fmt: skip
+    return validated.kept, specs
+
+
 EXAMPLE_JOB = Path(__file__).parents[1] / "examples" / "job.json"
 
 
@@ -280,6 +338,19 @@ def build_parser() -> argparse.ArgumentParser:
     imports.add_argument("--data", default="data", help="staging goes under DATA/imports/")
     imports.add_argument("--warehouse", default="", help="DuckDB file (default DATA/leap.duckdb)")
     imports.set_defaults(handler=import_logs)
+
+    static = commands.add_parser("crossval", help="grouped-split evaluation of static data")
+    static.add_argument("--source", choices=("sia", "contract"), required=True)
+    static.add_argument("--path", required=True, help="Sia traces folder, or a folder of "
+                        "contract files (job_attempts + hardware_specs)")  # fmt: skip
+    static.add_argument("--hardware", default="", help="Epoch ml_hardware.csv (sia) or a "
+                        "hardware_specs file (contract)")  # fmt: skip
+    static.add_argument("--split", default="leave-model-hardware-out",
+                        choices=("leave-model-hardware-out", "leave-hardware-out",
+                                 "leave-model-out", "random", "all"))  # fmt: skip
+    static.add_argument("--profile", choices=("quick", "fast", "paper"), default="fast")
+    static.add_argument("--json", action="store_true")
+    static.set_defaults(handler=crossval)
 
     paper = commands.add_parser("report", help="the paper's evaluation and routing value")
     paper.add_argument("--scale", type=float, default=0.05)

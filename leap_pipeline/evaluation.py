@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from leap_serving import metrics
-from leap_serving.cascade import BinnedCascade, profile_params, single_gbdt
+from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
 from leap_serving.features import FEATURE_COLUMNS
 
 from .lookup_table import MIN_SUPPORT, LookupTable, build_lookup_table
@@ -78,7 +78,7 @@ def fit_models(
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(cascade.n_threads):
-        gbdt.fit(X, y)
+        fit_booster(gbdt, X, y)
     seconds["single_gbdt"] = time.perf_counter() - start
     ranks = (
         window.group_by("model_type")

@@ -22,7 +22,7 @@ import polars as pl
 from threadpoolctl import threadpool_limits
 
 from leap_serving import metrics
-from leap_serving.cascade import BinnedCascade, profile_params, single_gbdt
+from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
 from leap_serving.compiled import CompiledCascade
 from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
 from leap_serving.ranking import Ranker
@@ -168,7 +168,7 @@ def ablation(window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings)
     with threadpool_limits(1):
         for name, chosen in groups:
             columns = [c for g in chosen for c in FEATURE_GROUPS[g]]
-            model = single_gbdt(settings.profile).fit(window.select(columns).to_numpy(), y)
+            model = fit_booster(single_gbdt(settings.profile), window.select(columns).to_numpy(), y)
             ladder.append(
                 {
                     "configuration": name,
@@ -186,7 +186,7 @@ def ablation(window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings)
         ladder.append(
             {
                 "configuration": f"+ deeper histogram GBDT ({deeper} leaves and rate)",
-                "w20": _w20_log(model.fit(X, y).predict(X_day), rows),
+                "w20": _w20_log(fit_booster(model, X, y).predict(X_day), rows),
             }
         )
     cascade = _fit_cascade(X, y, settings)

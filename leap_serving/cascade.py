@@ -58,6 +58,23 @@ def profile_params(profile: str) -> dict[str, Any]:
         raise ValueError(f"profile={profile!r} is not one of {sorted(PROFILES)}") from None
 
 
+MIN_PRESENT = 20
+
+
+def fit_booster(estimator, X: np.ndarray, y: np.ndarray):
+    """Fit a histogram GBDT on rows where some column may be (almost) missing everywhere (a spec
+    no source reports, say): scikit-learn cannot bin a column that is all NaN in the part it
+    trains on after its validation split, so a column with fewer than ``MIN_PRESENT`` values
+    (or 1% of the rows) is given a constant for the fit. Such a column then holds no split,
+    and predictions do not depend on it."""
+    present = np.sum(~np.isnan(X), axis=0)
+    empty = present < max(MIN_PRESENT, 0.01 * len(X))
+    if empty.any():
+        X = X.copy()
+        X[:, empty] = 0.0
+    return estimator.fit(X, y)
+
+
 def single_gbdt(profile: str = "fast", random_state: int = 0) -> HistGradientBoostingRegressor:
     """The reference model: one median regressor in log space with the profile's trees."""
     p = profile_params(profile)
@@ -203,7 +220,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
     def _fit_experts(
         self, X: np.ndarray, y: np.ndarray, bins: np.ndarray, n_bins: int
     ) -> list[HistGradientBoostingRegressor]:
-        return [self._expert().fit(X[bins == b], y[bins == b]) for b in range(n_bins)]
+        return [fit_booster(self._expert(), X[bins == b], y[bins == b]) for b in range(n_bins)]
 
     def _errors(self, experts: list, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.column_stack([np.abs(e.predict(X) - y) for e in experts])
@@ -270,7 +287,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
     def _fit_classifier(self, X: np.ndarray, bins: np.ndarray, n_bins: int):
         if n_bins == 1:
             return None  # one bin: nothing to choose
-        return HistGradientBoostingClassifier(
+        classifier = HistGradientBoostingClassifier(
             max_iter=self.classifier_max_iter,
             max_leaf_nodes=self.classifier_max_leaf_nodes,
             learning_rate=self.classifier_learning_rate,
@@ -278,7 +295,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             validation_fraction=self.validation_fraction,
             n_iter_no_change=self.n_iter_no_change,
             random_state=self.random_state,
-        ).fit(X, bins)
+        )
+        return fit_booster(classifier, X, bins)
 
     # -- prediction ------------------------------------------------------------------------------
 

@@ -1,0 +1,169 @@
+"""Static evaluation: grouped splits for data sets without days (public measurements, own logs).
+
+The routing question is "how fast will this job run on a type it has not run on?", so the main
+split holds out every (model, hardware type) group in turn and predicts it from the model's runs
+elsewhere. History plays the part it plays in production: for a held-out row it is the same
+configuration's measured throughput on the other types (the snapshot of all training rows); for a
+training row it is computed without the row's own type, so training sees what testing will.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+import numpy as np
+import polars as pl
+from threadpoolctl import threadpool_limits
+
+from leap_serving import metrics
+from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
+from leap_serving.features import FEATURE_COLUMNS, build_features
+from leap_serving.history import history_features, history_snapshot, with_family
+
+from .lookup_table import build_lookup_table
+
+SPLITS = ("leave-model-hardware-out", "leave-hardware-out", "leave-model-out", "random")
+MODELS = ("cascade", "single_gbdt", "lookup", "physics")
+CONFIG = ("model_type", "num_trainers", "batch_size")
+
+
+def folds(rows: pl.DataFrame, split: str, n_random: int = 5, seed: int = 0) -> list[np.ndarray]:
+    """Boolean test masks, each row in exactly one."""
+    if split == "random":
+        order = np.random.default_rng(seed).permutation(rows.height)
+        fold = np.empty(rows.height, dtype=int)
+        fold[order] = np.arange(rows.height) % n_random
+        return [fold == k for k in range(n_random)]
+    keys = {
+        "leave-model-hardware-out": ["model_type", "hardware_type"],
+        "leave-hardware-out": ["hardware_type"],
+        "leave-model-out": ["model_type"],
+    }.get(split)
+    if keys is None:
+        raise ValueError(f"split={split!r} is not one of {SPLITS}")
+    group = rows.select(pl.struct(keys).rank("dense").alias("g"))["g"].to_numpy()
+    return [group == g for g in np.unique(group)]
+
+
+def _history(launches: pl.DataFrame, known: pl.DataFrame, as_of: dt.date) -> pl.DataFrame:
+    snapshot = history_snapshot(known.with_columns(ds=pl.lit(as_of)), as_of)
+    return history_features(launches.with_columns(ds=pl.lit(as_of + dt.timedelta(days=1))),
+                             snapshot)  # fmt: skip
+
+
+def fold_features(
+    train: pl.DataFrame, test: pl.DataFrame, specs: pl.DataFrame
+) -> tuple[np.ndarray, np.ndarray]:
+    as_of = train["ds"].max()
+    train_history = []
+    order = []
+    for (hardware_type,), part in train.with_row_index("_i").group_by(
+        "hardware_type", maintain_order=True
+    ):
+        others = train.filter(pl.col("hardware_type") != hardware_type)
+        train_history.append(_history(part, others, as_of))
+        order.append(part["_i"])
+    history = pl.concat(train_history).with_columns(_i=pl.concat(order)).sort("_i").drop("_i")
+    X_train = build_features(train, specs, history).select(FEATURE_COLUMNS).to_numpy()
+    X_test = build_features(test, specs, _history(test, train, as_of)).to_numpy()
+    return X_train, X_test
+
+
+def physics_predict(train: pl.DataFrame, test: pl.DataFrame, specs: pl.DataFrame) -> np.ndarray:
+    """The same configuration's throughput on its other types, scaled by peak FP16 compute
+    (the geometric mean over the other types); NaN where no other type ran it."""
+    peak = dict(zip(specs["hardware_type"], specs["peak_bf16_tflops"], strict=True))
+    known = train.group_by([*CONFIG, "hardware_type"]).agg(log_q=pl.col("throughput").log().mean())
+    rows = test.select(*CONFIG, target="hardware_type").with_row_index("_i")
+    joined = rows.join(known, on=list(CONFIG), how="left").filter(
+        pl.col("hardware_type") != pl.col("target")
+    ).with_columns(
+        scaled=pl.col("log_q")
+        + (pl.col("target").replace_strict(peak, return_dtype=pl.Float64)
+           / pl.col("hardware_type").replace_strict(peak, return_dtype=pl.Float64)).log()
+    )  # fmt: skip
+    means = joined.group_by("_i").agg(pl.col("scaled").mean())
+    out = rows.select("_i").join(means, on="_i", how="left").sort("_i")["scaled"].to_numpy()
+    return np.exp(out.astype(float))
+
+
+def run_split(
+    attempts: pl.DataFrame,
+    specs: pl.DataFrame,
+    split: str,
+    profile: str = "fast",
+    log: Callable[[str], None] = lambda _: None,
+) -> dict:
+    """Out-of-fold predictions of every model, scored, and top-1 routing accuracy."""
+    rows = with_family(attempts.filter(pl.col("throughput") > 0))
+    predicted = {m: np.full(rows.height, np.nan) for m in MODELS}
+    masks = folds(rows, split)
+    for k, test_mask in enumerate(masks, start=1):
+        train, test = rows.filter(~test_mask), rows.filter(test_mask)
+        if train.height < 50:
+            continue  # nothing to learn from
+        X_train, X_test = fold_features(train, test, specs)
+        y = train["throughput"].log().to_numpy()
+        params = {**profile_params(profile), "min_bin_rows": min(200, max(20, len(y) // 30))}
+        cascade = BinnedCascade(**params).fit(X_train, y)
+        with threadpool_limits(1):
+            gbdt = fit_booster(single_gbdt(profile), X_train, y)
+        predicted["cascade"][test_mask] = np.exp(cascade.predict(X_test))
+        predicted["single_gbdt"][test_mask] = np.exp(gbdt.predict(X_test))
+        lookup = build_lookup_table(train, top_model_types=10**6, min_support=1)
+        predicted["lookup"][test_mask] = lookup.predict(test).cast(pl.Float64).to_numpy()
+        predicted["physics"][test_mask] = physics_predict(train, test, specs)
+        log(f"{split}: fold {k}/{len(masks)} ({test.height} rows)")
+    q = rows["throughput"].to_numpy()
+    result = {"n_rows": rows.height, "folds": len(masks)}
+    for model, p in predicted.items():
+        result[model] = {
+            "w10": metrics.within(p, q, 10),
+            "w20": metrics.within(p, q, 20),
+            "mdape": metrics.mdape(p, q),
+            "coverage": metrics.coverage(p),
+        }
+    result["top1"] = top1_accuracy(rows, predicted, specs)
+    return result
+
+
+def top1_accuracy(rows: pl.DataFrame, predicted: dict, specs: pl.DataFrame) -> dict:
+    """Over configurations measured on at least two types: how often each model's first
+    choice is the true best, by throughput (fastest) and by throughput per dollar."""
+    cost = dict(zip(specs["hardware_type"], specs["hourly_cost_usd"], strict=True))
+    peak = dict(zip(specs["hardware_type"], specs["peak_bf16_tflops"], strict=True))
+    frame = rows.select(*CONFIG, "hardware_type", "throughput").with_columns(
+        **{m: pl.Series(p) for m, p in predicted.items()},
+        peak=pl.col("hardware_type").replace_strict(peak, return_dtype=pl.Float64),
+        cost=pl.col("hardware_type").replace_strict(cost, return_dtype=pl.Float64),
+    )
+    per_type = frame.group_by([*CONFIG, "hardware_type"]).agg(
+        pl.col("throughput").log().mean().exp(),
+        *(pl.col(m).log().mean().exp() for m in MODELS),
+        pl.col("peak").first(),
+        pl.col("cost").first(),
+    )
+    configs = per_type.filter(pl.len().over(list(CONFIG)) >= 2)
+    out = {"configurations": configs.select(CONFIG).unique().height}
+    for goal, divide in (("fastest", False), ("per_cost", True)):
+
+        def score(column: str, divide: bool = divide) -> pl.Expr:
+            value = pl.col(column) / pl.col("cost") if divide else pl.col(column)
+            return value.fill_nan(None)
+
+        truth = configs.with_columns(_s=score("throughput")).sort("_s", descending=True)
+        best = truth.group_by(list(CONFIG)).agg(pl.col("hardware_type").first().alias("best"))
+        result = {}
+        for name in (*MODELS, "peak"):
+            ranked = configs.with_columns(_s=score(name)).filter(pl.col("_s").is_not_null())
+            chosen = (
+                ranked.sort("_s", descending=True)
+                .group_by(list(CONFIG))
+                .agg(pl.col("hardware_type").first().alias("chosen"))
+            )
+            matched = best.join(chosen, on=list(CONFIG), how="left")
+            label = "highest_fp16_peak" if name == "peak" else name
+            result[label] = float((matched["chosen"] == matched["best"]).fill_null(False).mean())
+        out[goal] = result
+    return out

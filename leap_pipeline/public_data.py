@@ -1,0 +1,216 @@
+"""Adapters from public measured throughput to the data contract's three sources.
+
+``sia_sources`` reads the Sia (SOSP'23) traces folder and ``epoch_hardware_specs`` the Epoch AI
+hardware table (through the explicit name mapping below). The data are read from a path given by
+the user, never copied into the project. These sets have no days: every row gets one fixed day,
+and static evaluation (``crossval``) splits by groups instead of by time.
+
+Modelling choices, stated once: a Sia job is a set of data-parallel single-GPU replicas, so a
+trainer is one GPU (``num_trainers`` = GPUs, ``batch_size`` = per-GPU batch, and the spec table's
+``devices_per_host`` is 1); the hourly cost is the Epoch release price spread over three years of
+hours, a proxy for ranking by cost, not a price list.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import polars as pl
+
+from leap_serving.contract import schema
+from leap_serving.validation import ContractError
+
+STATIC_DAY = dt.date(2023, 7, 28)  # the Sia traces' commit date: an upper bound on when they ran
+AMORTIZATION_HOURS = 3 * 365 * 24
+
+# cluster suffix -> (hardware type, Epoch name, network Gb/s from the Sia README or None)
+SIA_CLUSTERS: dict[str, tuple[str, str, float | None]] = {
+    "aws": ("T4", "NVIDIA Tesla T4", None),
+    "azure": ("V100-32GB", "NVIDIA Tesla V100 SXM2 32 GB", None),
+    "dgx": ("A100-40GB", "NVIDIA A100 SXM4 40 GB", 1600.0),
+    "dgx-ext": ("A100-40GB", "NVIDIA A100 SXM4 40 GB", 1600.0),
+    "quad": ("Quadro-RTX-6000", "NVIDIA Quadro RTX 6000", 200.0),
+    "rtx": ("RTX-2080Ti", "NVIDIA GeForce RTX 2080 Ti 11GB", 50.0),
+}
+# scalability files that only re-encode the placements file (the Sia README): not read twice
+_REPEATED_SCALABILITY = {"dgx-ext", "quad"}
+
+# Approximate layer lists of the six Sia models, in the architecture module's vocabulary, so
+# architecture features describe them (sizes from the published networks).
+SIA_MODELS: dict[str, dict] = {
+    "cifar10": {"layers": [{"op": "conv_stack", "blocks": 8, "channels": 256, "image_size": 32},
+                           {"op": "mlp", "widths": [10]}]},
+    "imagenet": {"layers": [{"op": "conv_stack", "blocks": 16, "channels": 1024,
+                             "image_size": 224}, {"op": "mlp", "widths": [1000]}]},
+    "yolov3": {"layers": [{"op": "conv_stack", "blocks": 23, "channels": 512, "image_size": 416},
+                          {"op": "mlp", "widths": [255]}]},
+    "bert": {"layers": [{"op": "transformer", "layers": 12, "d_model": 768, "heads": 12,
+                         "ffn_mult": 4}, {"op": "mlp", "widths": [2]}]},
+    "deepspeech2": {"layers": [{"op": "conv_stack", "blocks": 1, "channels": 32,
+                                "image_size": 161},
+                               {"op": "transformer", "layers": 5, "d_model": 800, "heads": 1,
+                                "ffn_mult": 4}, {"op": "mlp", "widths": [29]}]},
+    "ncf": {"layers": [{"op": "embedding_bag", "dim": 64, "pooling": 1},
+                       {"op": "mlp", "widths": [256, 128, 64, 1]}]},
+}  # fmt: skip
+_SIA_INPUTS = {  # sparse features, dense features, embedding rows, sequence length
+    "cifar10": (0, 3 * 32 * 32, 0, 0),
+    "imagenet": (0, 3 * 224 * 224, 0, 0),
+    "yolov3": (0, 3 * 416 * 416, 0, 0),
+    "bert": (0, 768, 0, 384),
+    "deepspeech2": (0, 161, 0, 400),
+    "ncf": (2, 0, 138_493 + 26_744, 0),
+}
+
+
+def epoch_hardware_specs(path: Path, names: dict[str, tuple[str, float | None]]) -> pl.DataFrame:
+    """The hardware spec table (contract schema) for ``names``: our type -> (Epoch name,
+    network Gb/s or None for Epoch's typical internode figure)."""
+    table = pl.read_csv(path, infer_schema=False)
+    rows = []
+    for hardware_type, (epoch_name, network_gbps) in names.items():
+        found = table.filter(pl.col("Hardware name") == epoch_name)
+        if found.height != 1:
+            raise ContractError(f"Epoch table at {path}: no single row named {epoch_name!r}")
+        r = {k: (float(v) if v not in (None, "") and k != "Hardware name" and _is_number(v)
+                 else v) for k, v in found.row(0, named=True).items()}  # fmt: skip
+        tensor = r.get("Tensor-FP16/BF16 performance (FLOP/s)")
+        half = r.get("FP16 (half precision) performance (FLOP/s)")
+        internode = network_gbps * 1e9 if network_gbps else r.get("Internode bandwidth (bit/s)")
+        price = r.get("Release price (USD)")
+        rows.append({
+            "hardware_type": hardware_type,
+            "vendor": str(r["Manufacturer"]).lower(),
+            "peak_fp32_tflops": _scaled(r.get(_FP32), 1e12),
+            "peak_bf16_tflops": _scaled(tensor if isinstance(tensor, float) else half, 1e12),
+            "memory_gb": _scaled(r.get("Memory (bytes)"), 1e9),
+            "memory_bandwidth_gbps": _scaled(r.get("Memory bandwidth (byte/s)"), 1e9),
+            "l2_cache_mb": None,
+            "compute_units": _scaled(r.get("Tensor cores"), 1.0),
+            "clock_mhz": _scaled(r.get("Boost clock (MHz)"), 1.0),
+            "intra_node_bandwidth_gbps": _scaled(r.get("Intranode bandwidth (byte/s)"), 1e9),
+            "inter_node_bandwidth_gbps": _scaled(internode, 8e9),
+            "process_node_nm": _scaled(r.get("Process size (nm)"), 1.0),
+            "tdp_watts": _scaled(r.get("TDP (W)"), 1.0),
+            "devices_per_host": 1.0,
+            "hourly_cost_usd": _scaled(price, AMORTIZATION_HOURS),
+            "premium": False,
+            "available_from": dt.date.fromisoformat(str(r["Release date"])[:10])
+            if r.get("Release date") else STATIC_DAY,
+        })  # fmt: skip
+    frame = pl.DataFrame(rows, schema=schema("hardware_specs"), orient="row")
+    missing_cost = frame.filter(pl.col("hourly_cost_usd").is_null())["hardware_type"].to_list()
+    if missing_cost:  # no release price: the median of the others, said in the log by the caller
+        frame = frame.with_columns(pl.col("hourly_cost_usd").fill_null(pl.col("hourly_cost_usd")
+                                                                       .median()))  # fmt: skip
+    return frame.select(schema("hardware_specs").names())
+
+
+_FP32 = "FP32 (single precision) performance (FLOP/s)"
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _scaled(value, divisor: float) -> float | None:
+    return float(value) / divisor if isinstance(value, float) else None
+
+
+def sia_sources(traces: Path, epoch_table: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(job_attempts, allocations, hardware_specs) from the Sia traces, one row per measurement."""
+    traces = Path(traces)
+    if not traces.is_dir():
+        raise ContractError(f"Sia traces folder {traces} does not exist")
+    frames = []
+    for model_dir in sorted(p for p in traces.iterdir() if p.is_dir()):
+        model = model_dir.name
+        if model not in SIA_MODELS:
+            raise ContractError(f"Sia traces: model folder {model!r} has no model definition")
+        for cluster, (hardware_type, _, _) in SIA_CLUSTERS.items():
+            for kind in ("placements", "scalability"):
+                path = model_dir / f"{kind}-{cluster}.csv"
+                if not path.is_file():
+                    continue
+                if kind == "scalability" and cluster in _REPEATED_SCALABILITY and model != "ncf":
+                    continue
+                if model == "ncf" and cluster == "dgx-ext":
+                    continue  # byte-identical to ncf's dgx files
+                frame = pl.read_csv(path)
+                if kind == "placements":
+                    digits = frame["placement"].cast(pl.String).str.split("")
+                    gpus = digits.list.eval(pl.element().cast(pl.Int64, strict=False)).list.sum()
+                    nodes = digits.list.len()
+                else:
+                    gpus, nodes = frame["num_replicas"], frame["num_nodes"]
+                frames.append(pl.DataFrame({
+                    "model": model, "cluster": cluster, "kind": kind,
+                    "hardware_type": hardware_type,
+                    "num_gpus": gpus.cast(pl.Int64), "num_nodes": nodes.cast(pl.Int64),
+                    "local_bsz": frame["local_bsz"].cast(pl.Float64).round(0).cast(pl.Int64),
+                    "step_time": frame["step_time"].cast(pl.Float64),
+                }))  # fmt: skip
+    if not frames:
+        raise ContractError(f"no Sia trace files under {traces}")
+    rows = pl.concat(frames).with_row_index("n")
+    mapping = {hw: (epoch, net) for hw, epoch, net in SIA_CLUSTERS.values()}
+    specs = epoch_hardware_specs(epoch_table, mapping)
+    types = specs["hardware_type"].to_list()
+    launch = dt.datetime.combine(STATIC_DAY, dt.time(12))
+    attempts = rows.select(
+        attempt_id=pl.format("sia-{}-{}-{}-{}", "model", "cluster", "kind", "n"),
+        # the family is the configuration, so its history is the same job on other hardware
+        job_name=pl.format("{}.gpus{}.nodes{}.bs{}", "model", "num_gpus", "num_nodes", "local_bsz"),
+        model_type="model",
+        ds=pl.lit(STATIC_DAY),
+        launch_ts=pl.lit(launch),
+        hardware_type="hardware_type",
+        candidate_hardware=pl.lit(types, dtype=pl.List(pl.String)),
+        num_trainers="num_gpus",
+        batch_size="local_bsz",
+        model_definition=pl.col("model").replace_strict(
+            {m: _json(d) for m, d in SIA_MODELS.items()}, return_dtype=pl.String
+        ),
+        num_sparse_features=pl.col("model").replace_strict(
+            {m: v[0] for m, v in _SIA_INPUTS.items()}, return_dtype=pl.Int64
+        ),
+        num_dense_features=pl.col("model").replace_strict(
+            {m: v[1] for m, v in _SIA_INPUTS.items()}, return_dtype=pl.Int64
+        ),
+        hash_size=pl.col("model").replace_strict(
+            {m: v[2] for m, v in _SIA_INPUTS.items()}, return_dtype=pl.Int64
+        ),
+        seq_len=pl.col("model").replace_strict(
+            {m: v[3] for m, v in _SIA_INPUTS.items()}, return_dtype=pl.Int64
+        ),
+        status=pl.lit("succeeded"),
+        throughput=pl.col("num_gpus") * pl.col("local_bsz") / pl.col("step_time"),
+    )
+    contract = schema("job_attempts")
+    attempts = (
+        attempts.with_columns(
+            pl.lit(None, dtype=contract[c]).alias(c) for c in contract if c not in attempts.columns
+        )
+        .select(contract.names())
+        .cast(dict(contract))
+    )
+    allocations = rows.select(
+        attempt_id=attempts["attempt_id"],
+        num_hosts="num_nodes",
+        devices_per_host=(pl.col("num_gpus") + pl.col("num_nodes") - 1) // pl.col("num_nodes"),
+        cpu_cores=pl.lit(None, dtype=pl.Int64),
+        host_memory_gb=pl.lit(None, dtype=pl.Float64),
+        server_subtype="cluster",
+    )
+    return attempts, allocations, specs
+
+
+def _json(definition: dict) -> str:
+    import json
+
+    return json.dumps(definition, separators=(",", ":"))

@@ -1,0 +1,71 @@
+"""Static evaluation on a small hand-built fleet in the data contract, and the Sia adapter."""
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from leap_pipeline.cli import main
+from leap_pipeline.crossval import folds, physics_predict
+from leap_pipeline.simulation import SimulatedFleet
+
+PUBLIC = Path(__file__).parents[2] / "shared" / "data" / "public"
+
+
+def test_grouped_folds_hold_out_each_group_once():
+    rows = pl.DataFrame({"model_type": list("aabbc"), "hardware_type": list("xyxyx")})
+    masks = folds(rows, "leave-model-hardware-out")
+    assert len(masks) == 5 and np.sum(masks, axis=0).tolist() == [1] * 5
+    by_type = folds(rows, "leave-hardware-out")
+    assert sorted(m.sum() for m in by_type) == [2, 3]
+    assert sum(m.sum() for m in folds(rows, "random", n_random=2)) == 5
+    with pytest.raises(ValueError, match="split='sideways'"):
+        folds(rows, "sideways")
+
+
+def test_physics_baseline_scales_by_peak_compute():
+    specs = pl.DataFrame({"hardware_type": ["slow", "fast"], "peak_bf16_tflops": [10.0, 40.0]})
+    train = pl.DataFrame({"model_type": ["m"], "num_trainers": [1], "batch_size": [32],
+                          "hardware_type": ["slow"], "throughput": [100.0]})  # fmt: skip
+    test = train.with_columns(hardware_type=pl.lit("fast"))
+    assert physics_predict(train, test, specs)[0] == pytest.approx(400.0)
+    other = test.with_columns(batch_size=pl.lit(64))  # no other type ran this configuration
+    assert np.isnan(physics_predict(train, other, specs)[0])
+
+
+def test_crossval_on_contract_files(tmp_path, capsys):
+    fleet = SimulatedFleet(seed=2, scale=0.01)
+    attempts = pl.concat([d.attempts for _, d in fleet.days(0, 3)]).with_columns(
+        ds=pl.lit(dt.date(2026, 1, 1))
+    )
+    attempts.write_parquet(tmp_path / "job_attempts.parquet")
+    fleet.hardware_specs().write_parquet(tmp_path / "hardware_specs.parquet")
+    code = main(["crossval", "--source", "contract", "--path", str(tmp_path),
+                 "--hardware", str(tmp_path / "hardware_specs.parquet"),
+                 "--split", "leave-hardware-out", "--profile", "quick", "--json"])  # fmt: skip
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)["leave-hardware-out"]
+    assert result["n_rows"] == attempts.filter(pl.col("throughput") > 0).height
+    for model in ("cascade", "single_gbdt", "lookup", "physics"):
+        assert 0.0 <= result[model]["w20"] <= 1.0
+        assert model in result["top1"]["fastest"]
+    assert result["cascade"]["coverage"] == 1.0
+    assert result["lookup"]["coverage"] == 0.0  # a held-out type has no key in the table
+
+
+@pytest.mark.skipif(not (PUBLIC / "sia-sosp23-traces").exists(), reason="public data absent")
+def test_sia_adapter_gives_contract_rows():
+    from leap_pipeline.public_data import sia_sources
+    from leap_serving.contract import schema
+
+    attempts, allocations, specs = sia_sources(
+        PUBLIC / "sia-sosp23-traces" / "traces", PUBLIC / "epoch-ml-hardware" / "ml_hardware.csv"
+    )
+    assert attempts.schema == schema("job_attempts")
+    assert attempts.height == allocations.height > 19_000
+    assert set(attempts["hardware_type"]) == set(specs["hardware_type"])
+    assert (attempts["throughput"] > 0).all()
+    assert specs.filter(pl.col("hardware_type") == "A100-40GB")["peak_bf16_tflops"][0] == 312.0
