@@ -33,6 +33,30 @@ TABLES: tuple[str, ...] = (
 )
 
 
+# SQL statements. Values are always bound parameters (?); identifiers cannot be, so ``_sql``
+# fills in only table names from TABLES, the warehouse's own view names and stored column names,
+# each quoted.
+_CREATE = "CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM {view} WITH NO DATA"
+_DELETE = "DELETE FROM {table} WHERE ds = ?"
+_INSERT = "INSERT INTO {table} BY NAME SELECT * FROM {view}"
+_DESCRIBE = "DESCRIBE {table}"
+_SELECT = "SELECT {columns} FROM {table} WHERE ds >= ? AND ds <= ? ORDER BY ds"
+_PARTITIONS = "SELECT DISTINCT ds FROM {table} ORDER BY ds"
+_COUNT = "SELECT count(*) AS n FROM {table} WHERE ds = ?"
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _sql(template: str, table: str, view: str | None = None, columns=None) -> str:
+    return template.format(
+        table=_quote(_table(table)),
+        view=_quote(view) if view else "",
+        columns=", ".join(_quote(c) for c in columns) if columns else "*",
+    )
+
+
 class WarehouseError(RuntimeError):
     """The warehouse cannot be opened or written; the message says which file or table."""
 
@@ -93,12 +117,9 @@ class Warehouse:
             self._con.execute("BEGIN TRANSACTION")
             try:
                 for table in prepared:
-                    self._con.execute(
-                        f"CREATE TABLE IF NOT EXISTS {table} AS "
-                        f"SELECT * FROM {views[table]} WITH NO DATA"
-                    )
-                    self._con.execute(f"DELETE FROM {table} WHERE ds = ?", [ds])
-                    self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {views[table]}")
+                    self._con.execute(_sql(_CREATE, table, view=views[table]))
+                    self._con.execute(_sql(_DELETE, table), [ds])
+                    self._con.execute(_sql(_INSERT, table, view=views[table]))
                 self._con.execute("COMMIT")
             except BaseException:
                 self._con.execute("ROLLBACK")
@@ -109,7 +130,7 @@ class Warehouse:
         return {table: rows.height for table, rows in prepared.items()}
 
     def columns(self, table: str) -> list[str]:
-        described = self._con.sql(f"DESCRIBE {_table(table)}").pl()
+        described = self._con.sql(_sql(_DESCRIBE, table)).pl()
         return described["column_name"].to_list()
 
     def read(
@@ -128,8 +149,7 @@ class Warehouse:
         unknown = [c for c in wanted if c not in stored]
         if unknown:
             raise WarehouseError(f"{table}: column(s) {unknown} not stored")
-        select = ", ".join(f'"{c}"' for c in wanted)
-        query = f"SELECT {select} FROM {table} WHERE ds >= ? AND ds <= ? ORDER BY ds"
+        query = _sql(_SELECT, table, columns=wanted)
         low = first or dt.date.min
         high = last or dt.date.max
         return self._con.sql(query, params=[low, high]).pl()
@@ -137,13 +157,13 @@ class Warehouse:
     def partitions(self, table: str) -> list[dt.date]:
         if not self.has(table):
             return []
-        query = f"SELECT DISTINCT ds FROM {_table(table)} ORDER BY ds"
+        query = _sql(_PARTITIONS, table)
         return self._con.sql(query).pl()["ds"].to_list()
 
     def count(self, table: str, ds: dt.date) -> int:
         if not self.has(table):
             return 0
-        query = f"SELECT count(*) AS n FROM {_table(table)} WHERE ds = ?"
+        query = _sql(_COUNT, table)
         return int(self._con.sql(query, params=[ds]).pl()["n"][0])
 
 
