@@ -22,8 +22,8 @@ from typing import Protocol
 
 import polars as pl
 
-from leap_serving.contract import required_columns, schema
-from leap_serving.validation import ContractError, convert
+from leap_serving.contract import schema
+from leap_serving.validation import ContractError, convert, with_contract_columns
 
 from .simulation import SimulatedFleet
 
@@ -122,14 +122,7 @@ def read_file(path: Path, source: str) -> pl.DataFrame:
 def typed_frame(frame: pl.DataFrame, source: str = "hardware_specs") -> pl.DataFrame:
     """Cast a source other than job attempts to the contract; a bad value is an error naming it."""
     contract = schema(source)
-    missing = [name for name in required_columns(source) if name not in frame.columns]
-    if missing:
-        raise ContractError(f"{source} lacks required column(s) {missing}")
-    frame = frame.with_columns(
-        pl.lit(None, dtype=dtype).alias(name)
-        for name, dtype in contract.items()
-        if name not in frame.columns
-    )
+    frame = with_contract_columns(frame, source)
     columns = []
     for name, dtype in contract.items():
         converted = convert(frame[name], dtype)

@@ -48,6 +48,20 @@ _NON_NEGATIVE = (
 )
 
 
+def with_contract_columns(frame: pl.DataFrame, source: str) -> pl.DataFrame:
+    """The source's columns in contract order: a missing required one is an error naming it,
+    a missing optional one arrives as nulls, extra ones are left out."""
+    missing = [c for c in required_columns(source) if c not in frame.columns]
+    if missing:
+        raise ContractError(f"{source} lacks required column(s) {missing}")
+    contract = schema(source)
+    return frame.with_columns(
+        pl.lit(None, dtype=dtype).alias(name)
+        for name, dtype in contract.items()
+        if name not in frame.columns
+    ).select(contract.names())
+
+
 def validate_attempts(
     frame: pl.DataFrame, hardware_types: Iterable[str], day: dt.date | None = None
 ) -> ValidatedAttempts:
@@ -56,14 +70,7 @@ def validate_attempts(
     With ``day``, rows dated another day are quarantined: a partition holds its own day only.
     """
     contract = schema("job_attempts")
-    missing = [c for c in required_columns("job_attempts") if c not in frame.columns]
-    if missing:
-        raise ContractError(f"job_attempts lacks required column(s) {missing}")
-    frame = frame.with_columns(
-        pl.lit(None, dtype=dtype).alias(name)
-        for name, dtype in contract.items()
-        if name not in frame.columns
-    ).select(contract.names())
+    frame = with_contract_columns(frame, "job_attempts")
 
     reasons = []
     cast = {}
