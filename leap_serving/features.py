@@ -22,7 +22,7 @@ import polars as pl
 
 from .architecture import ARCHITECTURE_SUMMARY_KEYS, ModelDefinitionError, summarize
 from .contract import HARDWARE_SPEC_COLUMNS, schema
-from .history import HISTORY_FEATURES, HistoryIndex, history_features
+from .history import HISTORY_FEATURES, HistoryIndex, history_columns
 
 JOB_FEATURES: tuple[str, ...] = (
     "job_num_trainers",
@@ -179,18 +179,36 @@ def _safe_log(values: np.ndarray) -> np.ndarray:
 
 
 def build_features(
-    launches: pl.DataFrame, hardware_specs: pl.DataFrame, history: pl.DataFrame
+    launches: pl.DataFrame,
+    hardware_specs: pl.DataFrame,
+    history: pl.DataFrame | dict[str, np.ndarray],
 ) -> pl.DataFrame:
-    """Feature rows (``FEATURE_COLUMNS``, all Float64) for launches, one per input row, in order.
+    """Feature rows (``FEATURE_COLUMNS``, all Float64, null for unknown) for launches, one per
+    input row, in order: ``feature_matrix`` as a frame."""
+    matrix = feature_matrix(launches, hardware_specs, history)
+    return pl.DataFrame(
+        [pl.Series(name, matrix[:, j], nan_to_null=True) for j, name in enumerate(FEATURE_COLUMNS)]
+    )
+
+
+def feature_matrix(
+    launches: pl.DataFrame,
+    hardware_specs: pl.DataFrame,
+    history: pl.DataFrame | dict[str, np.ndarray],
+) -> np.ndarray:
+    """The feature rows as a float64 matrix, NaN for unknown, columns in ``FEATURE_COLUMNS`` order.
 
     ``launches`` carries ``LAUNCH_COLUMNS`` (optional fields may be absent) with ``hardware_type``
-    the type to predict for; ``history`` is the matching ``history_features`` rows (use
-    ``launch_features`` to compute them from a snapshot). Column arithmetic in numpy: the same
-    code costs microseconds for one launch's candidates and seconds for a month of attempts.
+    the type to predict for; ``history`` is the matching ``history_features`` rows or
+    ``history_columns`` arrays. Column arithmetic in numpy: the same code costs microseconds for
+    one launch's candidates and seconds for a month of attempts.
     """
     launches = _with_launch_columns(launches)
-    if history.height != launches.height:
-        raise ValueError(f"history has {history.height} rows for {launches.height} launches")
+    history_rows = history.height if isinstance(history, pl.DataFrame) else (
+        len(history[HISTORY_FEATURES[0]])
+    )  # fmt: skip
+    if history_rows != launches.height:
+        raise ValueError(f"history has {history_rows} rows for {launches.height} launches")
     spec_row = {hw: i for i, hw in enumerate(hardware_specs["hardware_type"].to_list())}
     hardware = launches["hardware_type"].to_list()
     unknown = sorted({hw for hw in hardware if hw not in spec_row}, key=str)
@@ -275,14 +293,14 @@ def build_features(
     for k in ARCHITECTURE_SUMMARY_KEYS:
         f[f"arch_{k}"] = a[k]
     for name in HISTORY_FEATURES:
-        f[name] = history[name].cast(pl.Float64).to_numpy()
-    # inf/NaN from a zero denominator become missing values: one representation for "unknown"
-    return pl.DataFrame(
-        [
-            pl.Series(name, np.where(np.isfinite(f[name]), f[name], np.nan), nan_to_null=True)
-            for name in FEATURE_COLUMNS
-        ]
-    )
+        values = history[name]
+        f[name] = values.cast(pl.Float64).to_numpy() if isinstance(values, pl.Series) else values
+    matrix = np.column_stack([f[name] for name in FEATURE_COLUMNS]) if len(take) else (
+        np.empty((0, len(FEATURE_COLUMNS)))
+    )  # fmt: skip
+    # inf from a zero denominator becomes missing too: one representation for "unknown"
+    matrix[~np.isfinite(matrix)] = np.nan
+    return matrix
 
 
 def launch_features(
@@ -291,7 +309,15 @@ def launch_features(
     """Features of launches on day D from the history snapshot as of D-1 (or its index, which
     serving builds once per model): the serving path."""
     launches = _with_launch_columns(launches)
-    return build_features(launches, hardware_specs, history_features(launches, snapshot))
+    return build_features(launches, hardware_specs, history_columns(launches, snapshot))
+
+
+def launch_matrix(
+    launches: pl.DataFrame, hardware_specs: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex
+) -> np.ndarray:
+    """``launch_features`` as the matrix a model reads, without building a frame (serving)."""
+    launches = _with_launch_columns(launches)
+    return feature_matrix(launches, hardware_specs, history_columns(launches, snapshot))
 
 
 def expand_candidates(launch: dict, candidates: Iterable[str]) -> pl.DataFrame:

@@ -208,19 +208,34 @@ def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame | HistoryInd
 
     The snapshot must predate every launch; only recency is computed here, from the launch day.
     """
+    columns = history_columns(launches, snapshot)
+    return pl.DataFrame(
+        [pl.Series(name, columns[name], nan_to_null=True) for name in HISTORY_FEATURES]
+    )
+
+
+def history_columns(
+    launches: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex
+) -> dict[str, np.ndarray]:
+    """``history_features`` as float arrays (NaN for missing): what feature extraction uses."""
     index = snapshot if isinstance(snapshot, HistoryIndex) else HistoryIndex.from_snapshot(snapshot)
     if launches.height and index.last_ds is not None and index.last_ds >= launches["ds"].min():
         raise ValueError(
             f"snapshot reaches {index.last_ds} but a launch is on {launches['ds'].min()}: "
             "history must come from earlier days"
         )
-    keyed = with_family(launches)
-    columns = {name: np.full(keyed.height, np.nan) for name in HISTORY_FEATURES}
+    if "family" in launches.columns:
+        families = launches["family"].to_list()
+    else:  # one regex pass per distinct name, without building a frame (the serving hot path)
+        names = launches["job_name"].to_list()
+        memo = {n: normalize_job_name(n) for n in set(names)}
+        families = [memo[n] for n in names]
+    columns = {name: np.full(launches.height, np.nan) for name in HISTORY_FEATURES}
     rows = zip(
-        keyed["family"].to_list(),
-        keyed["model_type"].to_list(),
-        keyed["hardware_type"].to_list(),
-        keyed["ds"].to_list(),
+        families,
+        launches["model_type"].to_list(),
+        launches["hardware_type"].to_list(),
+        launches["ds"].to_list(),
         strict=True,
     )
     for i, (family, model_type, hardware_type, ds) in enumerate(rows):
@@ -247,9 +262,7 @@ def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame | HistoryInd
             columns["hist_hw_count"][i] = float(on_type[0])
             columns["hist_hw_mean_log_q"][i] = on_type[1]
             columns["hist_hw_prev_log_q"][i] = on_type[2]
-    return pl.DataFrame(
-        [pl.Series(name, columns[name], nan_to_null=True) for name in HISTORY_FEATURES]
-    )
+    return columns
 
 
 def point_in_time_history(rows: pl.DataFrame) -> pl.DataFrame:

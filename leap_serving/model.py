@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from .cascade import BinnedCascade
-from .features import FEATURE_COLUMNS, launch_features
+from .features import FEATURE_COLUMNS, launch_matrix
 from .history import HistoryIndex
 
 ARTIFACTS: dict[str, str] = {
@@ -98,8 +98,7 @@ class LeapModel:
 
     def predict(self, launches: pl.DataFrame) -> pl.DataFrame:
         """Predicted throughput, bin and bin probability for launch rows (one per candidate)."""
-        features = launch_features(launches, self.hardware_specs, self.history_index)
-        X = features.to_numpy()
+        X = launch_matrix(launches, self.hardware_specs, self.history_index)
         bins, probability = self.cascade.predict_bins(X)
         log_q = self.cascade.predict(X)
         return pl.DataFrame(
@@ -107,7 +106,7 @@ class LeapModel:
                 "predicted_throughput": np.exp(log_q),
                 "bin": bins,
                 "bin_probability": probability,
-                "history_found": features["hist_cold_start"].to_numpy() == 0.0,
+                "history_found": X[:, FEATURE_COLUMNS.index("hist_cold_start")] == 0.0,
             }
         )
 

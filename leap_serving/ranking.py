@@ -29,10 +29,11 @@ import polars as pl
 
 from .compiled import CompiledCascade
 from .contract import schema
-from .features import LAUNCH_COLUMNS, expand_candidates, launch_features
+from .features import FEATURE_COLUMNS, LAUNCH_COLUMNS, expand_candidates, launch_matrix
 from .model import LeapModel, ModelArtifactError
 
 log = logging.getLogger("leap_serving")
+_COLD_START = FEATURE_COLUMNS.index("hist_cold_start")
 
 MODEL_URI_ENV = "LEAP_MODEL_URI"
 SWITCHES_ENV = "LEAP_ROUTING_SWITCHES"
@@ -271,9 +272,9 @@ class Ranker:
 
     def _score(self, prepared: list, loaded: _Loaded, results: list) -> None:
         rows = pl.concat([expand_candidates(launch, types) for _, launch, types, _ in prepared])
-        features = launch_features(rows, loaded.model.hardware_specs, loaded.model.history_index)
-        log_q, bins, probability = loaded.compiled.predict(features.to_numpy())
-        history_found = features["hist_cold_start"].to_numpy() == 0.0
+        X = launch_matrix(rows, loaded.model.hardware_specs, loaded.model.history_index)
+        log_q, bins, probability = loaded.compiled.predict(X)
+        history_found = X[:, _COLD_START] == 0.0
         start = 0
         for i, launch, types, ignored in prepared:
             stop = start + len(types)
