@@ -401,6 +401,10 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
+def _points(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:+.1f} points"
+
+
 def markdown(report: dict) -> str:
     lines = [
         f"# LEAP report ({report['settings']['scale']} scale, evaluation day "
@@ -418,10 +422,10 @@ def markdown(report: dict) -> str:
         f"{_pct(report['table1'].get('lookup_w20'))} / "
         f"{_pct(report['table1'].get('cascade_w20'))} | 53% / 87% |",
         f"| hold out a hardware type: change in w20 | "
-        f"{_pct(report['holdout_hardware_delta_w20'])} (control "
-        f"{_pct(report['holdout_hardware_control_delta_w20'])}) | -37 points (control < 2) |",
-        f"| hold out a model type: change in w20 | {_pct(report['holdout_family_delta_w20'])} "
-        f"(control {_pct(report['holdout_family_control_delta_w20'])}) | -49.7 points |",
+        f"{_points(report['holdout_hardware_delta_w20'])} (control "
+        f"{_points(report['holdout_hardware_control_delta_w20'])}) | -37 points (control < 2) |",
+        f"| hold out a model type: change in w20 | {_points(report['holdout_family_delta_w20'])} "
+        f"(control {_points(report['holdout_family_control_delta_w20'])}) | -49.7 points |",
         f"| routing capture of the oracle's saving | {_pct(report['routing_capture'])} | - |",
         "",
         "## Ablation (one held-out day)",
