@@ -414,13 +414,13 @@ def markdown(report: dict) -> str:
         "|---|---|---|",
         f"| nightly w20, median (range) | {_pct(report['nightly_w20_median'])} "
         f"({_pct(report['nightly_w20_range'][0])} - {_pct(report['nightly_w20_range'][1])}) "
-        "| 77.0% (74.4 - 79.7) |",
+        "| 77.0% (73.5 - 80.6) |",
         f"| single GBDT w20, median | {_pct(report['single_gbdt_w20_median'])} | - |",
         f"| oracle (noise ceiling) w20, median | {_pct(report['oracle_w20_median'])} | - |",
-        f"| Table 1: lookup coverage | {_pct(report['table1']['coverage'])} | 13% |",
+        f"| Table 1: lookup coverage | {_pct(report['table1']['coverage'])} | 13.3% |",
         f"| Table 1: lookup w20 / cascade w20 on covered | "
         f"{_pct(report['table1'].get('lookup_w20'))} / "
-        f"{_pct(report['table1'].get('cascade_w20'))} | 53% / 87% |",
+        f"{_pct(report['table1'].get('cascade_w20'))} | 53.2% / 85.1% |",
         f"| hold out a hardware type: change in w20 | "
         f"{_points(report['holdout_hardware_delta_w20'])} (control "
         f"{_points(report['holdout_hardware_control_delta_w20'])}) | -37 points (control < 2) |",
