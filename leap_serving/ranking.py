@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -329,7 +329,7 @@ class Ranker:
 
 
 def _with_rank(score: CandidateScore, rank: int) -> CandidateScore:
-    return CandidateScore(**{**asdict(score), "rank": rank})
+    return replace(score, rank=rank)
 
 
 def _removed(score: CandidateScore, bar: float, ratio: float) -> CandidateScore:
@@ -337,7 +337,7 @@ def _removed(score: CandidateScore, bar: float, ratio: float) -> CandidateScore:
         f"premium type removed: {score.throughput_per_cost:,.0f} samples per dollar is below "
         f"{ratio:g} x the best non-premium candidate's {bar:,.0f}"
     )
-    return CandidateScore(**{**asdict(score), "removed_reason": reason})
+    return replace(score, removed_reason=reason)
 
 
 def _empty(exc: Exception, version: str | None, job: Any) -> Ranking:
