@@ -203,14 +203,15 @@ def _static_source(args: argparse.Namespace):
     from leap_serving.validation import validate_attempts
 
     from .importer import _read_all
-    from .public_data import sia_sources
+    from .public_data import lambda_sources, sia_sources
     from .sources import typed_frame
 
     path = Path(args.path)
-    if args.source == "sia":
+    if args.source in ("sia", "lambda"):
         if not args.hardware:
-            raise ValueError("--hardware: the Epoch ml_hardware.csv is needed for --source sia")
-        attempts, _, specs = sia_sources(path, Path(args.hardware))
+            raise ValueError(f"--hardware: the Epoch ml_hardware.csv is needed for {args.source}")
+        adapter = sia_sources if args.source == "sia" else lambda_sources
+        attempts, _, specs = adapter(path, Path(args.hardware))
         return attempts, specs
     specs_path = Path(args.hardware) if args.hardware else next(
         (p for p in (path / "hardware_specs.parquet", path / "hardware_specs.csv") if p.exists()),
@@ -340,9 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     imports.set_defaults(handler=import_logs)
 
     static = commands.add_parser("crossval", help="grouped-split evaluation of static data")
-    static.add_argument("--source", choices=("sia", "contract"), required=True)
-    static.add_argument("--path", required=True, help="Sia traces folder, or a folder of "
-                        "contract files (job_attempts + hardware_specs)")  # fmt: skip
+    static.add_argument("--source", choices=("sia", "lambda", "contract"), required=True)
+    static.add_argument("--path", required=True, help="Sia traces folder, a Lambda snapshot's "
+                        "pytorch folder, or a folder of contract files")  # fmt: skip
     static.add_argument("--hardware", default="", help="Epoch ml_hardware.csv (sia) or a "
                         "hardware_specs file (contract)")  # fmt: skip
     static.add_argument("--split", default="leave-model-hardware-out",

@@ -214,3 +214,111 @@ def _json(definition: dict) -> str:
     import json
 
     return json.dumps(definition, separators=(",", ":"))
+
+
+# Lambda system label (prefixes and GPU count removed) -> (hardware type, Epoch name). Labels not
+# listed are an error: a mapping is a decision, not a guess.
+LAMBDA_GPUS: dict[str, tuple[str, str]] = {
+    "Quadro RTX 8000": ("Quadro-RTX-8000", "NVIDIA Quadro RTX 8000"),
+    "V100 16GB": ("V100-16GB", "NVIDIA Tesla V100 SXM2 16 GB"),
+    "RTX 3090": ("RTX-3090", "NVIDIA GeForce RTX 3090"),
+    "A10": ("A10", "NVIDIA A10 PCIe"),
+    "A100 40GB PCIe": ("A100-40GB-PCIe", "NVIDIA A100 PCIe"),
+    "A100 80GB PCIe": ("A100-80GB-PCIe", "NVIDIA A100 PCIe"),  # Epoch lists one PCIe A100
+    "A100 80GB SXM4": ("A100-80GB", "NVIDIA A100 SXM4 80 GB"),
+    "RTX 6000 Ada": ("RTX6000-Ada", "NVIDIA RTX 6000 Ada Generation"),
+    "RTX A6000": ("RTX-A6000", "NVIDIA RTX A6000"),
+    "RTX 4090": ("RTX-4090", "NVIDIA GeForce RTX 4090"),
+    "H100 80GB PCIe Gen5": ("H100-PCIe", "NVIDIA H100 PCIe"),
+    "H100 80GB SXM5": ("H100-SXM", "NVIDIA H100 SXM5 80GB"),
+}
+_LAMBDA_PREFIX = r"^(?:LambdaCloud|DellTexas|Dell|SMC|1CC|RAIDZ1)\s+"
+_LAMBDA_COUNT = r"^\d+x\s*"
+LAMBDA_DAY = dt.date(2024, 7, 24)  # the v1 files' last change: an upper bound on the runs
+
+
+def lambda_gpu(label: str) -> str:
+    """The GPU of a Lambda system label: ``Dell 4x H100 80GB SXM5`` -> ``H100 80GB SXM5``."""
+    import re
+
+    return re.sub(_LAMBDA_COUNT, "", re.sub(_LAMBDA_PREFIX, "", label.strip())).strip()
+
+
+def lambda_sources(
+    folder: Path, epoch_table: Path
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(job_attempts, allocations, hardware_specs) from the Lambda v1 throughput and batch-size
+    tables (``pytorch-train-{throughput,bs}-{fp16,fp32}.csv``) of one snapshot folder."""
+    folder = Path(folder)
+    frames = []
+    for precision in ("fp16", "fp32"):
+        paths = [folder / f"pytorch-train-{kind}-{precision}.csv" for kind in ("throughput", "bs")]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise ContractError(f"Lambda folder {folder}: missing {missing}")
+        throughput, batch = (pl.read_csv(p, infer_schema=False) for p in paths)
+        models = [
+            c for c in throughput.columns if c not in ("name_gpu", "num_gpu", "watt", "price")
+        ]
+        long = throughput.unpivot(index=["name_gpu", "num_gpu"], on=models, variable_name="model",
+                                  value_name="throughput")  # fmt: skip
+        sizes = batch.unpivot(index="name_gpu", on=[m for m in models if m in batch.columns],
+                              variable_name="model", value_name="global_batch")  # fmt: skip
+        frames.append(
+            long.join(sizes, on=["name_gpu", "model"], how="left").with_columns(
+                precision=pl.lit(precision)
+            )
+        )
+    rows = (
+        pl.concat(frames)
+        .with_columns(
+            throughput=pl.col("throughput").cast(pl.Float64, strict=False),
+            num_gpu=pl.col("num_gpu").cast(pl.Float64).cast(pl.Int64),
+            global_batch=pl.col("global_batch").cast(pl.Float64, strict=False),
+            gpu=pl.col("name_gpu").map_elements(lambda_gpu, return_dtype=pl.String),
+        )
+        .filter(pl.col("throughput") > 0)
+    )  # 0 or empty: not run, or out of memory
+    unknown = sorted(set(rows["gpu"]) - set(LAMBDA_GPUS))
+    if unknown:
+        raise ContractError(f"Lambda GPU label(s) {unknown} have no entry in LAMBDA_GPUS")
+    specs = epoch_hardware_specs(
+        epoch_table, {hw: (epoch, None) for hw, epoch in LAMBDA_GPUS.values()}
+    )
+    rows = rows.with_row_index("n").with_columns(
+        hardware_type=pl.col("gpu").replace_strict({k: v[0] for k, v in LAMBDA_GPUS.items()}),
+        per_gpu_batch=(pl.col("global_batch") / pl.col("num_gpu")).round(0).cast(pl.Int64),
+    )
+    types = sorted(set(rows["hardware_type"]))
+    contract = schema("job_attempts")
+    attempts = rows.select(
+        attempt_id=pl.format("lambda-{}-{}-{}", "precision", "model", "n"),
+        # a family is (model, precision, GPUs, batch): its history is the same job elsewhere
+        job_name=pl.format("{}.{}.gpus{}.bs{}", "model", "precision", "num_gpu", "per_gpu_batch"),
+        model_type=pl.format("{}.{}", "model", "precision"),
+        ds=pl.lit(LAMBDA_DAY),
+        launch_ts=pl.lit(dt.datetime.combine(LAMBDA_DAY, dt.time(12))),
+        hardware_type="hardware_type",
+        candidate_hardware=pl.lit(types, dtype=pl.List(pl.String)),
+        num_trainers="num_gpu",
+        batch_size=pl.col("per_gpu_batch").fill_null(1),  # batch unknown: one sample per GPU
+        precision="precision",
+        status=pl.lit("succeeded"),
+        throughput="throughput",
+    )
+    attempts = (
+        attempts.with_columns(
+            pl.lit(None, dtype=contract[c]).alias(c) for c in contract if c not in attempts.columns
+        )
+        .select(contract.names())
+        .cast(dict(contract))
+    )
+    allocations = attempts.select(
+        "attempt_id",
+        num_hosts=pl.lit(1, dtype=pl.Int64),
+        devices_per_host="num_trainers",
+        cpu_cores=pl.lit(None, dtype=pl.Int64),
+        host_memory_gb=pl.lit(None, dtype=pl.Float64),
+        server_subtype=pl.lit(None, dtype=pl.String),
+    )
+    return attempts, allocations, specs

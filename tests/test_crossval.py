@@ -77,3 +77,26 @@ def test_sia_adapter_gives_contract_rows():
     assert set(attempts["hardware_type"]) == set(specs["hardware_type"])
     assert (attempts["throughput"] > 0).all()
     assert specs.filter(pl.col("hardware_type") == "A100-40GB")["peak_bf16_tflops"][0] == 312.0
+
+
+def test_lambda_labels_map_to_gpus():
+    from leap_pipeline.public_data import LAMBDA_GPUS, lambda_gpu
+
+    assert lambda_gpu("Dell 4x H100 80GB SXM5") == "H100 80GB SXM5"
+    assert lambda_gpu("LambdaCloud 8xV100 16GB") == "V100 16GB"
+    assert lambda_gpu("RTX 3090") in LAMBDA_GPUS
+
+
+@pytest.mark.skipif(not (PUBLIC / "lambda-dl-benchmark").exists(), reason="public data absent")
+def test_lambda_adapter_gives_contract_rows():
+    from leap_pipeline.public_data import lambda_sources
+    from leap_serving.contract import schema
+
+    attempts, allocations, specs = lambda_sources(
+        PUBLIC / "lambda-dl-benchmark" / "head-aa5addb" / "pytorch",
+        PUBLIC / "epoch-ml-hardware" / "ml_hardware.csv",
+    )
+    assert attempts.schema == schema("job_attempts")
+    assert attempts.height == allocations.height == 980  # 490 non-zero cells per precision
+    assert set(attempts["precision"]) == {"fp16", "fp32"}
+    assert set(attempts["hardware_type"]) <= set(specs["hardware_type"])
