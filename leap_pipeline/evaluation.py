@@ -9,10 +9,12 @@ is simulated, the oracle's true medians scored the same way (the noise ceiling).
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
+from threadpoolctl import threadpool_limits
 
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
@@ -64,8 +66,6 @@ def fit_models(
     lookup_min_support: int = MIN_SUPPORT,
 ) -> TrainedModels:
     """Fit the cascade, the single GBDT and the lookup table on a window of feature-table rows."""
-    import time
-
     check_window(window, day)
     X = window.select(FEATURE_COLUMNS).to_numpy()
     y = window["log_q"].to_numpy()
@@ -75,8 +75,6 @@ def fit_models(
     seconds["cascade"] = time.perf_counter() - start
     start = time.perf_counter()
     gbdt = single_gbdt(profile, random_state=random_state)
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(cascade.n_threads):
         fit_booster(gbdt, X, y)
     seconds["single_gbdt"] = time.perf_counter() - start

@@ -143,13 +143,14 @@ def load_registered(model_uri: str) -> tuple[LeapModel, str | None]:
     version = None
     if model_uri.startswith("models:/"):
         try:
-            version = _registry_version(model_uri)
+            version = registry_version(model_uri)
         except Exception:  # the version is informative only; the model itself loaded
             version = None
     return model, version
 
 
-def _registry_version(model_uri: str) -> str:
+def registry_version(model_uri: str) -> str:
+    """The registry version a ``models:/name@alias`` or ``models:/name/N`` URI names now."""
     from mlflow import MlflowClient
 
     path = model_uri.removeprefix("models:/")

@@ -30,7 +30,7 @@ import polars as pl
 from .compiled import CompiledCascade
 from .contract import schema
 from .features import FEATURE_COLUMNS, LAUNCH_COLUMNS, expand_candidates, launch_matrix
-from .model import LeapModel, ModelArtifactError
+from .model import LeapModel, ModelArtifactError, load_registered, registry_version
 
 log = logging.getLogger("leap_serving")
 _COLD_START = FEATURE_COLUMNS.index("hist_cold_start")
@@ -194,14 +194,10 @@ class Ranker:
     def _pointer_version(self) -> str | None:
         if not self.model_uri.startswith("models:/"):
             return None
-        from .model import _registry_version
-
-        return _registry_version(self.model_uri)
+        return registry_version(self.model_uri)
 
     def _load(self, version: str | None) -> _Loaded:
         if self.model_uri.startswith("models:/"):
-            from .model import load_registered
-
             model, _ = load_registered(self.model_uri)
         else:
             model = LeapModel.load(self.model_uri)
