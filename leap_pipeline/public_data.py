@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from leap_serving.contract import schema
-from leap_serving.validation import ContractError
+from leap_serving.validation import ContractError, with_contract_columns
 
 STATIC_DAY = dt.date(2023, 7, 28)  # the Sia traces' commit date: an upper bound on when they ran
 AMORTIZATION_HOURS = 3 * 365 * 24
@@ -192,13 +192,7 @@ def sia_sources(traces: Path, epoch_table: Path) -> tuple[pl.DataFrame, pl.DataF
         throughput=pl.col("num_gpus") * pl.col("local_bsz") / pl.col("step_time"),
     )
     contract = schema("job_attempts")
-    attempts = (
-        attempts.with_columns(
-            pl.lit(None, dtype=contract[c]).alias(c) for c in contract if c not in attempts.columns
-        )
-        .select(contract.names())
-        .cast(dict(contract))
-    )
+    attempts = with_contract_columns(attempts, "job_attempts").cast(dict(contract))
     allocations = rows.select(
         attempt_id=attempts["attempt_id"],
         num_hosts="num_nodes",
@@ -306,13 +300,7 @@ def lambda_sources(
         status=pl.lit("succeeded"),
         throughput="throughput",
     )
-    attempts = (
-        attempts.with_columns(
-            pl.lit(None, dtype=contract[c]).alias(c) for c in contract if c not in attempts.columns
-        )
-        .select(contract.names())
-        .cast(dict(contract))
-    )
+    attempts = with_contract_columns(attempts, "job_attempts").cast(dict(contract))
     allocations = attempts.select(
         "attempt_id",
         num_hosts=pl.lit(1, dtype=pl.Int64),
