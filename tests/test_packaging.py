@@ -63,3 +63,18 @@ def test_the_committed_dagster_yaml_is_the_one_the_demo_writes():
 
     committed = Path(__file__).parents[1] / "data" / "dagster" / "dagster.yaml"
     assert committed.read_text() == DAGSTER_YAML
+
+
+def test_the_ranker_is_leap_serving_ranker_and_needs_no_dagster():
+    code = (
+        "import sys, leap_serving; "
+        "assert 'leap_serving.ranking' not in sys.modules; "
+        "from leap_serving import Ranker; import leap_serving.ranking as r; "
+        "assert Ranker is r.Ranker; "
+        "assert not any(m.split('.')[0] in ('dagster', 'leap_pipeline') for m in sys.modules)"
+    )
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
