@@ -202,7 +202,7 @@ def warehouse_fleet_statistics(
     warehouse was filled from the simulator, its oracle scores the held-out day and its scale
     applies; otherwise the scale is 1.0.
     """
-    from .sources import SimulatorSource, source_from_uri
+    from .sources import logged_simulator
     from .warehouse import open_warehouse
 
     with open_warehouse(path, read_only=True) as wh:
@@ -212,10 +212,10 @@ def warehouse_fleet_statistics(
         first, last = stored[max(0, len(stored) - days)], stored[-1]
         attempts = wh.read("feature_table", first, last, columns=LOOKUP_KEY_COLUMNS)
         n_hardware = wh.read("hardware_specs", last, last).height
-        sources = wh.read("source_log", first, last)["source"].unique().to_list()
+        sources = wh.read("source_log", first, last)["source"].to_list()
         where = f"feature table {wh.path}, {first} .. {last} ({len(stored)} days stored)"
-    source = source_from_uri(sources[0]) if len(sources) == 1 else None
-    if isinstance(source, SimulatorSource):
+    source = logged_simulator(sources)
+    if source is not None:
         fleet = source.fleet()
         held_out = attempts.filter(pl.col("ds") == last)["attempt_id"].to_list()
         medians = fleet.oracle().true_medians(held_out)

@@ -32,7 +32,7 @@ from .evaluation import (
 )
 from .partitions import daily_partitions
 from .resources import MlflowResource, TrainingResource, WarehouseResource
-from .sources import SimulatorSource, source_from_uri
+from .sources import logged_simulator
 from .training import load_trained, models_folder, save_trained, train_night
 
 EVALUATION_COLUMNS = ("w5", "w10", "w15", "w20", "mdape", "median_ratio", "coverage")
@@ -121,13 +121,14 @@ def model_evaluation(
     run_kind = _run_kind(context, training)
     decisions, per_day = [], []
     last = None
+    production = _production_model(context)
     with warehouse.open() as wh:
         for day in partition_days(context):
             folder = models_folder(wh.path, day)
             models, _ = load_trained(folder)
             rows = wh.read("feature_table", day, day)
             evaluation = evaluate(models, rows, _oracle_medians(wh, day, rows))
-            production_w20 = _production_w20(rows, context)
+            production_w20 = _production_w20(production, rows)
             gate = registry.evaluation_gate(
                 evaluation["overall"]["cascade"]["w20"],
                 production_w20,
@@ -263,23 +264,30 @@ def _run_kind(context: dg.AssetExecutionContext, training: TrainingResource) -> 
 
 def _oracle_medians(wh, day: dt.date, rows: pl.DataFrame) -> pl.DataFrame | None:
     """The true medians of the day's attempts, when the day came from the simulator."""
-    sources = wh.read("source_log", day, day)["source"].to_list()
-    source = source_from_uri(sources[0]) if len(sources) == 1 else None
-    if not isinstance(source, SimulatorSource):
+    source = logged_simulator(wh.read("source_log", day, day)["source"].to_list())
+    if source is None:
         return None
     return source.fleet().oracle().true_medians(rows["attempt_id"].to_list())
 
 
-def _production_w20(rows: pl.DataFrame, context: dg.AssetExecutionContext) -> float | None:
-    """The current production model's w20 on the same rows, or None when there is none."""
-    from leap_serving import metrics
-
+def _production_model(context: dg.AssetExecutionContext):
+    """The model the alias names when the run starts (promotion happens after evaluation, so it
+    stays the same for every day of the run), or None when there is none or it cannot load."""
     if registry.production_version() is None:
         return None
     try:
         production, _ = load_registered(registry.model_uri())
     except ModelArtifactError as exc:
         context.log.warning(f"production model not comparable: {exc}")
+        return None
+    return production
+
+
+def _production_w20(production, rows: pl.DataFrame) -> float | None:
+    """The production model's w20 on the same rows, or None when there is none."""
+    from leap_serving import metrics
+
+    if production is None:
         return None
     predicted = np.exp(production.cascade.predict(rows.select(FEATURE_COLUMNS).to_numpy()))
     return metrics.within(predicted, rows["throughput"].to_numpy(), 20)

@@ -154,3 +154,11 @@ def source_from_uri(uri: str | None = None) -> Source:
         return SimulatorSource(seed=seed, scale=scale)
     path = uri.removeprefix("files:")
     return FileSource(Path(path))
+
+
+def logged_simulator(logged_sources: list[str]) -> SimulatorSource | None:
+    """The simulator that produced days whose ``source_log`` holds ``logged_sources``, or None
+    when they came from files or from more than one source (no oracle then)."""
+    distinct = set(logged_sources)
+    source = source_from_uri(distinct.pop()) if len(distinct) == 1 else None
+    return source if isinstance(source, SimulatorSource) else None

@@ -14,7 +14,8 @@ from .model import LeapModel
 
 class LeapPyfunc(mlflow.pyfunc.PythonModel):
     """Input: launch rows in the data contract's columns (``hardware_type`` = the candidate,
-    ``ds`` = the launch day). Output: predicted throughput, bin and bin probability per row."""
+    ``ds`` = the launch day). Output per row: predicted throughput, bin, bin probability and
+    whether history was found (``LeapModel.predict``)."""
 
     def load_context(self, context) -> None:
         self.model = LeapModel.load(dict(context.artifacts))

@@ -126,8 +126,14 @@ def test_pointer_moves_only_when_asked_and_the_gate_passes_and_rollback_works(fl
 
 
 def test_retention_never_removes_the_production_version(fleet):
+    for _ in range(3):  # three versions or more: production (the oldest), between, newest
+        assert _train(fleet, run_kind="test").success
+    versions = registry.MlflowClient().search_model_versions(f"name='{registry.model_name()}'")
+    oldest = min(int(v.version) for v in versions)
+    registry.promote(str(oldest), reason="retention test", actor="pytest")
     current = registry.production_version()
     deleted = registry.enforce_retention(keep=1)
+    assert deleted  # the versions between went ...
     assert str(current.version) not in deleted
     assert str(registry.production_version().version) == str(current.version)
 
