@@ -7,8 +7,9 @@ and static evaluation (``crossval``) splits by groups instead of by time.
 
 Modelling choices, stated once: a Sia job is a set of data-parallel single-GPU replicas, so a
 trainer is one GPU (``num_trainers`` = GPUs, ``batch_size`` = per-GPU batch, and the spec table's
-``devices_per_host`` is 1); the hourly cost is the Epoch release price spread over three years of
-hours, a proxy for ranking by cost, not a price list.
+``devices_per_host`` is 1); the hourly cost is a device price spread over three years of hours, a
+proxy for ranking by cost, not a rental rate. The price is Lambda's own list price per GPU where
+the data set gives one, else Epoch's release price, else the median of the others.
 """
 
 from __future__ import annotations
@@ -64,9 +65,15 @@ _SIA_INPUTS = {  # sparse features, dense features, embedding rows, sequence len
 }
 
 
-def epoch_hardware_specs(path: Path, names: dict[str, tuple[str, float | None]]) -> pl.DataFrame:
+def epoch_hardware_specs(
+    path: Path,
+    names: dict[str, tuple[str, float | None]],
+    list_prices: dict[str, float] | None = None,
+) -> pl.DataFrame:
     """The hardware spec table (contract schema) for ``names``: our type -> (Epoch name,
-    network Gb/s or None for Epoch's typical internode figure)."""
+    network Gb/s or None for Epoch's typical internode figure). A type's price in
+    ``list_prices`` (USD per device, from the data set itself) replaces Epoch's release price."""
+    list_prices = list_prices or {}
     table = pl.read_csv(path, infer_schema=False)
     rows = []
     for hardware_type, (epoch_name, network_gbps) in names.items():
@@ -78,7 +85,7 @@ def epoch_hardware_specs(path: Path, names: dict[str, tuple[str, float | None]])
         tensor = r.get("Tensor-FP16/BF16 performance (FLOP/s)")
         half = r.get("FP16 (half precision) performance (FLOP/s)")
         internode = network_gbps * 1e9 if network_gbps else r.get("Internode bandwidth (bit/s)")
-        price = r.get("Release price (USD)")
+        price = list_prices.get(hardware_type, r.get("Release price (USD)"))
         rows.append({
             "hardware_type": hardware_type,
             "vendor": str(r["Manufacturer"]).lower(),
@@ -238,6 +245,20 @@ def lambda_gpu(label: str) -> str:
     return re.sub(_LAMBDA_COUNT, "", re.sub(_LAMBDA_PREFIX, "", label.strip())).strip()
 
 
+def lambda_prices(rows: pl.DataFrame) -> dict[str, float]:
+    """Lambda's list price per GPU of each type (``price`` is per system: per-GPU price times
+    ``num_gpu``), the median over the systems that carry one."""
+    per_gpu = (
+        rows.with_columns(
+            per_gpu=pl.col("price").cast(pl.Float64, strict=False) / pl.col("num_gpu")
+        )
+        .filter(pl.col("per_gpu") > 0)
+        .group_by("hardware_type")
+        .agg(pl.col("per_gpu").median())
+    )
+    return dict(zip(per_gpu["hardware_type"], per_gpu["per_gpu"], strict=True))
+
+
 def lambda_sources(
     folder: Path, epoch_table: Path
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -254,8 +275,8 @@ def lambda_sources(
         models = [
             c for c in throughput.columns if c not in ("name_gpu", "num_gpu", "watt", "price")
         ]
-        long = throughput.unpivot(index=["name_gpu", "num_gpu"], on=models, variable_name="model",
-                                  value_name="throughput")  # fmt: skip
+        long = throughput.unpivot(index=["name_gpu", "num_gpu", "price"], on=models,
+                                  variable_name="model", value_name="throughput")  # fmt: skip
         sizes = batch.unpivot(index="name_gpu", on=[m for m in models if m in batch.columns],
                               variable_name="model", value_name="global_batch")  # fmt: skip
         frames.append(
@@ -276,12 +297,12 @@ def lambda_sources(
     unknown = sorted(set(rows["gpu"]) - set(LAMBDA_GPUS))
     if unknown:
         raise ContractError(f"Lambda GPU label(s) {unknown} have no entry in LAMBDA_GPUS")
-    specs = epoch_hardware_specs(
-        epoch_table, {hw: (epoch, None) for hw, epoch in LAMBDA_GPUS.values()}
-    )
     rows = rows.with_row_index("n").with_columns(
         hardware_type=pl.col("gpu").replace_strict({k: v[0] for k, v in LAMBDA_GPUS.items()}),
         per_gpu_batch=(pl.col("global_batch") / pl.col("num_gpu")).round(0).cast(pl.Int64),
+    )
+    specs = epoch_hardware_specs(
+        epoch_table, {hw: (epoch, None) for hw, epoch in LAMBDA_GPUS.values()}, lambda_prices(rows)
     )
     types = sorted(set(rows["hardware_type"]))
     contract = schema("job_attempts")

@@ -87,6 +87,17 @@ def test_lambda_labels_map_to_gpus():
     assert lambda_gpu("RTX 3090") in LAMBDA_GPUS
 
 
+def test_lambda_prices_are_per_gpu_medians():
+    from leap_pipeline.public_data import lambda_prices
+
+    systems = pl.DataFrame({
+        "hardware_type": ["A", "A", "A", "B", "C"],
+        "num_gpu": [1, 4, 8, 2, 1],
+        "price": ["1000", "4400", "7200", "", "0"],  # B and C carry no usable price
+    })  # fmt: skip
+    assert lambda_prices(systems) == {"A": 1000.0}  # median of 1000, 1100, 900
+
+
 @pytest.mark.skipif(not (PUBLIC / "lambda-dl-benchmark").exists(), reason="public data absent")
 def test_lambda_adapter_gives_contract_rows():
     from leap_pipeline.public_data import lambda_sources
@@ -100,3 +111,9 @@ def test_lambda_adapter_gives_contract_rows():
     assert attempts.height == allocations.height == 980  # 490 non-zero cells per precision
     assert set(attempts["precision"]) == {"fp16", "fp32"}
     assert set(attempts["hardware_type"]) <= set(specs["hardware_type"])
+    # Lambda's own list price per GPU, not Epoch's release price: an RTX 3090 lists at $2,750
+    from leap_pipeline.public_data import AMORTIZATION_HOURS
+
+    cost = dict(zip(specs["hardware_type"], specs["hourly_cost_usd"], strict=True))
+    assert cost["RTX-3090"] * AMORTIZATION_HOURS == pytest.approx(2750.0)
+    assert len(set(cost.values())) == len(cost)  # no type fell back to the median
