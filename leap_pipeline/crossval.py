@@ -4,7 +4,8 @@ The routing question is "how fast will this job run on a type it has not run on?
 split holds out every (model, hardware type) group in turn and predicts it from the model's runs
 elsewhere. History plays the part it plays in production: for a held-out row it is the same
 configuration's measured throughput on the other types (the snapshot of all training rows); for a
-training row it is computed without the row's own type, so training sees what testing will.
+training row it is computed without the row's own group of the split (its model on its type, say),
+so training sees what testing will: no level of its own group, and no fleet ratio learned from it.
 """
 
 from __future__ import annotations
@@ -35,38 +36,48 @@ def folds(rows: pl.DataFrame, split: str, n_random: int = 5, seed: int = 0) -> l
         fold = np.empty(rows.height, dtype=int)
         fold[order] = np.arange(rows.height) % n_random
         return [fold == k for k in range(n_random)]
-    keys = {
-        "leave-model-hardware-out": ["model_type", "hardware_type"],
-        "leave-hardware-out": ["hardware_type"],
-        "leave-model-out": ["model_type"],
-    }.get(split)
-    if keys is None:
+    if split not in GROUP_KEYS:
         raise ValueError(f"split={split!r} is not one of {SPLITS}")
-    group = rows.select(pl.struct(keys).rank("dense").alias("g"))["g"].to_numpy()
+    group = _groups(rows, GROUP_KEYS[split])
     return [group == g for g in np.unique(group)]
 
 
-def _history(launches: pl.DataFrame, known: pl.DataFrame, as_of: dt.date) -> pl.DataFrame:
+# what a split holds out together; a random split's training rows drop their own type (a row-wise
+# exclusion would cost one snapshot per row)
+GROUP_KEYS: dict[str, list[str]] = {
+    "leave-model-hardware-out": ["model_type", "hardware_type"],
+    "leave-hardware-out": ["hardware_type"],
+    "leave-model-out": ["model_type"],
+}
+_TRAINING_GROUP_KEYS = {**GROUP_KEYS, "random": ["hardware_type"]}
+
+
+def _groups(rows: pl.DataFrame, keys: list[str]) -> np.ndarray:
+    return rows.select(pl.struct(keys).rank("dense").alias("g"))["g"].to_numpy()
+
+
+def _history(
+    launches: pl.DataFrame, known: pl.DataFrame, as_of: dt.date, specs: pl.DataFrame
+) -> pl.DataFrame:
     snapshot = history_snapshot(known.with_columns(ds=pl.lit(as_of)), as_of)
-    return history_features(launches.with_columns(ds=pl.lit(as_of + dt.timedelta(days=1))),
-                             snapshot)  # fmt: skip
+    launches = launches.with_columns(ds=pl.lit(as_of + dt.timedelta(days=1)))
+    return history_features(launches, snapshot, specs)
 
 
 def fold_features(
-    train: pl.DataFrame, test: pl.DataFrame, specs: pl.DataFrame
+    train: pl.DataFrame, test: pl.DataFrame, specs: pl.DataFrame, split: str
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Feature matrices of one fold; each training group's history leaves that group out."""
     as_of = train["ds"].max()
-    train_history = []
-    order = []
-    for (hardware_type,), part in train.with_row_index("_i").group_by(
-        "hardware_type", maintain_order=True
-    ):
-        others = train.filter(pl.col("hardware_type") != hardware_type)
-        train_history.append(_history(part, others, as_of))
-        order.append(part["_i"])
-    history = pl.concat(train_history).with_columns(_i=pl.concat(order)).sort("_i").drop("_i")
-    X_train = build_features(train, specs, history).select(FEATURE_COLUMNS).to_numpy()
-    X_test = build_features(test, specs, _history(test, train, as_of)).to_numpy()
+    group = _groups(train, _TRAINING_GROUP_KEYS[split])
+    parts, order = [], []
+    for g in np.unique(group):
+        own = group == g
+        parts.append(_history(train.filter(own), train.filter(~own), as_of, specs))
+        order.append(np.flatnonzero(own))
+    history = pl.concat(parts).with_columns(_i=pl.Series(np.concatenate(order))).sort("_i")
+    X_train = build_features(train, specs, history.drop("_i")).select(FEATURE_COLUMNS).to_numpy()
+    X_test = build_features(test, specs, _history(test, train, as_of, specs)).to_numpy()
     return X_train, X_test
 
 
@@ -103,7 +114,7 @@ def run_split(
         train, test = rows.filter(~test_mask), rows.filter(test_mask)
         if train.height < 50:
             continue  # nothing to learn from
-        X_train, X_test = fold_features(train, test, specs)
+        X_train, X_test = fold_features(train, test, specs, split)
         y = train["throughput"].log().to_numpy()
         params = {**profile_params(profile), "min_bin_rows": min(200, max(20, len(y) // 30))}
         cascade = BinnedCascade(**params).fit(X_train, y)

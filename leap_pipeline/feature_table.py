@@ -103,6 +103,6 @@ def build_feature_table(
         throughput=pl.col("throughput"),
         log_q=pl.col("throughput").log(),
     )
-    history = history_features(attempts, snapshot)
+    history = history_features(attempts, snapshot, hardware_specs)
     features = build_features(attempts, hardware_specs, history)
     return pl.concat([ids, features], how="horizontal").select(FEATURE_TABLE_COLUMNS)

@@ -309,7 +309,8 @@ def launch_features(
     """Features of launches on day D from the history snapshot as of D-1 (or its index, which
     serving builds once per model): the serving path."""
     launches = _with_launch_columns(launches)
-    return build_features(launches, hardware_specs, history_columns(launches, snapshot))
+    history = history_columns(launches, snapshot, hardware_specs)
+    return build_features(launches, hardware_specs, history)
 
 
 def launch_matrix(
@@ -317,7 +318,8 @@ def launch_matrix(
 ) -> np.ndarray:
     """``launch_features`` as the matrix a model reads, without building a frame (serving)."""
     launches = _with_launch_columns(launches)
-    return feature_matrix(launches, hardware_specs, history_columns(launches, snapshot))
+    history = history_columns(launches, snapshot, hardware_specs)
+    return feature_matrix(launches, hardware_specs, history)
 
 
 def expand_candidates(launch: dict, candidates: Iterable[str]) -> pl.DataFrame:

@@ -12,6 +12,12 @@ mean log throughput, falling back to the family mean where the family never ran 
 attempts had history on their type. So both levels are features: ``hist_hw_*`` hold the per-type
 values (the family's when the type has none, with ``hist_hw_count`` 0 saying so).
 
+A family's levels on its other types predict its level on a type it never ran on (the routing
+question). The ``hist_xfer_*`` features carry them over: by the fleet's median log-ratio between
+two types, learned from the families that ran on both (a matrix-completion baseline), and by the
+ratio of peak compute and of memory bandwidth from the spec table (physics baselines). Measured on
+the Sia traces under leave-model-hardware-out (``leap crossval``, ``docs/results.md``).
+
 Training and serving share one path: a snapshot as of day D-1 (what a model artifact ships) plus
 the launch date gives the features of a launch on day D. Families absent from the snapshot are cold
 starts: their level features take the model type's mean log throughput from the same snapshot (or
@@ -21,6 +27,7 @@ the fleet's), and ``hist_cold_start`` says so.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from dataclasses import dataclass
 
@@ -51,7 +58,16 @@ HISTORY_FEATURES: tuple[str, ...] = (
     "hist_hw_prev_log_q",
     "hist_hw_mean_log_q",
     "hist_hw_count",
+    "hist_xfer_types",
+    "hist_xfer_fleet_log_q",
+    "hist_xfer_compute_log_q",
+    "hist_xfer_bandwidth_log_q",
 )
+# spec-ratio transfers: feature -> the spec column whose log-ratio carries a level across types
+TRANSFER_SPECS: dict[str, str] = {
+    "hist_xfer_compute_log_q": "peak_bf16_tflops",
+    "hist_xfer_bandwidth_log_q": "memory_bandwidth_gbps",
+}
 
 # The attempt columns a snapshot is computed from.
 SNAPSHOT_INPUT_COLUMNS: tuple[str, ...] = (
@@ -170,6 +186,8 @@ class HistoryIndex:
 
     families: dict[str, tuple[int, float, float, float, dt.date]]  # count, mean, std, prev, last
     per_type: dict[tuple[str, str], tuple[int, float, float]]  # count, mean, prev
+    profiles: dict[str, tuple[tuple[str, float], ...]]  # family -> (type, mean) per type it ran on
+    type_ratios: dict[tuple[str, str], float]  # (from, to) -> median log-ratio over shared families
     type_means: dict[str, float]
     fleet_mean: float | None
     last_ds: dt.date | None
@@ -190,35 +208,69 @@ class HistoryIndex:
                 "family", "hardware_type", "count", "mean_log_q", "prev_log_q"
             ).iter_rows()
         }
+        profiles: dict[str, list[tuple[str, float]]] = {}
+        for family, hardware_type, mean in type_level.sort("family", "hardware_type").select(
+            "family", "hardware_type", "mean_log_q"
+        ).iter_rows():  # fmt: skip
+            profiles.setdefault(family, []).append((hardware_type, mean))
         fleet_mean = (
             float(np.mean(family_level["mean_log_q"].to_numpy())) if family_level.height else None
         )
         return cls(
             families=families,
             per_type=per_type,
+            profiles={family: tuple(levels) for family, levels in profiles.items()},
+            type_ratios=type_ratios(type_level),
             type_means=_ordered_means(family_level, "model_type", "mean_log_q"),
             fleet_mean=fleet_mean,
             last_ds=snapshot["last_ds"].max() if snapshot.height else None,
         )
 
 
-def history_features(launches: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex) -> pl.DataFrame:
+def type_ratios(type_level: pl.DataFrame) -> dict[tuple[str, str], float]:
+    """Median over families that ran on both types of (mean log q on ``to``) - (on ``from``)."""
+    levels = type_level.select("family", "hardware_type", "mean_log_q")
+    pairs = (
+        levels.join(levels, on="family", suffix="_to")
+        .filter(pl.col("hardware_type") != pl.col("hardware_type_to"))
+        .group_by("hardware_type", "hardware_type_to")
+        .agg((pl.col("mean_log_q_to") - pl.col("mean_log_q")).median().alias("ratio"))
+    )
+    return {(a, b): ratio for a, b, ratio in pairs.iter_rows()}
+
+
+def _log_specs(hardware_specs: pl.DataFrame) -> dict[str, dict[str, float]]:
+    """Per ``TRANSFER_SPECS`` column: hardware type -> log of the spec (positive values only)."""
+    types = hardware_specs["hardware_type"].to_list()
+    out = {}
+    for feature, column in TRANSFER_SPECS.items():
+        values = hardware_specs[column].cast(pl.Float64).to_list()
+        out[feature] = {
+            hw: math.log(v) for hw, v in zip(types, values, strict=True) if v is not None and v > 0
+        }
+    return out
+
+
+def history_features(
+    launches: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex, hardware_specs: pl.DataFrame
+) -> pl.DataFrame:
     """History features of launches (``job_name`` or ``family``, ``model_type``, ``ds``,
-    ``hardware_type``), from a snapshot or its index.
+    ``hardware_type``), from a snapshot or its index and the spec table (for the transfers).
 
     The snapshot must predate every launch; only recency is computed here, from the launch day.
     """
-    columns = history_columns(launches, snapshot)
+    columns = history_columns(launches, snapshot, hardware_specs)
     return pl.DataFrame(
         [pl.Series(name, columns[name], nan_to_null=True) for name in HISTORY_FEATURES]
     )
 
 
 def history_columns(
-    launches: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex
+    launches: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex, hardware_specs: pl.DataFrame
 ) -> dict[str, np.ndarray]:
     """``history_features`` as float arrays (NaN for missing): what feature extraction uses."""
     index = snapshot if isinstance(snapshot, HistoryIndex) else HistoryIndex.from_snapshot(snapshot)
+    log_specs = _log_specs(hardware_specs)
     if launches.height and index.last_ds is not None and index.last_ds >= launches["ds"].min():
         raise ValueError(
             f"snapshot reaches {index.last_ds} but a launch is on {launches['ds'].min()}: "
@@ -262,15 +314,32 @@ def history_columns(
             columns["hist_hw_count"][i] = float(on_type[0])
             columns["hist_hw_mean_log_q"][i] = on_type[1]
             columns["hist_hw_prev_log_q"][i] = on_type[2]
+        others = [(hw, m) for hw, m in index.profiles.get(family, ()) if hw != hardware_type]
+        columns["hist_xfer_types"][i] = float(len(others))
+        if others:
+            _transfer(columns, i, others, hardware_type, index.type_ratios, log_specs)
     return columns
 
 
-def point_in_time_history(rows: pl.DataFrame) -> pl.DataFrame:
+def _transfer(columns, i, others, target, ratios, log_specs) -> None:
+    """The family's levels on its other types carried to ``target``, each way averaged over the
+    types it can use; NaN where no other type can be carried."""
+    carried = [m + ratios[(hw, target)] for hw, m in others if (hw, target) in ratios]
+    if carried:
+        columns["hist_xfer_fleet_log_q"][i] = sum(carried) / len(carried)
+    for feature, scale in log_specs.items():
+        if target in scale:
+            carried = [m + scale[target] - scale[hw] for hw, m in others if hw in scale]
+            if carried:
+                columns[feature][i] = sum(carried) / len(carried)
+
+
+def point_in_time_history(rows: pl.DataFrame, hardware_specs: pl.DataFrame) -> pl.DataFrame:
     """History features for every row of a multi-day frame, each as of the end of its previous day.
 
-    Literally ``history_features(day_rows, history_snapshot(rows, day - 1))`` for each day, so
-    training sees exactly what serving would; job names are normalized once, up front. Rows keep
-    their order.
+    Literally ``history_features(day_rows, history_snapshot(rows, day - 1), hardware_specs)`` for
+    each day, so training sees exactly what serving would; job names are normalized once, up
+    front. Rows keep their order.
     """
     rows = with_family(rows).with_row_index("_row")
     parts = []
@@ -278,7 +347,10 @@ def point_in_time_history(rows: pl.DataFrame) -> pl.DataFrame:
         today = rows.filter(pl.col("ds") == day)
         snapshot = history_snapshot(rows, day - dt.timedelta(days=1))
         parts.append(
-            pl.concat([today.select("_row"), history_features(today, snapshot)], how="horizontal")
+            pl.concat(
+                [today.select("_row"), history_features(today, snapshot, hardware_specs)],
+                how="horizontal",
+            )
         )
     if not parts:
         return pl.DataFrame(schema={name: pl.Float64 for name in HISTORY_FEATURES})

@@ -39,6 +39,12 @@ def test_normalizer_recovers_simulated_families(small_fleet):
 
 
 D1, D2, D3, D4 = (dt.date(2026, 1, d) for d in (1, 2, 3, 4))
+# the two specs the transfer features scale by; W has no bandwidth on record
+SPECS = pl.DataFrame({
+    "hardware_type": ["X", "Y", "Z", "W"],
+    "peak_bf16_tflops": [100.0, 400.0, 50.0, 200.0],
+    "memory_bandwidth_gbps": [1000.0, 1000.0, 2000.0, None],
+})  # fmt: skip
 
 
 def _rows() -> pl.DataFrame:
@@ -76,7 +82,9 @@ def test_every_history_value_is_what_serving_saw_the_day_before():
     import math
 
     rows = _rows()
-    hist = pl.concat([rows.select("attempt_id"), point_in_time_history(rows)], how="horizontal")
+    hist = pl.concat(
+        [rows.select("attempt_id"), point_in_time_history(rows, SPECS)], how="horizontal"
+    )
     got = {r["attempt_id"]: r for r in hist.iter_rows(named=True)}
     ln = math.log
     # day 1: nobody has history; with no earlier day there is no fallback level either
@@ -109,11 +117,49 @@ def test_every_history_value_is_what_serving_saw_the_day_before():
     assert got["7"]["hist_cold_start"] == 1.0 and got["7"]["hist_days_since_last"] is None
 
 
+def test_levels_on_other_types_are_carried_to_the_target_type():
+    import math
+
+    ln = math.log
+    rows = _rows()
+    hist = pl.concat(
+        [rows.select("attempt_id"), point_in_time_history(rows, SPECS)], how="horizontal"
+    )
+    got = {r["attempt_id"]: r for r in hist.iter_rows(named=True)}
+    # day 2, family a on X: as of day 1 it ran on X (100) and Y (400); only Y is another type
+    a2 = got["3"]
+    assert a2["hist_xfer_types"] == 1.0
+    assert a2["hist_xfer_fleet_log_q"] == pytest.approx(ln(100))  # fleet ratio Y->X: 100/400
+    assert a2["hist_xfer_compute_log_q"] == pytest.approx(ln(400) + ln(100 / 400))
+    assert a2["hist_xfer_bandwidth_log_q"] == pytest.approx(ln(400))  # same bandwidth
+    # day 4, family a on Z: X (mean of 100 and 200) and Y (400) carried; nobody ran Z before,
+    # so there is no fleet ratio to it
+    a4 = got["9"]
+    x_level = (ln(100) + ln(200)) / 2
+    assert a4["hist_xfer_types"] == 2.0 and a4["hist_xfer_fleet_log_q"] is None
+    assert a4["hist_xfer_compute_log_q"] == pytest.approx(
+        ((x_level + ln(50 / 100)) + (ln(400) + ln(50 / 400))) / 2
+    )
+    assert a4["hist_xfer_bandwidth_log_q"] == pytest.approx(
+        ((x_level + ln(2)) + (ln(400) + ln(2))) / 2
+    )
+    # a cold family carries nothing
+    assert got["4"]["hist_xfer_types"] == 0.0 and got["4"]["hist_xfer_compute_log_q"] is None
+    # a target without a bandwidth on record gets no bandwidth transfer, but a compute one
+    on_w = history_features(
+        rows.filter(pl.col("attempt_id") == "9").with_columns(hardware_type=pl.lit("W")),
+        history_snapshot(rows, D3),
+        SPECS,
+    ).row(0, named=True)
+    assert on_w["hist_xfer_bandwidth_log_q"] is None
+    assert on_w["hist_xfer_types"] == 2.0 and on_w["hist_xfer_compute_log_q"] is not None
+
+
 def test_training_history_equals_serving_from_the_snapshot():
     rows = _rows()
     day4 = rows.filter(pl.col("ds") == D4)
-    served = history_features(day4, history_snapshot(rows, D3))
-    trained = point_in_time_history(rows).filter(rows["ds"] == D4)
+    served = history_features(day4, history_snapshot(rows, D3), SPECS)
+    trained = point_in_time_history(rows, SPECS).filter(rows["ds"] == D4)
     assert served.equals(trained)
     assert served.columns == list(HISTORY_FEATURES)
 
@@ -134,4 +180,4 @@ def test_snapshot_ignores_missing_throughput_and_caps_families():
 def test_a_snapshot_from_the_launch_day_is_refused():
     rows = _rows()
     with pytest.raises(ValueError, match="earlier days"):
-        history_features(rows.filter(pl.col("ds") == D2), history_snapshot(rows, D2))
+        history_features(rows.filter(pl.col("ds") == D2), history_snapshot(rows, D2), SPECS)
