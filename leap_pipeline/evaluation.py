@@ -155,8 +155,11 @@ def evaluate(
     predicted = predictions(models, rows)
     scored = pl.concat([rows, predicted], how="horizontal").with_columns(
         band=frequency_band(rows, models.model_type_ranks),
+        # the routing question is "new type": a known family on a type it never ran on
         history=pl.when(pl.col("hist_cold_start") == 1.0)
         .then(pl.lit("cold"))
+        .when(pl.col("hist_hw_count") == 0.0)
+        .then(pl.lit("new type"))
         .otherwise(pl.lit("known")),
     )
     if oracle_medians is not None:

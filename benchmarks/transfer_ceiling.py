@@ -1,0 +1,85 @@
+"""How far can carrying a configuration's throughput from its other hardware types go?
+
+Under leave-model-hardware-out (``leap crossval``), a held-out row can only be carried over from
+the same configuration measured on another type. This prints, per data set, the share of rows
+that have such a measurement, and the w20 / MdAPE of two transfers:
+- fleet ratio: the median log-ratio between the two types over the other models' configurations
+  (learned from training folds only, as ``hist_xfer_fleet_log_q`` does);
+- ceiling: the held-out model's own median log-ratio between the two types, taken from the test
+  rows themselves. No predictor can know it; it bounds what any per-model ratio could reach.
+Run: python benchmarks/transfer_ceiling.py --source sia --path DIR --hardware ml_hardware.csv
+"""
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from leap_pipeline.crossval import folds
+from leap_pipeline.public_data import lambda_sources, sia_sources
+from leap_serving import metrics
+from leap_serving.history import type_ratios, with_family
+
+
+def _levels(rows: pl.DataFrame) -> pl.DataFrame:
+    return rows.group_by("family", "model_type", "hardware_type").agg(
+        mean_log_q=pl.col("throughput").log().mean()
+    )
+
+
+def _carried(test: pl.DataFrame, levels: pl.DataFrame, ratios: pl.DataFrame, on: list[str]):
+    """Mean over the family's other types of level + ratio(other -> target); NaN when none."""
+    joined = (
+        test.select("family", "model_type", target="hardware_type")
+        .with_row_index("_i")
+        .join(levels, on=["family", "model_type"])
+        .filter(pl.col("hardware_type") != pl.col("target"))
+        .join(ratios, on=on)
+        .group_by("_i")
+        .agg((pl.col("mean_log_q") + pl.col("ratio")).mean().alias("p"))
+    )
+    full = test.with_row_index("_i").select("_i").join(joined, on="_i", how="left").sort("_i")
+    return np.exp(full["p"].to_numpy().astype(float))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--source", choices=("sia", "lambda"), required=True)
+    parser.add_argument("--path", type=Path, required=True)
+    parser.add_argument("--hardware", type=Path, required=True)
+    args = parser.parse_args()
+    adapter = sia_sources if args.source == "sia" else lambda_sources
+    attempts, _, _ = adapter(args.path, args.hardware)
+    rows = with_family(attempts.filter(pl.col("throughput") > 0))
+    fleet, ceiling = np.full(rows.height, np.nan), np.full(rows.height, np.nan)
+    for mask in folds(rows, "leave-model-hardware-out"):
+        train, test = rows.filter(~mask), rows.filter(mask)
+        levels = _levels(train)
+        ratios = [
+            {"hardware_type": a, "target": b, "ratio": r}
+            for (a, b), r in type_ratios(levels.drop("model_type")).items()
+        ]
+        if ratios:
+            fleet[mask] = _carried(test, levels, pl.DataFrame(ratios), ["hardware_type", "target"])
+        # the ceiling: the held-out model's own ratios, from every row of that model
+        model_levels = _levels(rows.filter(pl.col("model_type") == test["model_type"][0]))
+        own = model_levels.join(model_levels, on="family", suffix="_to").filter(
+            pl.col("hardware_type") != pl.col("hardware_type_to")
+        )
+        own = own.group_by(["hardware_type", pl.col("hardware_type_to").alias("target")]).agg(
+            ratio=(pl.col("mean_log_q_to") - pl.col("mean_log_q")).median()
+        )
+        ceiling[mask] = _carried(test, levels, own, ["hardware_type", "target"])
+    q = rows["throughput"].to_numpy()
+    print(f"{args.source}: {rows.height:,} rows under leave-model-hardware-out")
+    print(f"  same configuration measured on another type: {np.mean(~np.isnan(ceiling)):.1%}")
+    for name, p in (("fleet ratio", fleet), ("ceiling (own ratio)", ceiling)):
+        print(
+            f"  {name:20} w20 {metrics.within(p, q, 20):.3f}  MdAPE {metrics.mdape(p, q):.1f}%"
+            f"  coverage {metrics.coverage(p):.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
