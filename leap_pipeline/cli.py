@@ -172,7 +172,7 @@ def import_logs(args: argparse.Namespace) -> int:
 
 
 def crossval(args: argparse.Namespace) -> int:
-    from .crossval import SPLITS, run_split
+    from .crossval import MODELS, SPLITS, run_split
 
     attempts, specs = _static_source(args)
     splits = SPLITS if args.split == "all" else (args.split,)
@@ -188,7 +188,7 @@ def crossval(args: argparse.Namespace) -> int:
         print(f"  {'model':12} {'w10':>6} {'w20':>6} {'MdAPE':>7} {'coverage':>9} "
               f"{'top1 fastest':>13} {'top1 per $':>11}")  # fmt: skip
         top1 = result["top1"]
-        for model in ("cascade", "single_gbdt", "lookup", "physics"):
+        for model in MODELS:
             r = result[model]
             print(f"  {model:12} {r['w10']:6.3f} {r['w20']:6.3f} {r['mdape']:6.1f}% "
                   f"{r['coverage']:9.3f} {top1['fastest'][model]:13.3f} "

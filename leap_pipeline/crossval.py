@@ -25,7 +25,8 @@ from leap_serving.history import history_features, history_snapshot, with_family
 from .lookup_table import build_lookup_table
 
 SPLITS = ("leave-model-hardware-out", "leave-hardware-out", "leave-model-out", "random")
-MODELS = ("cascade", "single_gbdt", "lookup", "physics")
+MODELS = ("cascade", "single_gbdt", "lookup", "physics", "fleet_ratio")
+_FLEET_RATIO = FEATURE_COLUMNS.index("hist_xfer_fleet_log_q")
 CONFIG = ("model_type", "num_trainers", "batch_size")
 
 
@@ -125,6 +126,8 @@ def run_split(
         lookup = build_lookup_table(train, top_model_types=10**6, min_support=1)
         predicted["lookup"][test_mask] = lookup.predict(test).cast(pl.Float64).to_numpy()
         predicted["physics"][test_mask] = physics_predict(train, test, specs)
+        # the matrix-completion baseline: the history feature on its own
+        predicted["fleet_ratio"][test_mask] = np.exp(X_test[:, _FLEET_RATIO])
         log(f"{split}: fold {k}/{len(masks)} ({test.height} rows)")
     q = rows["throughput"].to_numpy()
     result = {"n_rows": rows.height, "folds": len(masks)}

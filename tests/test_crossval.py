@@ -57,11 +57,50 @@ def test_crossval_on_contract_files(tmp_path, capsys):
     assert code == 0
     result = json.loads(capsys.readouterr().out)["leave-hardware-out"]
     assert result["n_rows"] == attempts.filter(pl.col("throughput") > 0).height
-    for model in ("cascade", "single_gbdt", "lookup", "physics"):
+    for model in ("cascade", "single_gbdt", "lookup", "physics", "fleet_ratio"):
         assert 0.0 <= result[model]["w20"] <= 1.0
         assert model in result["top1"]["fastest"]
     assert result["cascade"]["coverage"] == 1.0
     assert result["lookup"]["coverage"] == 0.0  # a held-out type has no key in the table
+    # nor a ratio to it: no configuration of the training folds ran on it
+    assert result["fleet_ratio"]["coverage"] == 0.0
+
+
+def test_training_history_leaves_out_its_own_split_group():
+    from leap_pipeline.crossval import fold_features
+    from leap_serving.features import FEATURE_COLUMNS
+
+    # three models, each configuration measured on both types (the second 1.5x faster)
+    specs = SimulatedFleet(seed=2, scale=0.01).hardware_specs()
+    fast, slow = "A100-40GB", "V100-32GB"
+    day = dt.date(2026, 1, 1)
+    rows = pl.DataFrame(
+        [
+            {"attempt_id": f"{m}{n}{hw}", "job_name": f"{m}.gpus{n}", "family": f"{m}.gpus{n}",
+             "model_type": m, "ds": day, "launch_ts": dt.datetime(2026, 1, 1, 12),
+             "hardware_type": hw, "num_trainers": n, "batch_size": 32,
+             "throughput": 100.0 * n * (1.5 if hw == fast else 1.0)}
+            for m in "abc" for n in (1, 2) for hw in (fast, slow)
+        ]
+    )  # fmt: skip
+    test_mask = folds(rows, "leave-model-hardware-out")[0]  # model a on the fast type
+    train, test = rows.filter(~test_mask), rows.filter(test_mask)
+    X_train, X_test = fold_features(train, test, specs, "leave-model-hardware-out")
+    column = {name: j for j, name in enumerate(FEATURE_COLUMNS)}
+    for X in (X_train, X_test):  # no row sees its own model on its own type
+        assert (X[:, column["hist_hw_count"]] == 0.0).all()
+    # the other type is seen, except by model a's training rows: a's other type is in the test
+    others = np.where(train["model_type"] == "a", 0.0, 1.0)
+    assert X_train[:, column["hist_xfer_types"]] == pytest.approx(others)
+    assert (X_test[:, column["hist_xfer_types"]] == 1.0).all()
+    # the held-out rows are carried over by the ratio the other models measured: exactly 1.5x
+    expected = np.log(test["throughput"].to_numpy())
+    assert X_test[:, column["hist_xfer_fleet_log_q"]] == pytest.approx(expected)
+    # a training row of b on the fast type learns its ratio from c alone (b's own pair is out)
+    b_fast = train.with_row_index("i").filter(model_type="b", hardware_type=fast)["i"].to_list()
+    assert X_train[b_fast, column["hist_xfer_fleet_log_q"]] == pytest.approx(
+        np.log(train["throughput"].to_numpy()[b_fast])
+    )
 
 
 @pytest.mark.skipif(not (PUBLIC / "sia-sosp23-traces").exists(), reason="public data absent")
