@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from leap_pipeline.crossval import folds
+from leap_pipeline.crossval import folds, top1_accuracy
 from leap_pipeline.public_data import lambda_sources, sia_sources
 from leap_serving import metrics
 from leap_serving.history import type_ratios, with_family
@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--hardware", type=Path, required=True)
     args = parser.parse_args()
     adapter = sia_sources if args.source == "sia" else lambda_sources
-    attempts, _, _ = adapter(args.path, args.hardware)
+    attempts, _, specs = adapter(args.path, args.hardware)
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     fleet, ceiling = np.full(rows.height, np.nan), np.full(rows.height, np.nan)
     for mask in folds(rows, "leave-model-hardware-out"):
@@ -74,11 +74,13 @@ def main() -> None:
     q = rows["throughput"].to_numpy()
     print(f"{args.source}: {rows.height:,} rows under leave-model-hardware-out")
     print(f"  same configuration measured on another type: {np.mean(~np.isnan(ceiling)):.1%}")
-    for name, p in (("fleet ratio", fleet), ("ceiling (own ratio)", ceiling)):
+    top1 = top1_accuracy(rows, {"fleet_ratio": fleet, "ceiling": ceiling}, specs)["fastest"]
+    for name, p in (("fleet_ratio", fleet), ("ceiling", ceiling)):
         print(
-            f"  {name:20} w20 {metrics.within(p, q, 20):.3f}  MdAPE {metrics.mdape(p, q):.1f}%"
-            f"  coverage {metrics.coverage(p):.3f}"
+            f"  {name:12} w20 {metrics.within(p, q, 20):.3f}  MdAPE {metrics.mdape(p, q):.1f}%"
+            f"  coverage {metrics.coverage(p):.3f}  top-1 fastest {top1[name]:.3f}"
         )
+    print(f"  rule 'highest FP16 peak': top-1 fastest {top1['highest_fp16_peak']:.3f}")
 
 
 if __name__ == "__main__":

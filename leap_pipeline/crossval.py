@@ -154,7 +154,7 @@ def top1_accuracy(rows: pl.DataFrame, predicted: dict, specs: pl.DataFrame) -> d
     )
     per_type = frame.group_by([*CONFIG, "hardware_type"]).agg(
         pl.col("throughput").log().mean().exp(),
-        *(pl.col(m).log().mean().exp() for m in MODELS),
+        *(pl.col(m).log().mean().exp() for m in predicted),
         pl.col("peak").first(),
         pl.col("cost").first(),
     )
@@ -169,7 +169,7 @@ def top1_accuracy(rows: pl.DataFrame, predicted: dict, specs: pl.DataFrame) -> d
         truth = configs.with_columns(_s=score("throughput")).sort("_s", descending=True)
         best = truth.group_by(list(CONFIG)).agg(pl.col("hardware_type").first().alias("best"))
         result = {}
-        for name in (*MODELS, "peak"):
+        for name in (*predicted, "peak"):
             ranked = configs.with_columns(_s=score(name)).filter(pl.col("_s").is_not_null())
             chosen = (
                 ranked.sort("_s", descending=True)
