@@ -172,9 +172,10 @@ def import_logs(args: argparse.Namespace) -> int:
 
 
 def crossval(args: argparse.Namespace) -> int:
-    from .crossval import MODELS, SPLITS, run_split
+    from .crossval import MODELS, SPLITS, exclude_groups, run_split
 
     attempts, specs = _static_source(args)
+    attempts = exclude_groups(attempts, args.exclude)
     splits = SPLITS if args.split == "all" else (args.split,)
     results = {}
     for split in splits:
@@ -350,6 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=("leave-model-hardware-out", "leave-hardware-out",
                                  "leave-model-out", "random", "all"))  # fmt: skip
     static.add_argument("--profile", choices=("quick", "fast", "paper"), default="fast")
+    static.add_argument("--exclude", default="", help="MODEL:TYPE,... groups dropped before "
+                        "splitting, e.g. input-bound measurements")  # fmt: skip
     static.add_argument("--json", action="store_true")
     static.set_defaults(handler=crossval)
 

@@ -57,6 +57,17 @@ def _groups(rows: pl.DataFrame, keys: list[str]) -> np.ndarray:
     return rows.select(pl.struct(keys).rank("dense").alias("g"))["g"].to_numpy()
 
 
+def exclude_groups(attempts: pl.DataFrame, groups: str) -> pl.DataFrame:
+    """Rows without the ``MODEL:TYPE,...`` groups of ``groups`` (each must match some rows)."""
+    for group in filter(None, (g.strip() for g in groups.split(","))):
+        model_type, _, hardware_type = group.partition(":")
+        match = (pl.col("model_type") == model_type) & (pl.col("hardware_type") == hardware_type)
+        if not hardware_type or attempts.filter(match).height == 0:
+            raise ValueError(f"--exclude: {group!r} is not a MODEL:TYPE group of these rows")
+        attempts = attempts.filter(~match)
+    return attempts
+
+
 def _history(
     launches: pl.DataFrame, known: pl.DataFrame, as_of: dt.date, specs: pl.DataFrame
 ) -> pl.DataFrame:

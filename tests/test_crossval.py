@@ -66,6 +66,16 @@ def test_crossval_on_contract_files(tmp_path, capsys):
     assert result["fleet_ratio"]["coverage"] == 0.0
 
 
+def test_excluded_groups_are_dropped_and_unknown_ones_named():
+    from leap_pipeline.crossval import exclude_groups
+
+    rows = pl.DataFrame({"model_type": ["ncf", "ncf", "bert"], "hardware_type": ["V", "T", "V"]})
+    assert exclude_groups(rows, "ncf:V").rows() == [("ncf", "T"), ("bert", "V")]
+    assert exclude_groups(rows, "").height == 3
+    with pytest.raises(ValueError, match="'ncf:X'"):
+        exclude_groups(rows, "ncf:V, ncf:X")
+
+
 def test_training_history_leaves_out_its_own_split_group():
     from leap_pipeline.crossval import fold_features
     from leap_serving.features import FEATURE_COLUMNS
