@@ -13,6 +13,7 @@ import argparse
 import datetime as dt
 import json
 import resource
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -39,10 +40,15 @@ def paper_model(scale: float) -> Path:
     from leap_pipeline.simulation import SPAN_START
     from leap_pipeline.training import save_trained
     from leap_pipeline.warehouse import open_warehouse
+    from leap_serving.features import FEATURE_COLUMNS
 
     root = Path("data") / "bench-models" / f"paper-{scale}"
-    if (root / "cascade" / "metadata.json").exists():
-        return root / "cascade"
+    metadata = root / "cascade" / "metadata.json"
+    if metadata.exists():
+        if json.loads(metadata.read_text()).get("feature_columns") == list(FEATURE_COLUMNS):
+            return root / "cascade"
+        print(f"the cached model in {root} predates the current features: retraining")
+        shutil.rmtree(root)
     day = SPAN_START + dt.timedelta(days=31)
     warehouse = root / "leap.duckdb"
     materialize_days(SPAN_START, day, source=f"simulator:seed=0,scale={scale}",
