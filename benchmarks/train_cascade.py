@@ -11,6 +11,7 @@ import argparse
 import datetime as dt
 import json
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from leap_pipeline.evaluation import training_window
-from leap_pipeline.runs import materialize_days
+from leap_pipeline.runs import discard_stale_warehouse, materialize_days
 from leap_pipeline.simulation import SPAN_START
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
@@ -41,6 +42,8 @@ def main() -> None:
     warehouse = Path(args.warehouse or f"data/bench-{args.scale}.duckdb")
     source = f"simulator:seed=0,scale={args.scale}"
 
+    if not args.warehouse and discard_stale_warehouse(warehouse):
+        print(f"removed {warehouse}: it was built with other features", file=sys.stderr)
     start = time.perf_counter()
     materialize_days(SPAN_START, args.day, source=source, warehouse=str(warehouse),
                      log_level="WARNING")  # fmt: skip

@@ -30,7 +30,7 @@ from leap_serving.ranking import Ranker
 from . import routing
 from .evaluation import evaluate, fit_models, training_window
 from .lookup_table import MIN_SUPPORT
-from .runs import materialize_days
+from .runs import discard_stale_warehouse, materialize_days
 from .simulation import SPAN_START
 from .sources import source_from_uri
 from .training import save_trained
@@ -71,6 +71,8 @@ def build_report(settings: ReportSettings, log: Callable[[str], None] = print) -
     days = settings.window_days + settings.nights
     first_night = SPAN_START + dt.timedelta(days=settings.window_days)
     last = SPAN_START + dt.timedelta(days=days - 1)
+    if discard_stale_warehouse(warehouse):
+        log(f"removed {warehouse}: it was built with other features; landing it again")
     log(f"landing {days} days of {source}")
     materialize_days(SPAN_START, last, source=source, warehouse=str(warehouse), log_level="WARNING")
     oracle = source_from_uri(source).fleet().oracle()

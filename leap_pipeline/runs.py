@@ -45,6 +45,26 @@ def dagster_instance() -> dg.DagsterInstance:
     return dg.DagsterInstance.ephemeral()
 
 
+def discard_stale_warehouse(path: Path) -> bool:
+    """Delete a warehouse whose feature table was written by other features than today's.
+
+    Only for a warehouse a command owns and re-lands whole from the simulator (the report's, the
+    benchmarks'), so an upgrade re-runs instead of failing; a user's warehouse is never passed.
+    """
+    from .feature_table import FEATURE_TABLE_COLUMNS
+    from .warehouse import open_warehouse
+
+    if not path.exists():
+        return False
+    with open_warehouse(path, read_only=True) as wh:
+        stale = wh.has("feature_table") and wh.columns("feature_table") != list(
+            FEATURE_TABLE_COLUMNS
+        )
+    if stale:
+        path.unlink()
+    return stale
+
+
 def check_range(first: dt.date, last: dt.date) -> None:
     start = daily_partitions.start.date()
     if first > last:

@@ -104,10 +104,14 @@ class Warehouse:
             if rows.height and (rows["ds"] != ds).fill_null(True).any():
                 raise WarehouseError(f"{table}: rows for partition {ds} carry other ds values")
             if self.has(table) and self.columns(table) != rows.columns:
+                stored = self.columns(table)
+                new = [c for c in rows.columns if c not in stored]
+                gone = [c for c in stored if c not in rows.columns]
+                change = f"new columns {new}, dropped {gone}" if new or gone else "column order"
                 raise WarehouseError(
-                    f"{table}: columns {rows.columns} differ from the stored "
-                    f"{self.columns(table)}; rebuild the warehouse ({self.path}) after a change "
-                    "of schema"
+                    f"{table}: the rows differ from the stored table ({change}); after a change "
+                    f"of schema, rebuild the warehouse: move {self.path} aside and materialize "
+                    "the days again"
                 )
             prepared[table] = rows
         views = {table: f"_incoming_{table}" for table in prepared}

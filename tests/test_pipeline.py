@@ -73,8 +73,22 @@ def test_warehouse_refuses_unknown_tables_and_changed_columns(tmp_path):
         with pytest.raises(WarehouseError, match="table='x; DROP"):
             wh.read("x; DROP TABLE job_attempts")
         wh.replace_partition("quarantine", FIRST, pl.DataFrame({"a": [1]}))
-        with pytest.raises(WarehouseError, match="differ from the stored"):
+        with pytest.raises(WarehouseError, match=r"new columns \['b'\], dropped \['a'\]"):
             wh.replace_partition("quarantine", FIRST, pl.DataFrame({"b": [1]}))
+
+
+def test_only_a_warehouse_with_other_feature_columns_is_discarded(tmp_path):
+    from leap_pipeline.feature_table import FEATURE_TABLE_COLUMNS
+    from leap_pipeline.runs import discard_stale_warehouse
+
+    current = {c: [FIRST] if c == "ds" else [1.0] for c in FEATURE_TABLE_COLUMNS}
+    for name, columns, stale in (("old", {"attempt_id": ["a"]}, True), ("new", current, False)):
+        path = tmp_path / f"{name}.duckdb"
+        with open_warehouse(path) as wh:
+            wh.replace_partition("feature_table", FIRST, pl.DataFrame(columns))
+        assert discard_stale_warehouse(path) is stale
+        assert path.exists() is not stale
+    assert discard_stale_warehouse(tmp_path / "absent.duckdb") is False
 
 
 def test_a_locked_warehouse_is_an_error_naming_the_file(warehouse):
