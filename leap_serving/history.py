@@ -187,7 +187,7 @@ class HistoryIndex:
     families: dict[str, tuple[int, float, float, float, dt.date]]  # count, mean, std, prev, last
     per_type: dict[tuple[str, str], tuple[int, float, float]]  # count, mean, prev
     profiles: dict[str, tuple[tuple[str, float], ...]]  # family -> (type, mean) per type it ran on
-    type_ratios: dict[tuple[str, str], float]  # (from, to) -> median log-ratio over shared families
+    ratios_to: dict[str, dict[str, float]]  # to -> from -> median log-ratio over shared families
     type_means: dict[str, float]
     fleet_mean: float | None
     last_ds: dt.date | None
@@ -220,7 +220,7 @@ class HistoryIndex:
             families=families,
             per_type=per_type,
             profiles={family: tuple(levels) for family, levels in profiles.items()},
-            type_ratios=type_ratios(type_level),
+            ratios_to=_by_target(type_ratios(type_level)),
             type_means=_ordered_means(family_level, "model_type", "mean_log_q"),
             fleet_mean=fleet_mean,
             last_ds=snapshot["last_ds"].max() if snapshot.height else None,
@@ -237,6 +237,13 @@ def type_ratios(type_level: pl.DataFrame) -> dict[tuple[str, str], float]:
         .agg((pl.col("mean_log_q_to") - pl.col("mean_log_q")).median().alias("ratio"))
     )
     return {(a, b): ratio for a, b, ratio in pairs.iter_rows()}
+
+
+def _by_target(ratios: dict[tuple[str, str], float]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for (source, target), ratio in sorted(ratios.items()):
+        out.setdefault(target, {})[source] = ratio
+    return out
 
 
 def _log_specs(hardware_specs: pl.DataFrame) -> dict[str, dict[str, float]]:
@@ -314,22 +321,26 @@ def history_columns(
             columns["hist_hw_count"][i] = float(on_type[0])
             columns["hist_hw_mean_log_q"][i] = on_type[1]
             columns["hist_hw_prev_log_q"][i] = on_type[2]
-        others = [(hw, m) for hw, m in index.profiles.get(family, ()) if hw != hardware_type]
-        columns["hist_xfer_types"][i] = float(len(others))
-        if others:
-            _transfer(columns, i, others, hardware_type, index.type_ratios, log_specs)
+        profile = index.profiles.get(family, ())
+        columns["hist_xfer_types"][i] = float(len(profile) - (on_type is not None))
+        if len(profile) > (on_type is not None):
+            _transfer(columns, i, profile, hardware_type, index.ratios_to, log_specs)
     return columns
 
 
-def _transfer(columns, i, others, target, ratios, log_specs) -> None:
+def _transfer(columns, i, profile, target, ratios_to, log_specs) -> None:
     """The family's levels on its other types carried to ``target``, each way averaged over the
     types it can use; NaN where no other type can be carried."""
-    carried = [m + ratios[(hw, target)] for hw, m in others if (hw, target) in ratios]
+    to_target = ratios_to.get(target, {})
+    carried = [m + to_target[hw] for hw, m in profile if hw in to_target]
     if carried:
         columns["hist_xfer_fleet_log_q"][i] = sum(carried) / len(carried)
     for feature, scale in log_specs.items():
         if target in scale:
-            carried = [m + scale[target] - scale[hw] for hw, m in others if hw in scale]
+            at_target = scale[target]
+            carried = [
+                m + at_target - scale[hw] for hw, m in profile if hw != target and hw in scale
+            ]
             if carried:
                 columns[feature][i] = sum(carried) / len(carried)
 
