@@ -11,10 +11,9 @@ import argparse
 import datetime as dt
 
 import numpy as np
-import polars as pl
 from threadpoolctl import threadpool_limits
 
-from leap_pipeline.evaluation import training_window
+from leap_pipeline.evaluation import HISTORY_GROUPS, history_group, training_window
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
@@ -22,20 +21,6 @@ from leap_serving.features import FEATURE_COLUMNS
 
 TRANSFER = [c for c in FEATURE_COLUMNS if c.startswith("hist_xfer_")]
 WITHOUT = [c for c in FEATURE_COLUMNS if c not in TRANSFER]
-
-
-def _group(rows: pl.DataFrame) -> np.ndarray:
-    return (
-        rows.select(
-            pl.when(pl.col("hist_cold_start") == 1.0)
-            .then(pl.lit("cold"))
-            .when(pl.col("hist_hw_count") == 0.0)
-            .then(pl.lit("new type"))
-            .otherwise(pl.lit("known"))
-        )
-        .to_series()
-        .to_numpy()
-    )
 
 
 def main() -> None:
@@ -57,7 +42,7 @@ def main() -> None:
         ]
     print("day         features   model        cold    new type  known   all     (w20; rows)")
     for day, window, rows in data:
-        groups = _group(rows)
+        groups = rows.select(history_group()).to_series().to_numpy()
         y = window["log_q"].to_numpy()
         q = rows["throughput"].to_numpy()
         for label, columns in (("without", WITHOUT), ("with", list(FEATURE_COLUMNS))):
@@ -69,13 +54,13 @@ def main() -> None:
                 p = np.exp(model.predict(X_day))
                 cells = [
                     f"{metrics.within(p[groups == g], q[groups == g], 20):6.3f}"
-                    for g in ("cold", "new type", "known")
+                    for g in HISTORY_GROUPS
                 ]
                 print(
                     f"{day}  {label:9}  {name:11}  {'  '.join(cells)}  "
                     f"{metrics.within(p, q, 20):6.3f}"
                 )
-        counts = {g: int((groups == g).sum()) for g in ("cold", "new type", "known")}
+        counts = {g: int((groups == g).sum()) for g in HISTORY_GROUPS}
         print(f"{day}  rows per group: {counts}")
 
 

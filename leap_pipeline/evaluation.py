@@ -142,6 +142,19 @@ def score(predicted: np.ndarray, measured: np.ndarray, weights=None) -> dict[str
 
 
 MODELS = ("cascade", "single_gbdt", "lookup")
+HISTORY_GROUPS = ("cold", "new type", "known")
+
+
+def history_group() -> pl.Expr:
+    """A feature row's history case: a new family, a known family on a type it never ran on
+    (the routing question), or a family known on this type."""
+    return (
+        pl.when(pl.col("hist_cold_start") == 1.0)
+        .then(pl.lit("cold"))
+        .when(pl.col("hist_hw_count") == 0.0)
+        .then(pl.lit("new type"))
+        .otherwise(pl.lit("known"))
+    )
 
 
 def evaluate(
@@ -155,12 +168,7 @@ def evaluate(
     predicted = predictions(models, rows)
     scored = pl.concat([rows, predicted], how="horizontal").with_columns(
         band=frequency_band(rows, models.model_type_ranks),
-        # the routing question is "new type": a known family on a type it never ran on
-        history=pl.when(pl.col("hist_cold_start") == 1.0)
-        .then(pl.lit("cold"))
-        .when(pl.col("hist_hw_count") == 0.0)
-        .then(pl.lit("new type"))
-        .otherwise(pl.lit("known")),
+        history=history_group(),
     )
     if oracle_medians is not None:
         scored = scored.join(
