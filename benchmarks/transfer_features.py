@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--profile", default="fast")
     args = parser.parse_args()
     with open_warehouse(args.warehouse, read_only=True) as wh:
-        last = wh.read("feature_table")["ds"].max()
+        last = max(wh.partitions("feature_table"))
         nights = [last - dt.timedelta(days=n) for n in reversed(range(args.nights))]
         data = [
             (
