@@ -45,7 +45,8 @@ _NON_NEGATIVE_FIELDS = (
     "num_dense_features", "hash_size", "seq_len", "training_days",
 )  # fmt: skip
 # fields a launcher may send that describe the attempt, not the launch: accepted, not used
-_CONTRACT_FIELDS = set(schema("job_attempts"))
+_CONTRACT = schema("job_attempts")  # read-only; built once, not per launch
+_CONTRACT_FIELDS = set(_CONTRACT)
 
 
 @dataclass(frozen=True)
@@ -353,7 +354,6 @@ def _check_job(
     """The launch as contract-typed values, the candidate list, and the fields ignored."""
     if not isinstance(job, Mapping):
         raise JobError(f"job must be a mapping of launch fields, not {type(job).__name__}")
-    contract = schema("job_attempts")
     launch: dict[str, Any] = {}
     for name in REQUIRED_JOB_FIELDS:
         if job.get(name) is None:
@@ -364,9 +364,9 @@ def _check_job(
         value = job[name]
         if isinstance(value, float) and not math.isfinite(value):
             raise JobError(f"job.{name}={value!r} is not a finite number")
-        typed = _typed(value, contract[name])
+        typed = _typed(value, _CONTRACT[name])
         if typed is None:
-            raise JobError(f"job.{name}={value!r} is not a valid {contract[name]}")
+            raise JobError(f"job.{name}={value!r} is not a valid {_CONTRACT[name]}")
         if name in _POSITIVE_FIELDS and typed <= 0:
             raise JobError(f"job.{name}={value!r} must be positive")
         if name in _NON_NEGATIVE_FIELDS and typed < 0:
