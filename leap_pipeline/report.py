@@ -128,11 +128,11 @@ def build_report(settings: ReportSettings, log: Callable[[str], None] = print) -
         },
     }
     log("ablation ladder")
-    report["ablation"] = ablation(window, rows, settings)
+    report["ablation"] = ablation(window, rows, settings, models.cascade)
     log("permutation importance")
     report["importance"] = permutation_importance(models.cascade, rows, settings.shuffles)
     log("hold-outs")
-    report.update(holdouts(window, rows, settings))
+    report.update(holdouts(window, rows, settings, models.cascade))
     log("first choices and routing")
     with tempfile.TemporaryDirectory() as tmp:
         save_trained(models, Path(tmp), snapshot_before, specs, settings.profile)
@@ -157,8 +157,11 @@ def _w20_log(predicted_log_q: np.ndarray, rows: pl.DataFrame) -> float:
     return metrics.within(np.exp(predicted_log_q), rows["throughput"].to_numpy(), 20)
 
 
-def ablation(window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings) -> list[dict]:
-    """Table 2's ladder on one held-out day: add feature groups, then depth, then the cascade."""
+def ablation(
+    window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings, cascade: BinnedCascade
+) -> list[dict]:
+    """Table 2's ladder on one held-out day: add feature groups, then depth, then the cascade
+    (``cascade``: the night's model, already fitted on ``window``)."""
     groups = [
         ("single GBDT: launch config + hardware specs", ("job", "cfg", "hw")),
         ("+ job history", ("job", "cfg", "hw", "hist")),
@@ -191,7 +194,6 @@ def ablation(window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings)
                 "w20": _w20_log(fit_booster(model, X, y).predict(X_day), rows),
             }
         )
-    cascade = _fit_cascade(X, y, settings)
     ladder.append(
         {
             "configuration": f"+ binned cascade ({settings.profile} profile)",
@@ -229,9 +231,12 @@ def permutation_importance(cascade: BinnedCascade, rows: pl.DataFrame, shuffles:
     }
 
 
-def holdouts(window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings) -> dict:
+def holdouts(
+    window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings, cascade: BinnedCascade
+) -> dict:
     """Table 4: remove one hardware type, or one model type, from training; the same number of
-    random rows removed is the control. Scored on the held-out day's rows of that type."""
+    random rows removed is the control. Scored on the held-out day's rows of that type; the
+    full model is ``cascade``, the night's model fitted on all of ``window``."""
     X_all, y_all = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
     rng = np.random.default_rng(0)
     out = {}
@@ -243,11 +248,10 @@ def holdouts(window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings)
         control = np.zeros(len(y_all), dtype=bool)
         control[rng.choice(len(y_all), size=int(removed.sum()), replace=False)] = True
         X_day = scored.select(FEATURE_COLUMNS).to_numpy()
-        w20 = {}
-        for name, drop in (("full", None), ("held_out", removed), ("control", control)):
-            keep = np.ones(len(y_all), dtype=bool) if drop is None else ~drop
+        w20 = {"full": _w20_log(cascade.predict(X_day), scored)}
+        for name, drop in (("held_out", removed), ("control", control)):
             w20[name] = _w20_log(
-                _fit_cascade(X_all[keep], y_all[keep], settings).predict(X_day), scored
+                _fit_cascade(X_all[~drop], y_all[~drop], settings).predict(X_day), scored
             )
         out[f"holdout_{key}"] = {
             "held_out": target,

@@ -67,6 +67,9 @@ def test_the_quick_report_has_every_section(tmp_path):
     assert all(0.0 <= w <= 1.0 for w in report["nightly_w20"])
     assert report["oracle_w20_median"] > report["nightly_w20_median"]  # the noise ceiling
     assert [a["configuration"] for a in report["ablation"]][-1].startswith("+ binned cascade")
+    # the ladder's last rung and the importance base are the last night's cascade, not a refit
+    assert report["ablation"][-1]["w20"] == report["nightly_w20"][-1]
+    assert report["importance"]["base_w20"] == report["nightly_w20"][-1]
     assert set(report["routing"]) == {"as_logged", "lookup", "leap", "oracle"}
     assert report["routing"]["as_logged"]["top_choice_share"] == 1.0
     assert set(report["importance"]["per_group"]) == {"job", "cfg", "hw", "ratio", "arch", "hist"}
