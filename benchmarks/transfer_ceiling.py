@@ -32,14 +32,18 @@ def _levels(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _carried(test: pl.DataFrame, levels: pl.DataFrame, ratios: pl.DataFrame, on: list[str]):
+def _carried(test: pl.DataFrame, levels: pl.DataFrame, ratios: dict[tuple[str, str], float]):
     """Mean over the family's other types of level + ratio(other -> target); NaN when none."""
+    table = pl.DataFrame(
+        [{"hardware_type": a, "target": b, "ratio": r} for (a, b), r in ratios.items()],
+        schema={"hardware_type": pl.String, "target": pl.String, "ratio": pl.Float64},
+    )
     joined = (
         test.select("family", "model_type", target="hardware_type")
         .with_row_index("_i")
         .join(levels, on=["family", "model_type"])
         .filter(pl.col("hardware_type") != pl.col("target"))
-        .join(ratios, on=on)
+        .join(table, on=["hardware_type", "target"])
         .group_by("_i")
         .agg((pl.col("mean_log_q") + pl.col("ratio")).mean().alias("p"))
     )
@@ -61,10 +65,10 @@ def _model_ratios(levels: pl.DataFrame) -> dict[str, dict[tuple[str, str], float
     return out
 
 
-def _similar_ratios(levels: pl.DataFrame, model: str, target: str) -> pl.DataFrame:
+def _similar_ratios(levels: pl.DataFrame, model: str, target: str) -> dict[tuple[str, str], float]:
     by_model = _model_ratios(levels)
     mine = by_model.get(model, {})
-    rows = []
+    out = {}
     for source in {a for a, _ in mine}:
         total = weight_sum = 0.0
         for other, theirs in by_model.items():
@@ -74,9 +78,8 @@ def _similar_ratios(levels: pl.DataFrame, model: str, target: str) -> pl.DataFra
             weight = np.exp(-np.mean([abs(mine[k] - theirs[k]) for k in shared]) / SIMILARITY)
             total, weight_sum = total + weight * theirs[(source, target)], weight_sum + weight
         if weight_sum:
-            rows.append({"hardware_type": source, "target": target, "ratio": total / weight_sum})
-    schema = {"hardware_type": pl.String, "target": pl.String, "ratio": pl.Float64}
-    return pl.DataFrame(rows, schema=schema)
+            out[(source, target)] = total / weight_sum
+    return out
 
 
 SIMILARITY = 0.2
@@ -95,25 +98,12 @@ def main() -> None:
     for mask in folds(rows, "leave-model-hardware-out"):
         train, test = rows.filter(~mask), rows.filter(mask)
         levels = _levels(train)
-        ratios = [
-            {"hardware_type": a, "target": b, "ratio": r}
-            for (a, b), r in type_ratios(levels.drop("model_type")).items()
-        ]
-        if ratios:
-            fleet[mask] = _carried(test, levels, pl.DataFrame(ratios), ["hardware_type", "target"])
         model, target = test["model_type"][0], test["hardware_type"][0]
-        similar[mask] = _carried(
-            test, levels, _similar_ratios(levels, model, target), ["hardware_type", "target"]
-        )
+        fleet[mask] = _carried(test, levels, type_ratios(levels.drop("model_type")))
+        similar[mask] = _carried(test, levels, _similar_ratios(levels, model, target))
         # the ceiling: the held-out model's own ratios, from every row of that model
-        model_levels = _levels(rows.filter(pl.col("model_type") == test["model_type"][0]))
-        own = model_levels.join(model_levels, on="family", suffix="_to").filter(
-            pl.col("hardware_type") != pl.col("hardware_type_to")
-        )
-        own = own.group_by(["hardware_type", pl.col("hardware_type_to").alias("target")]).agg(
-            ratio=(pl.col("mean_log_q_to") - pl.col("mean_log_q")).median()
-        )
-        ceiling[mask] = _carried(test, levels, own, ["hardware_type", "target"])
+        own = _model_ratios(_levels(rows.filter(pl.col("model_type") == model))).get(model, {})
+        ceiling[mask] = _carried(test, levels, own)
     q = rows["throughput"].to_numpy()
     print(f"{args.source}: {rows.height:,} rows under leave-model-hardware-out")
     print(f"  same configuration measured on another type: {np.mean(~np.isnan(ceiling)):.1%}")
