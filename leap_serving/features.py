@@ -14,7 +14,6 @@ Missing optional launch fields become NaN, which the trees route explicitly; nev
 from __future__ import annotations
 
 import functools
-import zlib
 from collections.abc import Iterable
 
 import numpy as np
@@ -23,6 +22,7 @@ import polars as pl
 from .architecture import ARCHITECTURE_SUMMARY_KEYS, ModelDefinitionError, summarize
 from .contract import HARDWARE_SPEC_COLUMNS, schema
 from .history import HISTORY_FEATURES, HistoryIndex, history_columns
+from .specs import SpecTable, category_code, spec_table
 
 JOB_FEATURES: tuple[str, ...] = (
     "job_num_trainers",
@@ -116,13 +116,6 @@ _SHARDING_CODES = {"table": 0.0, "row": 1.0, "column": 2.0, "data": 3.0}
 _BYTES_PER_VALUE = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
 
 
-def category_code(value: str | None) -> float | None:
-    """A stable numeric code for a free-form category (same across processes and versions)."""
-    if value is None:
-        return None
-    return float(zlib.crc32(value.encode()) % 65_536)
-
-
 def package_version_number(version: str | None) -> float | None:
     """``4.5.1`` -> 40501.0, so newer packages compare greater; unparseable -> None."""
     if version is None:
@@ -183,7 +176,7 @@ def _safe_log(values: np.ndarray) -> np.ndarray:
 
 def build_features(
     launches: pl.DataFrame,
-    hardware_specs: pl.DataFrame,
+    hardware_specs: pl.DataFrame | SpecTable,
     history: pl.DataFrame | dict[str, np.ndarray],
 ) -> pl.DataFrame:
     """Feature rows (``FEATURE_COLUMNS``, all Float64, null for unknown) for launches, one per
@@ -196,7 +189,7 @@ def build_features(
 
 def feature_matrix(
     launches: pl.DataFrame,
-    hardware_specs: pl.DataFrame,
+    hardware_specs: pl.DataFrame | SpecTable,
     history: pl.DataFrame | dict[str, np.ndarray],
 ) -> np.ndarray:
     """The feature rows as a float64 matrix, NaN for unknown, columns in ``FEATURE_COLUMNS`` order.
@@ -212,14 +205,14 @@ def feature_matrix(
     )  # fmt: skip
     if history_rows != launches.height:
         raise ValueError(f"history has {history_rows} rows for {launches.height} launches")
-    spec_row = {hw: i for i, hw in enumerate(hardware_specs["hardware_type"].to_list())}
+    specs = spec_table(hardware_specs)
     hardware = launches["hardware_type"].to_list()
-    unknown = sorted({hw for hw in hardware if hw not in spec_row}, key=str)
+    unknown = sorted({hw for hw in hardware if hw not in specs.row}, key=str)
     if unknown:
         raise ValueError(f"hardware_type {unknown} not in the hardware spec table")
-    take = np.fromiter((spec_row[hw] for hw in hardware), dtype=np.int64, count=len(hardware))
-    spec = {c: hardware_specs[c].cast(pl.Float64).to_numpy()[take] for c in HARDWARE_SPEC_COLUMNS}
-    vendor = _codes(hardware_specs["vendor"].to_list(), code=category_code)[take]
+    take = np.fromiter((specs.row[hw] for hw in hardware), dtype=np.int64, count=len(hardware))
+    spec = {c: specs.columns[c][take] for c in HARDWARE_SPEC_COLUMNS}
+    vendor = specs.vendor_code[take]
 
     f: dict[str, np.ndarray] = {}
     trainers = _number(launches, "num_trainers")
@@ -307,22 +300,24 @@ def feature_matrix(
 
 
 def launch_features(
-    launches: pl.DataFrame, hardware_specs: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex
+    launches: pl.DataFrame,
+    hardware_specs: pl.DataFrame | SpecTable,
+    snapshot: pl.DataFrame | HistoryIndex,
 ) -> pl.DataFrame:
     """Features of launches on day D from the history snapshot as of D-1 (or its index, which
-    serving builds once per model): the serving path."""
-    launches = _with_launch_columns(launches)
-    history = history_columns(launches, snapshot, hardware_specs)
-    return build_features(launches, hardware_specs, history)
+    serving builds once per model, as it does the spec table): the serving path."""
+    launches, specs = _with_launch_columns(launches), spec_table(hardware_specs)
+    return build_features(launches, specs, history_columns(launches, snapshot, specs))
 
 
 def launch_matrix(
-    launches: pl.DataFrame, hardware_specs: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex
+    launches: pl.DataFrame,
+    hardware_specs: pl.DataFrame | SpecTable,
+    snapshot: pl.DataFrame | HistoryIndex,
 ) -> np.ndarray:
     """``launch_features`` as the matrix a model reads, without building a frame (serving)."""
-    launches = _with_launch_columns(launches)
-    history = history_columns(launches, snapshot, hardware_specs)
-    return feature_matrix(launches, hardware_specs, history)
+    launches, specs = _with_launch_columns(launches), spec_table(hardware_specs)
+    return feature_matrix(launches, specs, history_columns(launches, snapshot, specs))
 
 
 def expand_candidates(launch: dict, candidates: Iterable[str]) -> pl.DataFrame:

@@ -27,12 +27,13 @@ the fleet's), and ``hist_cold_start`` says so.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+
+from .specs import SpecTable, spec_table
 
 MAX_SNAPSHOT_FAMILIES = 250_000
 
@@ -63,11 +64,6 @@ HISTORY_FEATURES: tuple[str, ...] = (
     "hist_xfer_compute_log_q",
     "hist_xfer_bandwidth_log_q",
 )
-# spec-ratio transfers: feature -> the spec column whose log-ratio carries a level across types
-TRANSFER_SPECS: dict[str, str] = {
-    "hist_xfer_compute_log_q": "peak_bf16_tflops",
-    "hist_xfer_bandwidth_log_q": "memory_bandwidth_gbps",
-}
 
 # The attempt columns a snapshot is computed from.
 SNAPSHOT_INPUT_COLUMNS: tuple[str, ...] = (
@@ -246,20 +242,10 @@ def _by_target(ratios: dict[tuple[str, str], float]) -> dict[str, dict[str, floa
     return out
 
 
-def _log_specs(hardware_specs: pl.DataFrame) -> dict[str, dict[str, float]]:
-    """Per ``TRANSFER_SPECS`` column: hardware type -> log of the spec (positive values only)."""
-    types = hardware_specs["hardware_type"].to_list()
-    out = {}
-    for feature, column in TRANSFER_SPECS.items():
-        values = hardware_specs[column].cast(pl.Float64).to_list()
-        out[feature] = {
-            hw: math.log(v) for hw, v in zip(types, values, strict=True) if v is not None and v > 0
-        }
-    return out
-
-
 def history_features(
-    launches: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex, hardware_specs: pl.DataFrame
+    launches: pl.DataFrame,
+    snapshot: pl.DataFrame | HistoryIndex,
+    hardware_specs: pl.DataFrame | SpecTable,
 ) -> pl.DataFrame:
     """History features of launches (``job_name`` or ``family``, ``model_type``, ``ds``,
     ``hardware_type``), from a snapshot or its index and the spec table (for the transfers).
@@ -273,11 +259,13 @@ def history_features(
 
 
 def history_columns(
-    launches: pl.DataFrame, snapshot: pl.DataFrame | HistoryIndex, hardware_specs: pl.DataFrame
+    launches: pl.DataFrame,
+    snapshot: pl.DataFrame | HistoryIndex,
+    hardware_specs: pl.DataFrame | SpecTable,
 ) -> dict[str, np.ndarray]:
     """``history_features`` as float arrays (NaN for missing): what feature extraction uses."""
     index = snapshot if isinstance(snapshot, HistoryIndex) else HistoryIndex.from_snapshot(snapshot)
-    log_specs = _log_specs(hardware_specs)
+    log_specs = spec_table(hardware_specs).log_scales
     if launches.height and index.last_ds is not None and index.last_ds >= launches["ds"].min():
         raise ValueError(
             f"snapshot reaches {index.last_ds} but a launch is on {launches['ds'].min()}: "
@@ -345,7 +333,9 @@ def _transfer(columns, i, profile, target, ratios_to, log_specs) -> None:
                 columns[feature][i] = sum(carried) / len(carried)
 
 
-def point_in_time_history(rows: pl.DataFrame, hardware_specs: pl.DataFrame) -> pl.DataFrame:
+def point_in_time_history(
+    rows: pl.DataFrame, hardware_specs: pl.DataFrame | SpecTable
+) -> pl.DataFrame:
     """History features for every row of a multi-day frame, each as of the end of its previous day.
 
     Literally ``history_features(day_rows, history_snapshot(rows, day - 1), hardware_specs)`` for

@@ -20,6 +20,7 @@ import polars as pl
 from .cascade import BinnedCascade
 from .features import FEATURE_COLUMNS, launch_matrix
 from .history import HistoryIndex
+from .specs import SpecTable
 
 ARTIFACTS: dict[str, str] = {
     "cascade": "cascade.skops",
@@ -51,10 +52,13 @@ class LeapModel:
     hardware_specs: pl.DataFrame
     metadata: dict[str, Any] = field(default_factory=dict)
     history_index: HistoryIndex | None = field(default=None, repr=False)
+    spec_table: SpecTable | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.history_index is None:  # built once: every prediction reads it
             self.history_index = HistoryIndex.from_snapshot(self.history_snapshot)
+        if self.spec_table is None:  # likewise
+            self.spec_table = SpecTable.from_frame(self.hardware_specs)
 
     def save(self, folder: str | Path) -> dict[str, str]:
         """Write the artifact files; returns the MLflow ``artifacts`` mapping (name -> path)."""
@@ -98,7 +102,7 @@ class LeapModel:
 
     def predict(self, launches: pl.DataFrame) -> pl.DataFrame:
         """Predicted throughput, bin and bin probability for launch rows (one per candidate)."""
-        X = launch_matrix(launches, self.hardware_specs, self.history_index)
+        X = launch_matrix(launches, self.spec_table, self.history_index)
         bins, probability = self.cascade.predict_bins(X)
         log_q = self.cascade.predict(X)
         return pl.DataFrame(

@@ -269,7 +269,7 @@ class Ranker:
 
     def _score(self, prepared: list, loaded: _Loaded, results: list) -> None:
         rows = pl.concat([expand_candidates(launch, types) for _, launch, types, _ in prepared])
-        X = launch_matrix(rows, loaded.model.hardware_specs, loaded.model.history_index)
+        X = launch_matrix(rows, loaded.model.spec_table, loaded.model.history_index)
         log_q, bins, probability = loaded.compiled.predict(X)
         history_found = X[:, _COLD_START] == 0.0
         start = 0

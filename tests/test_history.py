@@ -3,6 +3,7 @@ import datetime as dt
 import polars as pl
 import pytest
 
+from leap_serving.contract import HARDWARE_SPEC_COLUMNS
 from leap_serving.history import (
     HISTORY_FEATURES,
     history_features,
@@ -39,12 +40,16 @@ def test_normalizer_recovers_simulated_families(small_fleet):
 
 
 D1, D2, D3, D4 = (dt.date(2026, 1, d) for d in (1, 2, 3, 4))
-# the two specs the transfer features scale by; W has no bandwidth on record
+# the two specs the transfer features scale by (the rest unknown); W has no bandwidth on record
 SPECS = pl.DataFrame({
     "hardware_type": ["X", "Y", "Z", "W"],
+    "vendor": ["v", "v", "v", "v"],
     "peak_bf16_tflops": [100.0, 400.0, 50.0, 200.0],
     "memory_bandwidth_gbps": [1000.0, 1000.0, 2000.0, None],
 })  # fmt: skip
+SPECS = SPECS.with_columns(
+    pl.lit(None, dtype=pl.Float64).alias(c) for c in HARDWARE_SPEC_COLUMNS if c not in SPECS.columns
+)
 
 
 def _rows() -> pl.DataFrame:
