@@ -43,11 +43,13 @@ def paper_model(scale: float) -> Path:
     from leap_serving.features import FEATURE_COLUMNS
 
     root = Path("data") / "bench-models" / f"paper-{scale}"
-    metadata = root / "cascade" / "metadata.json"
-    if metadata.exists():
-        if json.loads(metadata.read_text()).get("feature_columns") == list(FEATURE_COLUMNS):
-            return root / "cascade"
-        print(f"the cached model in {root} predates the current features: retraining")
+    night = root / "night"
+    metadata = night / "cascade" / "metadata.json"
+    cached = metadata.exists() and json.loads(metadata.read_text()).get("feature_columns")
+    if cached == list(FEATURE_COLUMNS):
+        return night / "cascade"
+    if root.exists():
+        print(f"the cached model in {root} predates the current code: retraining")
         shutil.rmtree(root)
     day = SPAN_START + dt.timedelta(days=31)
     warehouse = root / "leap.duckdb"
@@ -58,9 +60,9 @@ def paper_model(scale: float) -> Path:
         start = time.perf_counter()
         models = fit_models(wh.read("feature_table", first, last), day, profile="paper")
         print(f"trained the paper-profile model in {time.perf_counter() - start:.0f} s")
-        save_trained(models, root, wh.read("history_snapshot", day, day).drop("ds"),
+        save_trained(models, night, wh.read("history_snapshot", day, day).drop("ds"),
                      wh.read("hardware_specs", day, day).drop("ds"), "paper")  # fmt: skip
-    return root / "cascade"
+    return night / "cascade"
 
 
 def main() -> None:
@@ -77,7 +79,7 @@ def main() -> None:
 
     before = rss_mb()
     start = time.perf_counter()
-    ranker = Ranker(str(folder), check_interval_s=float("inf"))
+    ranker = Ranker(str(folder), check_interval_s=float("inf"), wait=True)
     load_s = time.perf_counter() - start
     loaded = ranker._loaded
     if loaded is None:

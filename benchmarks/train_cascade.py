@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from leap_pipeline.evaluation import training_window
+from leap_pipeline.evaluation import training_window, validation_rows
 from leap_pipeline.runs import discard_stale_warehouse, materialize_days
 from leap_pipeline.simulation import SPAN_START
 from leap_pipeline.warehouse import open_warehouse
@@ -56,11 +56,12 @@ def main() -> None:
     X_day, q_day = held_out.select(FEATURE_COLUMNS).to_numpy(), held_out["throughput"].to_numpy()
 
     start = time.perf_counter()
-    cascade = BinnedCascade(**profile_params(args.profile)).fit(X, y)
+    validation = validation_rows(window)
+    cascade = BinnedCascade(**profile_params(args.profile)).fit(X, y, validation=validation)
     cascade_s = time.perf_counter() - start
     start = time.perf_counter()
     with threadpool_limits(1):
-        gbdt = fit_booster(single_gbdt(args.profile), X, y)
+        gbdt = fit_booster(single_gbdt(args.profile), X, y, validation)
     gbdt_s = time.perf_counter() - start
     result = {
         "scale": args.scale,

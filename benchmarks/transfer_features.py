@@ -13,7 +13,12 @@ import datetime as dt
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from leap_pipeline.evaluation import HISTORY_GROUPS, history_group, training_window
+from leap_pipeline.evaluation import (
+    HISTORY_GROUPS,
+    history_group,
+    training_window,
+    validation_rows,
+)
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
@@ -44,12 +49,14 @@ def main() -> None:
     for day, window, rows in data:
         groups = rows.select(history_group()).to_series().to_numpy()
         y = window["log_q"].to_numpy()
+        validation = validation_rows(window)
         q = rows["throughput"].to_numpy()
         for label, columns in (("without", WITHOUT), ("with", list(FEATURE_COLUMNS))):
             X, X_day = window.select(columns).to_numpy(), rows.select(columns).to_numpy()
             with threadpool_limits(1):
-                gbdt = fit_booster(single_gbdt(args.profile), X, y)
-            cascade = BinnedCascade(**profile_params(args.profile)).fit(X, y)
+                gbdt = fit_booster(single_gbdt(args.profile), X, y, validation)
+            cascade = BinnedCascade(**profile_params(args.profile))
+            cascade.fit(X, y, validation=validation)
             for name, model in (("single_gbdt", gbdt), ("cascade", cascade)):
                 p = np.exp(model.predict(X_day))
                 cells = [

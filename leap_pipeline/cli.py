@@ -258,7 +258,7 @@ def rank(args: argparse.Namespace) -> int:
         os.environ.setdefault(
             "MLFLOW_TRACKING_URI", f"sqlite:///{Path(args.data).resolve()}/mlflow/mlflow.db"
         )
-    ranker = Ranker(args.model or None, check_interval_s=float("inf"))
+    ranker = Ranker(args.model or None, check_interval_s=float("inf"), wait=True)
     result: Ranking = ranker.rank(job, candidates if candidates is not None else [])
     if args.json:
         print(json.dumps(result.to_dict()))

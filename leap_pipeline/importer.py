@@ -3,20 +3,21 @@
 The files (CSV or Parquet; a file or a folder of them) are checked for the contract's required
 columns, split by day into a staging folder in the file source's layout, and the daily pipeline
 then lands them exactly as it lands any source: validation, quarantine with reasons, counts.
-Staging is rewritten day by day and partitions are replaced whole, so importing the same files
+Staging is published whole (a new version replaces the old atomically, so a crash mid-import
+leaves the previous staging intact) and partitions are replaced whole, so importing the same files
 twice changes nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from leap_serving.contract import required_columns
+from leap_serving.publish import publish_folder
 from leap_serving.validation import ContractError, convert
 
 from .sources import FILE_SUFFIXES, read_file
@@ -77,27 +78,38 @@ def stage_import(
     day = convert(job_attempts[days_from], pl.Datetime("us")).dt.date()
     if days_from == "ds" or day.null_count() == day.len():
         day = convert(job_attempts[days_from], pl.Date())
-    if day.null_count():
-        bad = job_attempts[days_from].filter(day.is_null())[0]
-        raise ContractError(f"job_attempts.{days_from}: {bad!r} is not a date or timestamp")
-    job_attempts = job_attempts.with_columns(ds=day.cast(pl.String))
-    allocations = frames["allocations"][0].join(
-        job_attempts.select("attempt_id", "ds").unique("attempt_id"), on="attempt_id", how="left"
+    if day.null_count() == day.len():
+        bad = job_attempts[days_from].drop_nulls().head(1).to_list()
+        raise ContractError(
+            f"job_attempts.{days_from}: no row holds a date or timestamp (first value {bad!r})"
+        )
+    days = sorted(set(day.drop_nulls().to_list()))
+    # a row without a day is staged on the first day with its raw value as ``ds``: landing then
+    # quarantines it with the reason, so no row is lost without a count
+    job_attempts = job_attempts.with_columns(
+        ds=pl.when(day.is_not_null())
+        .then(day.cast(pl.String))
+        .otherwise(job_attempts[days_from].cast(pl.String)),
+        _staged_on=day.fill_null(days[0]).cast(pl.String),
     )
-    orphans = allocations["ds"].null_count()  # allocations of no imported attempt: counted
-    days = sorted(set(day.to_list()))
+    allocations = frames["allocations"][0].join(
+        job_attempts.select("attempt_id", "_staged_on").unique("attempt_id"),
+        on="attempt_id",
+        how="left",
+    )
+    orphans = allocations["_staged_on"].null_count()  # allocations of no imported attempt
     everyday = [days[0] + dt.timedelta(days=i) for i in range((days[-1] - days[0]).days + 1)]
-    if staging.exists():
-        shutil.rmtree(staging)
-    for source, frame in (("job_attempts", job_attempts), ("allocations", allocations)):
-        for d in everyday:  # a day without jobs lands empty, so history runs on unbroken
-            part = frame.filter(pl.col("ds") == d.isoformat())
-            folder = staging / source / f"ds={d.isoformat()}"
-            folder.mkdir(parents=True)
-            (part if source == "job_attempts" else part.drop("ds")).write_parquet(
-                folder / "part-0.parquet"
-            )
-    frames["hardware_specs"][0].write_parquet(staging / "hardware_specs.parquet")
+
+    def write(version: Path) -> None:
+        for source, frame in (("job_attempts", job_attempts), ("allocations", allocations)):
+            for d in everyday:  # a day without jobs lands empty, so history runs on unbroken
+                part = frame.filter(pl.col("_staged_on") == d.isoformat()).drop("_staged_on")
+                folder = version / source / f"ds={d.isoformat()}"
+                folder.mkdir(parents=True)
+                part.write_parquet(folder / "part-0.parquet")
+        frames["hardware_specs"][0].write_parquet(version / "hardware_specs.parquet")
+
+    publish_folder(staging, write)
     return StagedImport(
         folder=staging,
         days=everyday,

@@ -19,6 +19,7 @@ import polars as pl
 
 from leap_serving.features import FEATURE_COLUMNS
 from leap_serving.model import ModelArtifactError, load_registered
+from leap_serving.publish import write_atomic
 
 from . import registry
 from .assets import SINGLE_RUN, partition_days, per_day_table
@@ -152,8 +153,9 @@ def model_evaluation(
                     files=files,
                 )
                 scatter = _image(str(Path(tmp) / "predicted_vs_measured.png"))
-            (folder / "evaluation.json").write_text(json.dumps(_summary(evaluation), indent=2))
-            (folder / "registered.json").write_text(
+            write_atomic(folder / "evaluation.json", json.dumps(_summary(evaluation), indent=2))
+            write_atomic(
+                folder / "registered.json",
                 json.dumps(
                     {
                         "version": version,
@@ -162,7 +164,7 @@ def model_evaluation(
                         "gate_reason": gate.reason,
                         "run_kind": run_kind,
                     }
-                )
+                ),
             )
             decisions.append((day, gate))
             overall = evaluation["overall"]

@@ -174,11 +174,14 @@ def log_candidate(
 ) -> tuple[str, str]:
     """Log one night's run and register its model as a new version; returns (run id, version)."""
     from leap_serving import mlflow_model
-    from leap_serving.model import ARTIFACTS
+    from leap_serving.model import ARTIFACTS, SHA256_TAG, check_artifacts
 
     if run_kind not in RUN_KINDS:
         raise ValueError(f"run_kind={run_kind!r} is not one of {RUN_KINDS}")
     name = model_name()
+    folder = Path(artifact_folder).resolve()  # one published version, whatever moves meanwhile
+    artifacts = {key: str(folder / file) for key, file in ARTIFACTS.items()}
+    recorded = check_artifacts(artifacts)["files"]
     tags = {
         "evaluation_day": day.isoformat(),
         "training_window": f"{window[0].isoformat()}..{window[1].isoformat()}",
@@ -192,12 +195,13 @@ def log_candidate(
         info = mlflow.pyfunc.log_model(
             name="model",
             python_model=mlflow_model.__file__,
-            artifacts={key: str(artifact_folder / file) for key, file in ARTIFACTS.items()},
+            artifacts=artifacts,
             registered_model_name=name,
             pip_requirements=_serving_requirements(),
         )
     version = str(info.registered_model_version)
     client = MlflowClient()
+    client.set_model_version_tag(name, version, SHA256_TAG, json.dumps(recorded, sort_keys=True))
     for key, value in {**tags, **{k: v for k, v in metrics.items() if v is not None}}.items():
         client.set_model_version_tag(name, version, key, str(value))
     return run.info.run_id, version

@@ -25,10 +25,11 @@ from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
 from leap_serving.compiled import CompiledCascade
 from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
+from leap_serving.publish import write_atomic
 from leap_serving.ranking import Ranker
 
 from . import routing
-from .evaluation import evaluate, fit_models, training_window
+from .evaluation import evaluate, fit_models, training_window, validation_rows
 from .lookup_table import MIN_SUPPORT
 from .runs import discard_stale_warehouse, materialize_days
 from .simulation import SPAN_START
@@ -135,8 +136,9 @@ def build_report(settings: ReportSettings, log: Callable[[str], None] = print) -
     report.update(holdouts(window, rows, settings, models.cascade))
     log("first choices and routing")
     with tempfile.TemporaryDirectory() as tmp:
-        save_trained(models, Path(tmp), snapshot_before, specs, settings.profile)
-        ranker = Ranker(str(Path(tmp) / "cascade"), check_interval_s=float("inf"))
+        night = Path(tmp) / "night"
+        save_trained(models, night, snapshot_before, specs, settings.profile)
+        ranker = Ranker(str(night / "cascade"), check_interval_s=float("inf"), wait=True)
         leap_lists = leap_preferences(ranker, attempts, day)
     report["first_choice"] = first_choice_shares(attempts, leap_lists)
     report["routing"], report["routing_capture"] = routing_value(
@@ -144,13 +146,13 @@ def build_report(settings: ReportSettings, log: Callable[[str], None] = print) -
     )
     report["figures"] = figures(window, series, report, root)
     report["seconds"] = round(time.perf_counter() - start, 1)
-    (root / "report.json").write_text(json.dumps(report, indent=2))
-    (root / "report.md").write_text(markdown(report))
+    write_atomic(root / "report.json", json.dumps(report, indent=2))
+    write_atomic(root / "report.md", markdown(report))
     return report
 
 
-def _fit_cascade(X, y, settings: ReportSettings) -> BinnedCascade:
-    return BinnedCascade(**profile_params(settings.profile)).fit(X, y)
+def _fit_cascade(X, y, validation, settings: ReportSettings) -> BinnedCascade:
+    return BinnedCascade(**profile_params(settings.profile)).fit(X, y, validation=validation)
 
 
 def _w20_log(predicted_log_q: np.ndarray, rows: pl.DataFrame) -> float:
@@ -169,11 +171,13 @@ def ablation(
         ("+ architecture features", ("job", "cfg", "hw", "hist", "ratio", "arch")),
     ]
     y = window["log_q"].to_numpy()
+    held_out = validation_rows(window)
     ladder = []
     with threadpool_limits(1):
         for name, chosen in groups:
             columns = [c for g in chosen for c in FEATURE_GROUPS[g]]
-            model = fit_booster(single_gbdt(settings.profile), window.select(columns).to_numpy(), y)
+            X = window.select(columns).to_numpy()
+            model = fit_booster(single_gbdt(settings.profile), X, y, held_out)
             ladder.append(
                 {
                     "configuration": name,
@@ -191,7 +195,7 @@ def ablation(
         ladder.append(
             {
                 "configuration": f"+ deeper histogram GBDT ({deeper} leaves and rate)",
-                "w20": _w20_log(fit_booster(model, X, y).predict(X_day), rows),
+                "w20": _w20_log(fit_booster(model, X, y, held_out).predict(X_day), rows),
             }
         )
     ladder.append(
@@ -238,6 +242,7 @@ def holdouts(
     random rows removed is the control. Scored on the held-out day's rows of that type; the
     full model is ``cascade``, the night's model fitted on all of ``window``."""
     X_all, y_all = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
+    held_out = validation_rows(window)
     rng = np.random.default_rng(0)
     out = {}
     for key, column in (("hardware", "hardware_type"), ("family", "model_type")):
@@ -251,7 +256,8 @@ def holdouts(
         w20 = {"full": _w20_log(cascade.predict(X_day), scored)}
         for name, drop in (("held_out", removed), ("control", control)):
             w20[name] = _w20_log(
-                _fit_cascade(X_all[~drop], y_all[~drop], settings).predict(X_day), scored
+                _fit_cascade(X_all[~drop], y_all[~drop], held_out[~drop], settings).predict(X_day),
+                scored,
             )
         out[f"holdout_{key}"] = {
             "held_out": target,
@@ -297,15 +303,8 @@ def routing_value(attempts, specs, models, leap_lists, oracle) -> tuple[dict, fl
     truth = oracle.true_medians(attempts["attempt_id"].to_list(), types)
     cost_per_hour = dict(zip(types, specs["hourly_cost_usd"].to_list(), strict=True))
     candidates = attempts.select("attempt_id", pl.col("candidate_hardware").alias("hardware_type"))
-    options = (
-        truth.join(candidates.explode("hardware_type"), on=["attempt_id", "hardware_type"])
-        .with_columns(
-            devices=pl.col("cost_usd")
-            / (pl.col("duration_s") / 3600.0)
-            / pl.col("hardware_type").replace_strict(cost_per_hour, return_dtype=pl.Float64)
-        )
-        .with_columns(devices=pl.col("devices").round(0))
-    )
+    # devices as contract.job_devices counts them: the ranker's cost uses the same definition
+    options = truth.join(candidates.explode("hardware_type"), on=["attempt_id", "hardware_type"])
     day_start = dt.datetime.combine(attempts["ds"][0], dt.time())
     jobs = attempts.select(
         "attempt_id",

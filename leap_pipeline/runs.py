@@ -46,22 +46,27 @@ def dagster_instance() -> dg.DagsterInstance:
 
 
 def discard_stale_warehouse(path: Path) -> bool:
-    """Delete a warehouse whose feature table was written by other features than today's.
+    """Delete a warehouse whose feature table or attempts were written with other columns than
+    today's code writes.
 
     Only for a warehouse a command owns and re-lands whole from the simulator (the report's, the
     benchmarks'), so an upgrade re-runs instead of failing; a user's warehouse is never passed.
     """
+    from leap_serving.contract import schema
+
     from .feature_table import FEATURE_TABLE_COLUMNS
-    from .warehouse import open_warehouse
+    from .warehouse import open_warehouse, remove_warehouse
 
     if not path.exists():
         return False
+    expected = {
+        "feature_table": list(FEATURE_TABLE_COLUMNS),
+        "job_attempts": [*schema("job_attempts"), "family"],
+    }
     with open_warehouse(path, read_only=True) as wh:
-        stale = wh.has("feature_table") and wh.columns("feature_table") != list(
-            FEATURE_TABLE_COLUMNS
-        )
+        stale = any(wh.has(t) and wh.columns(t) != columns for t, columns in expected.items())
     if stale:
-        path.unlink()
+        remove_warehouse(path)
     return stale
 
 

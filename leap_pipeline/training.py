@@ -2,7 +2,8 @@
 
 ``data/models/<day>/`` holds the fitted cascade (as the published ``LeapModel`` folder, history
 snapshot as of the day included), the single GBDT and the lookup table, so evaluation and
-registration read exactly what training wrote.
+registration read exactly what training wrote. The folder is published atomically with a
+manifest of hashes: a crash mid-save leaves the previous night's folder as it was.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 import polars as pl
 from sklearn.ensemble import HistGradientBoostingRegressor
 
-from leap_serving.model import LeapModel, load_skops
+from leap_serving.model import LeapModel, dump_skops, load_skops
+from leap_serving.publish import PublicationError, publish_folder, verify_folder
 
 from .evaluation import TrainedModels, fit_models, training_window
 from .lookup_table import MIN_SUPPORT, LookupTable
@@ -39,42 +41,53 @@ def train_night(
 
 def save_trained(models: TrainedModels, folder: Path, snapshot: pl.DataFrame,
                  specs: pl.DataFrame, profile: str) -> None:  # fmt: skip
-    """Write a night's models; the cascade folder is the artifact a model version ships."""
-    import skops.io as sio
+    """Publish a night's models; the cascade folder is the artifact a model version ships."""
 
-    folder.mkdir(parents=True, exist_ok=True)
-    LeapModel(
-        cascade=models.cascade,
-        history_snapshot=snapshot,
-        hardware_specs=specs,
-        metadata={
-            "training_window": [d.isoformat() for d in models.window],
-            "training_rows": models.training_rows,
-            "profile": profile,
-        },
-    ).save(folder / "cascade")
-    sio.dump(models.single_gbdt, folder / "single_gbdt.skops")
-    models.lookup.entries.write_parquet(folder / "lookup_entries.parquet")
-    models.model_type_ranks.write_parquet(folder / "model_type_ranks.parquet")
-    (folder / "trained.json").write_text(
-        json.dumps(
-            {
-                "window": [d.isoformat() for d in models.window],
+    def write(version: Path) -> dict:
+        LeapModel(
+            cascade=models.cascade,
+            history_snapshot=snapshot,
+            hardware_specs=specs,
+            metadata={
+                "training_window": [d.isoformat() for d in models.window],
                 "training_rows": models.training_rows,
-                "lookup_model_types": list(models.lookup.model_types),
-                "seconds": models.seconds,
                 "profile": profile,
-            }
+            },
+        ).save(version / "cascade")
+        types = dump_skops(models.single_gbdt, version / "single_gbdt.skops")
+        models.lookup.entries.write_parquet(version / "lookup_entries.parquet")
+        models.model_type_ranks.write_parquet(version / "model_type_ranks.parquet")
+        (version / "trained.json").write_text(
+            json.dumps(
+                {
+                    "window": [d.isoformat() for d in models.window],
+                    "training_rows": models.training_rows,
+                    "lookup_model_types": list(models.lookup.model_types),
+                    "seconds": models.seconds,
+                    "profile": profile,
+                }
+            )
         )
-    )
+        return {"skops_types": {"single_gbdt.skops": types}}
+
+    publish_folder(folder, write)
 
 
 def load_trained(folder: Path) -> tuple[TrainedModels, LeapModel]:
     if not (folder / "trained.json").is_file():
         raise FileNotFoundError(f"no trained models in {folder}: materialize cascade_model first")
+    folder = folder.resolve()
+    try:
+        manifest = verify_folder(folder)
+    except PublicationError as exc:
+        raise FileNotFoundError(f"{exc}: materialize cascade_model again") from exc
     meta = json.loads((folder / "trained.json").read_text())
     published = LeapModel.load(folder / "cascade")
-    gbdt = load_skops(folder / "single_gbdt.skops", HistGradientBoostingRegressor)
+    gbdt = load_skops(
+        folder / "single_gbdt.skops",
+        HistGradientBoostingRegressor,
+        manifest.get("skops_types", {}).get("single_gbdt.skops"),
+    )
     models = TrainedModels(
         cascade=published.cascade,
         single_gbdt=gbdt,

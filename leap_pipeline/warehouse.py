@@ -9,13 +9,18 @@ DuckDB lets one process open a file at a time: pipeline runs that write it are s
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
+import re
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 import polars as pl
+
+log = logging.getLogger("leap_pipeline.warehouse")
 
 DEFAULT_PATH = Path("data") / "leap.duckdb"
 PATH_ENV = "LEAP_WAREHOUSE"
@@ -171,21 +176,58 @@ class Warehouse:
         return int(self._con.sql(query, params=[ds]).pl()["n"][0])
 
 
+LOCK_WAIT_ENV = "LEAP_WAREHOUSE_WAIT_S"
+DEFAULT_LOCK_WAIT_S = 120.0
+
+
+def _connect(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """Connect, waiting with backoff while another process holds the file's lock."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.25
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise WarehouseError(f"cannot open {path}: {exc}") from exc
+            left = deadline - time.monotonic()
+            if left <= 0:
+                holder = re.search(r"PID (\d+)", str(exc))
+                who = f"process {holder.group(1)}" if holder else "another process"
+                raise WarehouseError(
+                    f"cannot open {path}: {who} holds it (another LEAP command, a Dagster run or "
+                    f"the nightly job) and did not let go within {wait_s:g} s. DuckDB allows one "
+                    f"process per file: see it with `ps -p {holder.group(1) if holder else '<pid>'}"
+                    f"` or `fuser {path}`, wait for it, or raise ${LOCK_WAIT_ENV}"
+                ) from exc
+            pause = min(delay, left)
+            log.warning("%s is locked by another process; retrying in %.1f s", path, pause)
+            time.sleep(pause)
+            delay = min(delay * 2, 10.0)
+
+
 @contextmanager
-def open_warehouse(path: str | Path | None = None, read_only: bool = False) -> Iterator[Warehouse]:
-    """Open (creating if needed) the warehouse file; the error names the file when it is locked."""
+def open_warehouse(
+    path: str | Path | None = None, read_only: bool = False, wait_s: float | None = None
+) -> Iterator[Warehouse]:
+    """Open (creating if needed) the warehouse file. While another process holds it, wait up to
+    ``wait_s`` (default ``$LEAP_WAREHOUSE_WAIT_S`` or 120 s) with logged retries, then fail with
+    an error that names the holder."""
     path = Path(path) if path else default_path()
     if read_only and not path.exists():
         raise WarehouseError(f"no warehouse at {path}: materialize the pipeline first")
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        connection = duckdb.connect(str(path), read_only=read_only)
-    except duckdb.IOException as exc:
-        raise WarehouseError(
-            f"cannot open {path}: {exc}. DuckDB allows one process per file; wait for the "
-            "running pipeline (or Dagster run) that holds it"
-        ) from exc
+    if wait_s is None:
+        wait_s = float(os.environ.get(LOCK_WAIT_ENV) or DEFAULT_LOCK_WAIT_S)
+    connection = _connect(path, read_only, wait_s)
     try:
         yield Warehouse(connection, path)
     finally:
         connection.close()
+
+
+def remove_warehouse(path: str | Path) -> None:
+    """Delete a warehouse file with its write-ahead log."""
+    path = Path(path)
+    for file in (path, path.with_name(path.name + ".wal")):
+        file.unlink(missing_ok=True)

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, is_classifier
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
@@ -59,20 +59,38 @@ def profile_params(profile: str) -> dict[str, Any]:
 
 
 MIN_PRESENT = 20
+# fewest held-out rows early stopping is judged on; with fewer, a fit runs its full max_iter
+MIN_VALIDATION_ROWS = 20
 
 
-def fit_booster(estimator, X: np.ndarray, y: np.ndarray):
-    """Fit a histogram GBDT on rows where some column may be (almost) missing everywhere (a spec
-    no source reports, say): scikit-learn cannot bin a column that is all NaN in the part it
-    trains on after its validation split, so a column with fewer than ``MIN_PRESENT`` values
-    (or 1% of the rows) is given a constant for the fit. Such a column then holds no split,
-    and predictions do not depend on it."""
+def fit_booster(estimator, X: np.ndarray, y: np.ndarray, validation: np.ndarray | None = None):
+    """Fit a histogram GBDT, early-stopped on the ``validation`` rows when given.
+
+    ``validation`` is a row mask of held-out rows, in time order (the window's last day), so
+    retries of one job, which carry identical features, cannot sit on both sides of the split
+    as they would in scikit-learn's random ``validation_fraction``. Those rows are not trained
+    on. With fewer than ``MIN_VALIDATION_ROWS`` of them (a thin bin), the fit trains on every
+    row without early stopping rather than on a random split.
+
+    A column with fewer than ``MIN_PRESENT`` values (or 1% of the rows) is given a constant for
+    the fit: scikit-learn cannot bin a column that is all NaN in the part it trains on, and such
+    a column then holds no split, so predictions do not depend on it."""
     present = np.sum(~np.isnan(X), axis=0)
     empty = present < max(MIN_PRESENT, 0.01 * len(X))
     if empty.any():
         X = X.copy()
         X[:, empty] = 0.0
-    return estimator.fit(X, y)
+    if validation is None:
+        return estimator.fit(X, y)
+    train = ~validation
+    held_out = validation.copy()
+    if is_classifier(estimator):
+        held_out &= np.isin(y, np.unique(y[train]))  # a class unseen in training cannot score
+    if held_out.sum() < MIN_VALIDATION_ROWS or train.sum() < MIN_VALIDATION_ROWS:
+        return estimator.set_params(early_stopping=False).fit(X, y)
+    return estimator.set_params(early_stopping=True).fit(
+        X[train], y[train], X_val=X[held_out], y_val=y[held_out]
+    )
 
 
 def single_gbdt(profile: str = "fast", random_state: int = 0) -> HistGradientBoostingRegressor:
@@ -112,7 +130,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         neighbour; during EM its rows move to their next-best bin.
     max_iter, max_leaf_nodes, learning_rate : experts' boosting settings.
     classifier_max_iter, classifier_max_leaf_nodes, classifier_learning_rate : the classifier's.
-    validation_fraction, n_iter_no_change : early stopping of every booster.
+    validation_fraction, n_iter_no_change : early stopping of every booster (the fraction only
+        when ``fit`` is given no ``validation`` rows).
     n_threads : int or None
         OpenMP threads per fit (None: the library default). One is fastest on a shared 2-core box.
     random_state : int
@@ -218,9 +237,19 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         return edges, np.searchsorted(edges, y, side="right"), merged
 
     def _fit_experts(
-        self, X: np.ndarray, y: np.ndarray, bins: np.ndarray, n_bins: int
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        bins: np.ndarray,
+        n_bins: int,
+        validation: np.ndarray | None,
     ) -> list[HistGradientBoostingRegressor]:
-        return [fit_booster(self._expert(), X[bins == b], y[bins == b]) for b in range(n_bins)]
+        experts = []
+        for b in range(n_bins):
+            rows = bins == b
+            held_out = None if validation is None else validation[rows]
+            experts.append(fit_booster(self._expert(), X[rows], y[rows], held_out))
+        return experts
 
     def _errors(self, experts: list, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.column_stack([np.abs(e.predict(X) - y) for e in experts])
@@ -242,9 +271,15 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             bins[rows] = np.argmin(errors[rows], axis=1)
             rescued += int(rows.sum())
 
-    def fit(self, X, y) -> BinnedCascade:
+    def fit(self, X, y, validation=None) -> BinnedCascade:
+        """Fit on ``X``, ``y``; ``validation`` optionally marks the rows every booster early-stops
+        on (in time order: the window's last day), which none of them trains on."""
         X, y = validate_data(self, X, y, ensure_all_finite="allow-nan", dtype=np.float64)
         self._check_params(len(y))
+        if validation is not None:
+            validation = np.asarray(validation, dtype=bool)
+            if validation.shape != y.shape:
+                raise ValueError(f"validation has shape {validation.shape}, the rows are {y.shape}")
         seconds = {"em": 0.0, "refit": 0.0, "classifier": 0.0}
         with threadpool_limits(self.n_threads):
             edges, bins, merged = self._initial_bins(y)
@@ -253,7 +288,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             moved, rescued_log = [], []
             start = time.perf_counter()
             for _ in range(self.max_em_iter):
-                experts = self._fit_experts(X, y, bins, n_bins)
+                experts = self._fit_experts(X, y, bins, n_bins, validation)
                 new_bins, rescued = self._reassign(self._errors(experts, X, y))
                 share = float(np.mean(new_bins != bins))
                 moved.append(share)
@@ -268,10 +303,10 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             if experts is not None and moved and moved[-1] == 0.0:
                 self.experts_ = experts  # nothing moved: the last experts already fit the bins
             else:
-                self.experts_ = self._fit_experts(X, y, bins, n_bins)
+                self.experts_ = self._fit_experts(X, y, bins, n_bins, validation)
             seconds["refit"] = time.perf_counter() - start
             start = time.perf_counter()
-            self.classifier_ = self._fit_classifier(X, bins, n_bins)
+            self.classifier_ = self._fit_classifier(X, bins, n_bins, validation)
             seconds["classifier"] = time.perf_counter() - start
         self.bin_edges_ = edges
         self.n_bins_ = n_bins
@@ -284,7 +319,9 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         self.fit_seconds_ = seconds
         return self
 
-    def _fit_classifier(self, X: np.ndarray, bins: np.ndarray, n_bins: int):
+    def _fit_classifier(
+        self, X: np.ndarray, bins: np.ndarray, n_bins: int, validation: np.ndarray | None
+    ):
         if n_bins == 1:
             return None  # one bin: nothing to choose
         classifier = HistGradientBoostingClassifier(
@@ -296,7 +333,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             n_iter_no_change=self.n_iter_no_change,
             random_state=self.random_state,
         )
-        return fit_booster(classifier, X, bins)
+        return fit_booster(classifier, X, bins, validation)
 
     # -- prediction ------------------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
+from numpy.typing import ArrayLike
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,13 @@ JOB_ATTEMPTS: tuple[Column, ...] = (
     ),
     Column("num_trainers", pl.Int64(), True, "hosts", "trainer hosts of the job"),
     Column("batch_size", pl.Int64(), True, "samples", "per-trainer batch size"),
+    Column(
+        "requested_devices_per_host",
+        pl.Int64(),
+        False,
+        "devices",
+        "accelerators per host the launch asks for (absent: whole hosts)",
+    ),
     Column("num_readers", pl.Int64(), False, "count", "data-reader workers"),
     Column("precision", pl.String(), False, "", "fp32, bf16 or fp16"),
     Column("tensor_parallel", pl.Int64(), False, "devices", "tensor-parallel degree"),
@@ -115,6 +124,22 @@ SOURCES: dict[str, tuple[Column, ...]] = {
 }
 
 STATUSES: tuple[str, ...] = ("succeeded", "failed", "preempted")
+
+
+def job_devices(
+    num_trainers: ArrayLike, requested_devices_per_host: ArrayLike | None, host_size: ArrayLike
+) -> np.ndarray:
+    """The devices a job occupies on a hardware type, and so pays for: its trainers times the
+    devices per host it asks for, capped by the type's host size (``devices_per_host`` of the
+    spec table); a launch that does not say takes whole hosts. The one definition the ranker's
+    cost, the simulator's oracle and the routing simulation share."""
+    host = np.asarray(host_size, dtype=np.float64)
+    if requested_devices_per_host is None:
+        per_host = host
+    else:
+        requested = np.asarray(requested_devices_per_host, dtype=np.float64)
+        per_host = np.where(np.isnan(requested), host, np.minimum(requested, host))
+    return np.asarray(num_trainers, dtype=np.float64) * per_host
 
 
 def schema(source: str) -> pl.Schema:

@@ -1,10 +1,15 @@
 """The published model: what a nightly run ships and what serving loads.
 
-One folder of plain files, stored as the artifacts of one MLflow model: the cascade (skops, loaded
-with an explicit allow-list of types rather than pickle), the history snapshot as of the
-evaluation day and the hardware spec table (Parquet), and ``metadata.json`` with the feature list,
-the code version, the training window and the headline metrics. Loading refuses an artifact whose
-feature list differs from this code's, so a model never meets features it was not trained on.
+One folder of plain files, stored as the artifacts of one MLflow model: the cascade (skops, never
+pickle), the history snapshot as of the evaluation day and the hardware spec table (Parquet),
+``metadata.json`` with the feature list, the code version and the training window, and
+``MANIFEST.json`` with the sha256 of each file and the exact types the skops file names. The
+folder is published atomically (``publish.py``).
+
+Loading trusts nothing it is handed: every file must match the manifest (and the hashes recorded
+on the registry version, when it came from the registry), the skops file may name only the types
+its manifest recorded, each of which must be one of ``SKOPS_TYPES`` by exact name, and all of
+this is checked before skops constructs anything. The feature list must be this code's.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import polars as pl
 from .cascade import BinnedCascade
 from .features import FEATURE_COLUMNS, launch_matrix
 from .history import HistoryIndex
+from .publish import PublicationError, publish_folder, verify_files
 from .specs import SpecTable
 
 ARTIFACTS: dict[str, str] = {
@@ -27,13 +33,44 @@ ARTIFACTS: dict[str, str] = {
     "history_snapshot": "history_snapshot.parquet",
     "hardware_specs": "hardware_specs.parquet",
     "metadata": "metadata.json",
+    "manifest": "MANIFEST.json",
 }
-# skops loads only these modules' types; anything else in an artifact is refused.
-TRUSTED_MODULE_PREFIXES = ("sklearn.", "leap_serving.", "numpy.", "builtins.")
+# The only types beyond skops' own safe defaults that a published skops file may name, by exact
+# name: a type outside this set is refused before skops constructs anything.
+SKOPS_TYPES: frozenset[str] = frozenset(
+    {
+        "leap_serving.cascade.BinnedCascade",
+        "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+    }
+)
 
 
 class ModelArtifactError(RuntimeError):
     """An artifact cannot be loaded or does not match this code; the message says which part."""
+
+
+# the libraries whose version changes what a loaded model computes
+MODEL_PACKAGES = ("scikit-learn", "numpy", "skops", "polars")
+
+
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in MODEL_PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "missing"
+    return found
+
+
+def dependency_drift(metadata: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Libraries whose version here differs from the one the model was saved with:
+    name -> (saved, here)."""
+    saved = metadata.get("package_versions") or {}
+    here = package_versions()
+    return {n: (saved[n], here[n]) for n in saved if n in here and saved[n] != here[n]}
 
 
 def code_version() -> str:
@@ -61,32 +98,44 @@ class LeapModel:
             self.spec_table = SpecTable.from_frame(self.hardware_specs)
 
     def save(self, folder: str | Path) -> dict[str, str]:
-        """Write the artifact files; returns the MLflow ``artifacts`` mapping (name -> path)."""
-        import skops.io as sio
+        """Publish the artifact files at ``folder`` atomically; returns the MLflow ``artifacts``
+        mapping (name -> path in the published version)."""
 
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        paths = {name: str(folder / file) for name, file in ARTIFACTS.items()}
-        sio.dump(self.cascade, paths["cascade"])
-        self.history_snapshot.write_parquet(paths["history_snapshot"])
-        self.hardware_specs.write_parquet(paths["hardware_specs"])
-        metadata = {
-            "feature_columns": list(FEATURE_COLUMNS),
-            "code_version": code_version(),
-            **self.metadata,
-        }
-        Path(paths["metadata"]).write_text(json.dumps(metadata, indent=2, sort_keys=True))
-        return paths
+        def write(version: Path) -> dict[str, Any]:
+            paths = {name: version / file for name, file in ARTIFACTS.items()}
+            types = dump_skops(self.cascade, paths["cascade"])
+            self.history_snapshot.write_parquet(paths["history_snapshot"])
+            self.hardware_specs.write_parquet(paths["hardware_specs"])
+            metadata = {
+                "feature_columns": list(FEATURE_COLUMNS),
+                "code_version": code_version(),
+                "package_versions": package_versions(),
+                **self.metadata,
+            }
+            paths["metadata"].write_text(json.dumps(metadata, indent=2, sort_keys=True))
+            return {"skops_types": {ARTIFACTS["cascade"]: types}}
+
+        version = publish_folder(folder, write)
+        return {name: str(version / file) for name, file in ARTIFACTS.items()}
 
     @classmethod
-    def load(cls, artifacts: dict[str, str] | str | Path) -> LeapModel:
-        """Load from an artifacts mapping (as MLflow passes it) or a folder of the files."""
+    def load(
+        cls,
+        artifacts: dict[str, str] | str | Path,
+        expected_sha256: dict[str, str] | None = None,
+    ) -> LeapModel:
+        """Load from an artifacts mapping (as MLflow passes it) or a published folder.
+
+        ``expected_sha256`` (file name -> sha256, as the registry version records them) must
+        equal what the manifest records; every file must match its hash before anything loads.
+        """
         if not isinstance(artifacts, dict):
-            folder = Path(artifacts)
+            folder = Path(artifacts).resolve()  # one version, even if the pointer moves meanwhile
             artifacts = {name: str(folder / file) for name, file in ARTIFACTS.items()}
         missing = [name for name in ARTIFACTS if not Path(artifacts.get(name, "")).is_file()]
         if missing:
             raise ModelArtifactError(f"model artifact lacks {missing}")
+        manifest = check_artifacts(artifacts, expected_sha256)
         metadata = json.loads(Path(artifacts["metadata"]).read_text())
         if metadata.get("feature_columns") != list(FEATURE_COLUMNS):
             raise ModelArtifactError(
@@ -94,7 +143,11 @@ class LeapModel:
                 f"(artifact code version {metadata.get('code_version')}, this {code_version()})"
             )
         return cls(
-            cascade=load_skops(artifacts["cascade"], BinnedCascade),
+            cascade=load_skops(
+                artifacts["cascade"],
+                BinnedCascade,
+                manifest.get("skops_types", {}).get(ARTIFACTS["cascade"]),
+            ),
             history_snapshot=pl.read_parquet(artifacts["history_snapshot"]),
             hardware_specs=pl.read_parquet(artifacts["hardware_specs"]),
             metadata=metadata,
@@ -115,52 +168,135 @@ class LeapModel:
         )
 
 
-def load_skops(path: str | Path, expected: type) -> Any:
-    """Load a skops file whose types all come from trusted modules and whose object is an
-    ``expected``; anything else is refused with the reason."""
+def check_artifacts(
+    artifacts: dict[str, str], expected_sha256: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The manifest of a model's files, after checking each file against it (and the manifest
+    against the registry's record); raises ``ModelArtifactError`` naming the file."""
+    manifest_path = Path(artifacts["manifest"])
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        recorded = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelArtifactError(f"{manifest_path} cannot be read: {exc}") from exc
+    names = {ARTIFACTS[k] for k in ARTIFACTS if k != "manifest"}
+    if not isinstance(recorded, dict) or set(recorded) != names:
+        raise ModelArtifactError(
+            f"{manifest_path} records files {recorded!r}, a model has {sorted(names)}"
+        )
+    if expected_sha256 is not None and expected_sha256 != recorded:
+        raise ModelArtifactError(
+            f"{manifest_path} does not match the sha256 recorded on the registry version: "
+            "the artifact was replaced after registration"
+        )
+    by_name = {ARTIFACTS[k]: Path(v) for k, v in artifacts.items()}
+    try:
+        for name, digest in recorded.items():
+            verify_files(by_name[name].parent, {by_name[name].name: digest})
+    except PublicationError as exc:
+        raise ModelArtifactError(str(exc)) from exc
+    return manifest
+
+
+def dump_skops(obj: Any, path: str | Path) -> list[str]:
+    """Write ``obj`` with skops; returns the exact types beyond skops' defaults the file names,
+    to be recorded in the manifest. Refuses to write a type serving would not load."""
+    import skops.io as sio
+
+    sio.dump(obj, str(path))
+    types = sorted(sio.get_untrusted_types(file=str(path)))
+    unknown = sorted(set(types) - SKOPS_TYPES)
+    if unknown:
+        Path(path).unlink()
+        raise ModelArtifactError(f"{path}: types {unknown} are not in SKOPS_TYPES")
+    return types
+
+
+def load_skops(path: str | Path, expected: type, recorded_types: list[str] | None) -> Any:
+    """Load a skops file that names exactly ``recorded_types`` (the list its manifest kept), all
+    of them in ``SKOPS_TYPES``, and holds an ``expected``. Every check runs before skops
+    constructs an object, so a refused file never runs a call it names."""
     import skops.io as sio
 
     path = str(path)
+    if recorded_types is None:
+        raise ModelArtifactError(f"{path}: its manifest records no types; refusing to load it")
     try:
-        types = sio.get_untrusted_types(file=path)
+        types = sorted(sio.get_untrusted_types(file=path))
     except Exception as exc:  # a truncated or foreign file: say so, whatever skops raised
         raise ModelArtifactError(f"{path} cannot be read: {exc}") from exc
-    refused = [t for t in types if not t.startswith(TRUSTED_MODULE_PREFIXES)]
+    refused = sorted(set(types) - SKOPS_TYPES)
     if refused:
-        raise ModelArtifactError(f"{path} holds untrusted types {refused}")
+        raise ModelArtifactError(f"{path} names types that are not allowed: {refused}")
+    if types != sorted(recorded_types):
+        raise ModelArtifactError(
+            f"{path} names types {types}, its manifest recorded {sorted(recorded_types)}"
+        )
     loaded = sio.load(path, trusted=types)
     if not isinstance(loaded, expected):
         raise ModelArtifactError(f"{path} holds a {type(loaded).__name__}, not {expected.__name__}")
     return loaded
 
 
-def load_registered(model_uri: str) -> tuple[LeapModel, str | None]:
-    """Download a registered model (``models:/name@alias`` or ``models:/name/3``) and load it
-    without going through pyfunc; returns the model and its registry version."""
-    import mlflow
+SHA256_TAG = "artifact_sha256"  # on each registry version: JSON, file name -> sha256
 
+
+def _split_model_uri(model_uri: str) -> tuple[str, str | None, str | None]:
+    """``models:/name@alias`` -> (name, alias, None); ``models:/name/N`` -> (name, None, N)."""
+    if not model_uri.startswith("models:/"):
+        raise ModelArtifactError(f"model_uri={model_uri!r} is not a models:/ URI")
+    path = model_uri.removeprefix("models:/")
+    if "@" in path:
+        name, alias = path.split("@", 1)
+        return name, alias, None
+    name, _, version = path.rpartition("/")
+    if not name or not version:
+        raise ModelArtifactError(f"model_uri={model_uri!r} names no alias or version")
+    return name, None, version
+
+
+def load_registered(model_uri: str, version: str | None = None) -> tuple[LeapModel, str]:
+    """Download one registry version and load it without going through pyfunc; returns the
+    model and its version.
+
+    The alias is resolved once (or not at all when ``version`` is given), and the files are
+    fetched by that version number, so a promotion meanwhile cannot mix two versions. Every file
+    must carry the sha256 the version recorded at registration.
+    """
+    import mlflow
+    from mlflow import MlflowClient
+
+    name, _, _ = _split_model_uri(model_uri)
     try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri))
+        version = version or registry_version(model_uri)
+        record = MlflowClient().get_model_version(name, version)
+    except ModelArtifactError:
+        raise
     except Exception as exc:  # MLflow raises several types for a missing model or server
-        raise ModelArtifactError(f"cannot download {model_uri}: {exc}") from exc
-    model = LeapModel.load(local / "artifacts")
-    version = None
-    if model_uri.startswith("models:/"):
-        try:
-            version = registry_version(model_uri)
-        except Exception:  # the version is informative only; the model itself loaded
-            version = None
-    return model, version
+        raise ModelArtifactError(f"cannot resolve {model_uri}: {exc}") from exc
+    recorded = record.tags.get(SHA256_TAG)
+    if not recorded:
+        raise ModelArtifactError(
+            f"{name} version {version} carries no {SHA256_TAG} tag: it was registered without "
+            "integrity records and is refused; register a new version"
+        )
+    try:
+        expected = json.loads(recorded)
+    except ValueError as exc:
+        raise ModelArtifactError(f"{name} version {version}: {SHA256_TAG} is not JSON") from exc
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}"))
+    except Exception as exc:  # MLflow raises several types for a missing model or server
+        raise ModelArtifactError(f"cannot download {name} version {version}: {exc}") from exc
+    return LeapModel.load(local / "artifacts", expected_sha256=expected), str(version)
 
 
 def registry_version(model_uri: str) -> str:
     """The registry version a ``models:/name@alias`` or ``models:/name/N`` URI names now."""
     from mlflow import MlflowClient
 
-    path = model_uri.removeprefix("models:/")
+    name, alias, version = _split_model_uri(model_uri)
     client = MlflowClient()
-    if "@" in path:
-        name, alias = path.split("@", 1)
+    if alias is not None:
         return str(client.get_model_version_by_alias(name, alias).version)
-    name, version = path.rsplit("/", 1)
     return str(client.get_model_version(name, version).version)

@@ -1,9 +1,15 @@
 """Rank candidate hardware for a job launch (paper section 2.3): the call a launcher makes.
 
 ``Ranker.rank`` builds one feature row per candidate with the training code's extraction, predicts
-throughput with the published cascade, divides by the job's cost on each type, removes premium
-types the job would not use efficiently, and returns the rest best first. It never raises into
-the caller: any failure gives an empty ranking with the reason, logged.
+throughput with the published cascade, divides by the job's cost on each type (``job_devices`` of
+the contract, the definition the oracle and the routing simulation share), removes premium types
+the job would not use efficiently, and returns the rest best first. It never raises into the
+caller: any failure gives an empty ranking with the reason and a reason code, logged and counted
+(``Ranker.stats()``); an unexpected error is logged with its traceback.
+
+The model loads in the background: the constructor returns at once, and a launch before the first
+model is ready gets an empty ranking with the reason "model loading". A model that fails its
+integrity checks is refused, and the ranker keeps serving the one it had.
 
 The premium rule: a premium type stays only if its throughput per dollar is at least
 ``premium_min_ratio`` times that of the best non-premium candidate (1.0 by default: a premium
@@ -19,6 +25,7 @@ import math
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -28,9 +35,16 @@ import numpy as np
 import polars as pl
 
 from .compiled import CompiledCascade
-from .contract import schema
+from .contract import job_devices, schema
 from .features import FEATURE_COLUMNS, LAUNCH_COLUMNS, expand_candidates, launch_matrix
-from .model import LeapModel, ModelArtifactError, load_registered, registry_version
+from .model import (
+    LeapModel,
+    ModelArtifactError,
+    dependency_drift,
+    load_registered,
+    registry_version,
+)
+from .publish import PublicationError, manifest_stamp
 
 log = logging.getLogger("leap_serving")
 _COLD_START = FEATURE_COLUMNS.index("hist_cold_start")
@@ -40,6 +54,19 @@ SWITCHES_ENV = "LEAP_ROUTING_SWITCHES"
 DEFAULT_MODEL_URI = "models:/leap-throughput@production"
 REQUIRED_JOB_FIELDS = ("job_name", "model_type", "num_trainers", "batch_size")
 _POSITIVE_FIELDS = ("num_trainers", "batch_size")
+# launch fields the cost reads but feature extraction does not
+_COST_FIELDS = ("requested_devices_per_host",)
+# why a ranking can be empty; ``Ranker.stats()`` counts each
+REASON_CODES = (
+    "model_loading",  # the first model is not ready yet
+    "no_model",  # no model could be loaded
+    "invalid_job",  # a launch field is missing or malformed
+    "invalid_candidates",  # no, malformed or unknown candidate types
+    "launch_date",  # the launch is not after the model's history snapshot
+    "routing_off",  # the routing switch of the model type is off
+    "prediction",  # the model predicted no usable throughput or the type no usable cost
+    "internal_error",  # a bug: logged with its traceback
+)
 _NON_NEGATIVE_FIELDS = (
     "num_readers", "tensor_parallel", "pipeline_parallel", "num_sparse_features",
     "num_dense_features", "hash_size", "seq_len", "training_days",
@@ -53,7 +80,7 @@ _CONTRACT_FIELDS = set(_CONTRACT)
 class CandidateScore:
     hardware_type: str
     predicted_throughput: float  # samples/s
-    cost_per_hour: float  # USD per hour for the job: hourly cost x trainers x devices per host
+    cost_per_hour: float  # USD per hour for the job: hourly cost x contract.job_devices
     throughput_per_cost: float  # samples per USD
     rank: int | None  # 1 = best; None when removed
     bin: int  # the cascade bin the classifier chose
@@ -70,6 +97,7 @@ class Ranking:
     model_version: str | None = None
     reason: str | None = None  # why the ranking is empty, in plain words
     ignored_fields: list[str] = field(default_factory=list)
+    reason_code: str | None = None  # one of REASON_CODES when empty
 
     @property
     def preference_list(self) -> list[str]:
@@ -81,12 +109,18 @@ class Ranking:
             "ranking": [asdict(c) for c in self.ranking],
             "removed": [asdict(c) for c in self.removed],
             "reason": self.reason,
+            "reason_code": self.reason_code,
             "ignored_fields": list(self.ignored_fields),
         }
 
 
 class JobError(ValueError):
-    """The job or candidate list cannot be ranked; the message is the ranking's reason."""
+    """The job or candidate list cannot be ranked; the message is the ranking's reason, the
+    code one of ``REASON_CODES``."""
+
+    def __init__(self, reason: str, code: str = "invalid_job") -> None:
+        super().__init__(reason)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -97,6 +131,7 @@ class _Loaded:
     compiled: CompiledCascade
     version: str | None
     specs: dict[str, dict[str, Any]]
+    stamp: str | None  # the registry version, or the folder manifest's sha256
 
 
 class Switches:
@@ -156,17 +191,25 @@ class Ranker:
         check_interval_s: float = 60.0,
         premium_min_ratio: float = 1.0,
         switches_path: str | Path | None = None,
+        wait: bool = False,
+        max_model_age_days: int = 3,
     ) -> None:
         self.model_uri = model_uri or os.environ.get(MODEL_URI_ENV) or DEFAULT_MODEL_URI
         self.check_interval_s = check_interval_s
         self.premium_min_ratio = premium_min_ratio
+        self.max_model_age_days = max_model_age_days
         self.switches = Switches(switches_path or os.environ.get(SWITCHES_ENV))
         self._loaded: _Loaded | None = None
         self._load_error: str | None = None
-        self._checked_at = 0.0
-        self._lock = threading.Lock()
+        self._checked_at = time.monotonic()
+        self._lock = threading.Lock()  # guards _refreshing and the counters
+        self._load_lock = threading.Lock()  # one load at a time
+        self._ready = threading.Event()  # set once the first load attempt has finished
         self._refreshing = False
-        self.reload()
+        self._counts: Counter[str] = Counter()
+        self._start_refresh()
+        if wait:
+            self.wait_ready()
 
     # -- the model ---------------------------------------------------------------------------
 
@@ -175,55 +218,138 @@ class Ranker:
         loaded = self._loaded
         return loaded.version if loaded else None
 
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until the first load attempt has finished; True if a model is loaded."""
+        self._ready.wait(timeout)
+        return self._loaded is not None
+
+    def stats(self) -> dict[str, Any]:
+        """Answers given, rankings with candidates, empty rankings by reason code, model loads
+        and refusals, and the model serving now."""
+        with self._lock:
+            counts = dict(self._counts)
+        loaded = self._loaded
+        age = None
+        if loaded is not None and loaded.model.history_index.last_ds is not None:
+            age = (dt.datetime.now(dt.UTC).date() - loaded.model.history_index.last_ds).days
+        return {
+            "answers": counts.get("answers", 0),
+            "ranked": counts.get("ranked", 0),
+            "empty": {c: counts[f"empty.{c}"] for c in REASON_CODES if f"empty.{c}" in counts},
+            "models_loaded": counts.get("models_loaded", 0),
+            "models_refused": counts.get("models_refused", 0),
+            "model_version": self.model_version,
+            "load_error": self._load_error,
+            # days since the model's history snapshot; stale past max_model_age_days
+            "model_age_days": age,
+            "model_stale": age is not None and age > self.max_model_age_days,
+            # libraries that differ from the ones the model was saved with: name -> [saved, here]
+            "dependency_drift": dependency_drift(loaded.model.metadata) if loaded else {},
+        }
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] += n
+
     def reload(self) -> bool:
-        """Load the model the URI names now if it differs from the one held; True if swapped."""
+        """Load the model the URI names now if it differs from the one held; True if swapped.
+
+        The pointer (the alias, or the folder's manifest) is read once and that exact version
+        loaded. A model that cannot load or fails its checks leaves the held one serving.
+        """
+        with self._load_lock:
+            try:
+                return self._reload()
+            finally:
+                self._checked_at = time.monotonic()
+                self._ready.set()
+
+    def _reload(self) -> bool:
         try:
-            version = self._pointer_version()
-            if self._loaded is not None and version is not None and version == self._loaded.version:
+            source, stamp = self._pointer()
+            held = self._loaded
+            if held is not None and stamp is not None and stamp == held.stamp:
                 return False
-            self._loaded = self._load(version)
-            self._load_error = None
-            log.info("leap_serving: model %s version %s loaded", self.model_uri, version)
-            return True
-        except Exception as exc:  # a bad artifact must not take the launcher down
-            self._load_error = f"model {self.model_uri} cannot be loaded: {exc}"
-            log.error(self._load_error)
+            loaded = self._load(source, stamp)
+        except (ModelArtifactError, PublicationError, OSError) as exc:
+            self._refused(f"model {self.model_uri} cannot be loaded: {exc}")
             return False
-        finally:
-            self._checked_at = time.monotonic()
+        except Exception as exc:  # MLflow's errors, or a bug: keep the traceback
+            self._refused(
+                f"model {self.model_uri} cannot be loaded: {type(exc).__name__}: {exc}",
+                traceback=True,
+            )
+            return False
+        self._loaded = loaded
+        self._load_error = None
+        self._count("models_loaded")
+        log.info("leap_serving: model %s version %s loaded", self.model_uri, loaded.version)
+        self._warn_if_outdated()
+        return True
 
-    def _pointer_version(self) -> str | None:
-        if not self.model_uri.startswith("models:/"):
-            return None
-        return registry_version(self.model_uri)
+    def _warn_if_outdated(self) -> None:
+        stats = self.stats()
+        if stats["model_stale"]:
+            log.warning(
+                "leap_serving: model %s is %d days past its history snapshot (limit %d): is the "
+                "nightly pipeline running?",
+                self.model_uri, stats["model_age_days"], self.max_model_age_days,
+            )  # fmt: skip
+        if stats["dependency_drift"]:
+            log.warning(
+                "leap_serving: model %s was saved with other library versions than these "
+                "(name: saved, here): %s",
+                self.model_uri, stats["dependency_drift"],
+            )  # fmt: skip
 
-    def _load(self, version: str | None) -> _Loaded:
+    def _refused(self, message: str, traceback: bool = False) -> None:
+        held = self._loaded
+        if held is not None:
+            message += f"; still serving version {held.version or held.stamp}"
+        self._load_error = message
+        self._count("models_refused")
+        (log.exception if traceback else log.error)("leap_serving: %s", message)
+
+    def _pointer(self) -> tuple[str | Path, str | None]:
+        """What to load and its identity, read once: (URI, registry version) or (the folder the
+        path points at now, its manifest's sha256)."""
         if self.model_uri.startswith("models:/"):
-            model, _ = load_registered(self.model_uri)
+            return self.model_uri, registry_version(self.model_uri)
+        folder = Path(self.model_uri).resolve()
+        return folder, manifest_stamp(folder)
+
+    def _load(self, source: str | Path, stamp: str | None) -> _Loaded:
+        if isinstance(source, str):
+            model, version = load_registered(source, version=stamp)
         else:
-            model = LeapModel.load(self.model_uri)
+            model, version = LeapModel.load(source), None
         compiled = CompiledCascade(model.cascade)
         specs = {row["hardware_type"]: row for row in model.hardware_specs.iter_rows(named=True)}
         # compile and warm the tree walk before the model serves a launch
         compiled.predict(np.zeros((1, model.cascade.n_features_in_)))
-        return _Loaded(model, compiled, version, specs)
+        return _Loaded(model, compiled, version, specs, stamp)
 
-    def _maybe_refresh(self) -> None:
-        if time.monotonic() - self._checked_at < self.check_interval_s:
-            return
+    def _start_refresh(self) -> bool:
         with self._lock:
             if self._refreshing:
-                return
+                return False
             self._refreshing = True
-            self._checked_at = time.monotonic()
 
         def refresh() -> None:
             try:
                 self.reload()
             finally:
-                self._refreshing = False
+                with self._lock:
+                    self._refreshing = False
 
         threading.Thread(target=refresh, name="leap-model-refresh", daemon=True).start()
+        return True
+
+    def _maybe_refresh(self) -> None:
+        if time.monotonic() - self._checked_at < self.check_interval_s:
+            return
+        self._checked_at = time.monotonic()
+        self._start_refresh()
 
     # -- ranking -------------------------------------------------------------------------------
 
@@ -249,13 +375,20 @@ class Ranker:
         version = loaded.version if loaded else None
         results: list[Ranking | None] = [None] * len(jobs)
         prepared = []
-        for i, (job, candidates) in enumerate(jobs):
+        for i, item in enumerate(jobs):
+            job = None
             try:
+                job, candidates = item
                 if loaded is None:
-                    raise JobError(self._load_error or "no model loaded")
+                    if not self._ready.is_set():
+                        raise JobError("model loading", "model_loading")
+                    raise JobError(self._load_error or "no model loaded", "no_model")
                 launch, types, ignored = _check_job(job, candidates, loaded, launch_date)
                 if not self.switches.enabled(launch["model_type"]):
-                    raise JobError(f"routing is switched off for model type {launch['model_type']}")
+                    raise JobError(
+                        f"routing is switched off for model type {launch['model_type']}",
+                        "routing_off",
+                    )
                 prepared.append((i, launch, types, ignored))
             except Exception as exc:  # every failure becomes a reason
                 results[i] = _empty(exc, version, job)
@@ -265,7 +398,16 @@ class Ranker:
             except Exception as exc:
                 for i, *_ in prepared:
                     results[i] = _empty(exc, version, jobs[i][0])
+        self._tally(results)
         return results  # type: ignore[return-value]
+
+    def _tally(self, results: list) -> None:
+        counts = Counter(
+            "ranked" if r.reason_code is None else f"empty.{r.reason_code}" for r in results
+        )
+        counts["answers"] = len(results)
+        with self._lock:
+            self._counts.update(counts)
 
     def _score(self, prepared: list, loaded: _Loaded, results: list) -> None:
         rows = pl.concat([expand_candidates(launch, types) for _, launch, types, _ in prepared])
@@ -288,13 +430,22 @@ class Ranker:
         throughput = np.exp(log_q)
         if not np.all(np.isfinite(throughput)):
             bad = [t for t, q in zip(types, throughput, strict=True) if not np.isfinite(q)]
-            raise JobError(f"the model predicted no finite throughput for {bad}")
+            raise JobError(f"the model predicted no finite throughput for {bad}", "prediction")
+        specs = [loaded.specs[t] for t in types]
+        devices = job_devices(
+            launch["num_trainers"],
+            launch.get("requested_devices_per_host"),
+            [spec["devices_per_host"] for spec in specs],
+        )
         scores = []
         for j, hardware_type in enumerate(types):
-            spec = loaded.specs[hardware_type]
-            cost = spec["hourly_cost_usd"] * launch["num_trainers"] * spec["devices_per_host"]
+            spec = specs[j]
+            cost = float(spec["hourly_cost_usd"] * devices[j])
             if not cost > 0 or not math.isfinite(cost):
-                raise JobError(f"hardware_type {hardware_type} has no usable hourly cost ({cost})")
+                raise JobError(
+                    f"hardware_type {hardware_type} has no usable hourly cost ({cost})",
+                    "prediction",
+                )
             scores.append(
                 CandidateScore(
                     hardware_type=hardware_type,
@@ -338,14 +489,14 @@ def _removed(score: CandidateScore, bar: float, ratio: float) -> CandidateScore:
 
 
 def _empty(exc: Exception, version: str | None, job: Any) -> Ranking:
-    reason = (
-        str(exc)
-        if isinstance(exc, (JobError, ModelArtifactError))
-        else (f"ranking failed: {type(exc).__name__}: {exc}")
-    )
-    name = job.get("job_name") if isinstance(job, Mapping) else None
-    log.warning("leap_serving: empty ranking for job %r: %s", name, reason)
-    return Ranking([], [], version, reason)
+    name = _show(job.get("job_name") if isinstance(job, Mapping) else None)
+    if isinstance(exc, JobError):
+        reason, code = str(exc), exc.code
+        log.warning("leap_serving: empty ranking for job %s: %s", name, reason)
+    else:  # not a bad input we know of: a bug, kept with its traceback
+        reason, code = f"ranking failed: {type(exc).__name__}: {exc}", "internal_error"
+        log.error("leap_serving: empty ranking for job %s: %s", name, reason, exc_info=exc)
+    return Ranking([], [], version, reason, reason_code=code)
 
 
 def _check_job(
@@ -363,36 +514,62 @@ def _check_job(
             continue
         value = job[name]
         if isinstance(value, float) and not math.isfinite(value):
-            raise JobError(f"job.{name}={value!r} is not a finite number")
+            raise JobError(f"job.{name}={_show(value)} is not a finite number")
         typed = _typed(value, _CONTRACT[name])
         if typed is None:
-            raise JobError(f"job.{name}={value!r} is not a valid {_CONTRACT[name]}")
+            raise JobError(f"job.{name}={_show(value)} is not a valid {_CONTRACT[name]}")
         if name in _POSITIVE_FIELDS and typed <= 0:
-            raise JobError(f"job.{name}={value!r} must be positive")
+            raise JobError(f"job.{name}={_show(value)} must be positive")
         if name in _NON_NEGATIVE_FIELDS and typed < 0:
-            raise JobError(f"job.{name}={value!r} must not be negative")
+            raise JobError(f"job.{name}={_show(value)} must not be negative")
+        launch[name] = typed
+    for name in _COST_FIELDS:
+        value = job.get(name)
+        if value is None:
+            continue
+        typed = _typed(value, _CONTRACT[name])
+        if typed is None or typed <= 0:
+            raise JobError(f"job.{name}={_show(value)} must be a positive integer")
         launch[name] = typed
     launch["ds"] = _launch_day(job, launch_date)
     snapshot_day = loaded.model.history_index.last_ds
     if snapshot_day is not None and launch["ds"] <= snapshot_day:
         raise JobError(
             f"launch date {launch['ds']} is not after the model's history snapshot "
-            f"({snapshot_day}): the model cannot know that day's history"
+            f"({snapshot_day}): the model cannot know that day's history",
+            "launch_date",
         )
     if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Iterable):
-        raise JobError("candidates must be a list of hardware type names")
+        raise JobError("candidates must be a list of hardware type names", "invalid_candidates")
     types = list(candidates)
     if not types:
-        raise JobError("no candidate hardware types")
+        raise JobError("no candidate hardware types", "invalid_candidates")
     bad = [t for t in types if not isinstance(t, str)]
     if bad:
-        raise JobError(f"candidate {bad[0]!r} is not a hardware type name")
+        raise JobError(
+            f"candidate {_show(bad[0])} is not a hardware type name", "invalid_candidates"
+        )
     unknown = [t for t in types if t not in loaded.specs]
     if unknown:
-        raise JobError(f"unknown hardware type(s) {unknown}: not in the model's spec table")
+        raise JobError(
+            f"unknown hardware type(s) {unknown}: not in the model's spec table",
+            "invalid_candidates",
+        )
     types = list(dict.fromkeys(types))  # a repeated candidate is ranked once
     ignored = sorted(str(k) for k in job if k not in _CONTRACT_FIELDS)
     return launch, types, ignored
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """A caller's value as a reason shows it: short, and safe whatever its ``repr`` does."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _typed(value: Any, dtype: pl.DataType) -> Any:
@@ -403,16 +580,17 @@ def _typed(value: Any, dtype: pl.DataType) -> Any:
     if dtype == pl.Boolean:
         if isinstance(value, bool):
             return value
-        return {"true": True, "false": False}.get(str(value).lower())
+        if isinstance(value, (int, str)):  # 1 / 0 and "true" / "false", as CSV exports carry
+            return {"true": True, "false": False, "1": True, "0": False}.get(str(value).lower())
+        return None
     if dtype == pl.Int64:
         if isinstance(value, bool):
             return None
-        if isinstance(value, int):
+        integral = isinstance(value, float) and value.is_integer()
+        if integral or (isinstance(value, str) and value.strip().lstrip("-").isdigit()):
+            value = int(value)
+        if isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
             return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
         return None
     return None
 
@@ -420,7 +598,7 @@ def _typed(value: Any, dtype: pl.DataType) -> Any:
 def _launch_day(job: Mapping[str, Any], launch_date: dt.date | None) -> dt.date:
     if launch_date is not None:
         if not isinstance(launch_date, dt.date):
-            raise JobError(f"launch_date={launch_date!r} is not a date")
+            raise JobError(f"launch_date={_show(launch_date)} is not a date")
         return launch_date if not isinstance(launch_date, dt.datetime) else launch_date.date()
     value = job.get("ds")
     if value is None:
@@ -428,6 +606,8 @@ def _launch_day(job: Mapping[str, Any], launch_date: dt.date | None) -> dt.date:
     if isinstance(value, dt.date):
         return value if not isinstance(value, dt.datetime) else value.date()
     try:
-        return dt.date.fromisoformat(str(value))
+        if not isinstance(value, str):
+            raise ValueError
+        return dt.date.fromisoformat(value)
     except ValueError:
-        raise JobError(f"job.ds={value!r} is not a date YYYY-MM-DD") from None
+        raise JobError(f"job.ds={_show(value)} is not a date YYYY-MM-DD") from None

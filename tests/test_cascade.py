@@ -102,3 +102,43 @@ def test_bad_parameters_are_named():
         BinnedCascade(min_bin_rows=200).fit(X, y)
     with pytest.raises(ValueError, match="move_tol"):
         BinnedCascade(move_tol=1.5, min_bin_rows=10).fit(X, y)
+
+
+def test_early_stopping_judges_on_the_validation_rows_and_never_trains_on_them(monkeypatch):
+    """Column 0 numbers the rows: every booster of the cascade trains only on rows outside the
+    validation mask and early-stops only on rows inside it."""
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+
+    rng = np.random.default_rng(1)
+    n = 3000
+    X = np.column_stack([np.arange(n, dtype=float), rng.normal(size=(n, 3))])
+    y = X[:, 1] + 0.1 * rng.normal(size=n)
+    validation = np.zeros(n, dtype=bool)
+    validation[-400:] = True  # the window's last day
+    seen = []
+    for cls in (HistGradientBoostingRegressor, HistGradientBoostingClassifier):
+        real = cls.fit
+
+        def spy(self, X, y, *args, _real=real, **kwargs):
+            seen.append((X[:, 0].copy(), kwargs.get("X_val")))
+            return _real(self, X, y, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "fit", spy)
+    params = {**profile_params("quick"), "n_bins": 3, "max_em_iter": 1}
+    BinnedCascade(**params).fit(X, y, validation=validation)
+    assert len(seen) == 3 + 3 + 1  # EM experts, refit experts, classifier
+    held_out = set(np.flatnonzero(validation).tolist())
+    for trained, X_val in seen:
+        assert not held_out & set(trained.astype(int).tolist())
+        assert X_val is not None and set(X_val[:, 0].astype(int).tolist()) <= held_out
+
+
+def test_training_is_reproducible():
+    """The same rows, parameters and seed give the same model, prediction for prediction."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(2000, 4))
+    y = X[:, 0] * 2 + rng.normal(size=2000) * 0.2
+    params = {**profile_params("quick"), "n_bins": 3}
+    first = BinnedCascade(**params).fit(X, y).predict(X)
+    second = BinnedCascade(**params).fit(X, y).predict(X)
+    assert np.array_equal(first, second)

@@ -91,24 +91,50 @@ def test_only_a_warehouse_with_other_feature_columns_is_discarded(tmp_path):
     assert discard_stale_warehouse(tmp_path / "absent.duckdb") is False
 
 
-def test_a_locked_warehouse_is_an_error_naming_the_file(warehouse):
+def _hold(warehouse, seconds: float) -> subprocess.Popen:
     code = (
         "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); print('open', flush=True); "
-        "time.sleep(30)"
+        f"time.sleep({seconds}); con.close()"
     )
     holder = subprocess.Popen(
         [sys.executable, "-c", code, str(warehouse)], stdout=subprocess.PIPE, text=True
     )
+    assert holder.stdout.readline().strip() == "open"
+    return holder
+
+
+def test_a_locked_warehouse_is_waited_for_then_an_error_naming_the_holder(warehouse, caplog):
+    holder = _hold(warehouse, 30)
     try:
-        assert holder.stdout.readline().strip() == "open"
         with (
-            pytest.raises(WarehouseError, match="one process per file"),
-            open_warehouse(warehouse),
+            pytest.raises(WarehouseError, match=f"process {holder.pid} holds it") as failed,
+            open_warehouse(warehouse, wait_s=1.0),
         ):
             pass
+        assert "one process per file" in str(failed.value) and str(warehouse) in str(failed.value)
+        assert "locked by another process; retrying" in caplog.text
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_warehouse_released_while_waiting_opens(warehouse):
+    holder = _hold(warehouse, 1.5)
+    try:
+        with open_warehouse(warehouse, read_only=True, wait_s=60) as wh:
+            assert wh.has("feature_table")
+    finally:
+        holder.wait()
+
+
+def test_discarding_a_stale_warehouse_removes_its_log(tmp_path):
+    from leap_pipeline.warehouse import remove_warehouse
+
+    path = tmp_path / "w.duckdb"
+    path.write_bytes(b"x")
+    (tmp_path / "w.duckdb.wal").write_bytes(b"y")
+    remove_warehouse(path)
+    assert list(tmp_path.iterdir()) == []
 
 
 # -- sources -------------------------------------------------------------------------------------

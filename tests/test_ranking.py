@@ -2,6 +2,7 @@
 
 import datetime as dt
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -41,7 +42,7 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ranker(served):
-    return Ranker(str(served["folder"]), check_interval_s=float("inf"))
+    return Ranker(str(served["folder"]), check_interval_s=float("inf"), wait=True)
 
 
 def _job(served, i=0) -> tuple[dict, list[str]]:
@@ -72,9 +73,11 @@ def _with_predictions(ranker, monkeypatch, throughput: dict[str, float]):
     monkeypatch.setattr(ranker, "_score", score)
 
 
-def _cost(ranker, hardware_type, trainers):
+def _cost(ranker, hardware_type, trainers, requested=None):
     spec = ranker._loaded.specs[hardware_type]
-    return spec["hourly_cost_usd"] * spec["devices_per_host"] * trainers
+    host = spec["devices_per_host"]
+    per_host = host if requested is None else min(requested, host)
+    return spec["hourly_cost_usd"] * per_host * trainers
 
 
 def test_a_cheaper_type_predicted_nearly_as_fast_wins(ranker, served, monkeypatch):
@@ -86,7 +89,8 @@ def test_a_cheaper_type_predicted_nearly_as_fast_wins(ranker, served, monkeypatc
     assert result.preference_list == [cheap, dear]
     best = result.ranking[0]
     trainers = job["num_trainers"]
-    assert best.cost_per_hour == pytest.approx(_cost(ranker, cheap, trainers))
+    requested = job["requested_devices_per_host"]
+    assert best.cost_per_hour == pytest.approx(_cost(ranker, cheap, trainers, requested))
     assert best.throughput_per_cost == pytest.approx(950.0 * 3600 / best.cost_per_hour)
     assert [c.rank for c in result.ranking] == [1, 2]
 
@@ -133,7 +137,7 @@ def test_every_failure_is_an_empty_list_with_its_reason(ranker, served, change, 
 
 def test_a_job_that_is_not_a_mapping_and_a_model_that_cannot_load(ranker, tmp_path):
     assert "must be a mapping" in ranker.rank(None, ["A10G"]).reason
-    broken = Ranker(str(tmp_path / "nothing-here"), check_interval_s=float("inf"))
+    broken = Ranker(str(tmp_path / "nothing-here"), check_interval_s=float("inf"), wait=True)
     result = broken.rank({"job_name": "x"}, ["A10G"])
     assert result.ranking == [] and "cannot be loaded" in result.reason
 
@@ -148,7 +152,9 @@ def test_unknown_fields_are_ignored_and_reported(ranker, served):
 def test_switched_off_model_types_get_an_empty_list(served, tmp_path):
     job, candidates = _job(served)
     switches = tmp_path / "switches.json"
-    ranker = Ranker(str(served["folder"]), switches_path=switches, check_interval_s=float("inf"))
+    ranker = Ranker(
+        str(served["folder"]), switches_path=switches, check_interval_s=float("inf"), wait=True
+    )
     assert ranker.rank(job, candidates).ranking
     switches.write_text(json.dumps({"model_types": {job["model_type"]: False}}))
     off = ranker.rank(job, candidates)
@@ -240,10 +246,129 @@ def test_the_ranker_follows_the_pointer(served, tmp_path, monkeypatch):
         )  # fmt: skip
         versions.append(version)
     registry.promote(versions[0], reason="test", actor="pytest")
-    ranker = Ranker(registry.model_uri(), check_interval_s=float("inf"))
+    ranker = Ranker(registry.model_uri(), check_interval_s=float("inf"), wait=True)
     job, candidates = _job(served)
     assert ranker.rank(job, candidates).model_version == versions[0]
     assert ranker.reload() is False  # the pointer did not move: nothing to load
     registry.promote(versions[1], reason="test", actor="pytest")
     assert ranker.reload() is True
     assert ranker.rank(job, candidates).model_version == versions[1]
+
+
+def test_the_constructor_returns_at_once_and_ranks_after_the_model_is_ready(served, monkeypatch):
+    from leap_serving import ranking
+
+    gate = threading.Event()
+    real = ranking.LeapModel.load
+
+    def slow_load(*args, **kwargs):
+        gate.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ranking.LeapModel, "load", slow_load)
+    ranker = Ranker(str(served["folder"]), check_interval_s=float("inf"))
+    job, candidates = _job(served)
+    early = ranker.rank(job, candidates)
+    assert early.ranking == [] and early.reason == "model loading"
+    assert early.reason_code == "model_loading"
+    gate.set()
+    assert ranker.wait_ready(10)
+    assert ranker.rank(job, candidates).ranking
+    stats = ranker.stats()
+    assert stats["answers"] == 2 and stats["ranked"] == 1
+    assert stats["empty"] == {"model_loading": 1} and stats["models_loaded"] == 1
+
+
+def test_a_folder_model_reloads_only_when_its_manifest_changes(served, tmp_path):
+    folder = tmp_path / "night"
+    save_trained(served["models"], folder, *_snapshot_and_specs(served), "fast")
+    ranker = Ranker(str(folder / "cascade"), check_interval_s=float("inf"), wait=True)
+    assert ranker.reload() is False and ranker.reload() is False  # same manifest: no reload
+    save_trained(served["models"], folder, *_snapshot_and_specs(served), "fast")
+    assert ranker.reload() is True  # a new publication, even of the same models
+    assert ranker.stats()["models_loaded"] == 2
+
+
+def test_a_refused_folder_keeps_the_model_being_served(served, tmp_path):
+    folder = tmp_path / "night"
+    save_trained(served["models"], folder, *_snapshot_and_specs(served), "fast")
+    ranker = Ranker(str(folder / "cascade"), check_interval_s=float("inf"), wait=True)
+    job, candidates = _job(served)
+    before = ranker.rank(job, candidates)
+    save_trained(served["models"], folder, *_snapshot_and_specs(served), "fast")
+    snapshot = (folder / "cascade").resolve() / "history_snapshot.parquet"
+    snapshot.write_bytes(snapshot.read_bytes()[:-10])  # a torn file behind a valid manifest
+    assert ranker.reload() is False
+    stats = ranker.stats()
+    assert (
+        stats["models_refused"] == 1
+        and "history_snapshot.parquet has sha256" in (stats["load_error"])
+    )
+    assert ranker.rank(job, candidates).to_dict() == before.to_dict()
+
+
+def test_a_bug_is_logged_with_its_traceback_and_counted(ranker, served, monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(ranker, "_order", broken)
+    job, candidates = _job(served)
+    before = ranker.stats()["empty"].get("internal_error", 0)
+    result = ranker.rank(job, candidates)
+    assert result.reason_code == "internal_error" and "ZeroDivisionError" in result.reason
+    assert ranker.stats()["empty"]["internal_error"] == before + 1
+    assert any(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in caplog.records)
+
+
+def test_the_cost_counts_the_devices_the_oracle_and_routing_count(ranker, served):
+    """One definition of a job's devices: the ranker's cost per hour over the type's hourly price
+    is the oracle's device count for the same attempt and type, which the routing simulation
+    charges."""
+    from leap_pipeline.simulation import SimulatedFleet
+
+    oracle = SimulatedFleet(seed=3, scale=0.02).oracle()
+    attempts = served["attempts"].head(40)
+    checked = partial = 0
+    hosts = {t: s["devices_per_host"] for t, s in ranker._loaded.specs.items()}
+    for row in attempts.iter_rows(named=True):
+        job = {k: v for k, v in row.items() if k not in ("candidate_hardware", "family")}
+        result = ranker.rank(job, row["candidate_hardware"])
+        truth = oracle.true_medians([row["attempt_id"]], row["candidate_hardware"])
+        devices = dict(zip(truth["hardware_type"], truth["devices"], strict=True))
+        for c in result.ranking + result.removed:
+            price = ranker._loaded.specs[c.hardware_type]["hourly_cost_usd"]
+            assert c.cost_per_hour / price == pytest.approx(devices[c.hardware_type])
+            checked += 1
+        # a job asking for fewer devices than a host holds pays for what it asks for
+        partial += row["requested_devices_per_host"] < max(
+            hosts[t] for t in row["candidate_hardware"]
+        )
+    assert checked > 40 and partial > 0
+
+
+def _snapshot_and_specs(served):
+    with open_warehouse(served["root"] / "leap.duckdb", read_only=True) as wh:
+        return (
+            wh.read("history_snapshot", NIGHT, NIGHT).drop("ds"),
+            wh.read("hardware_specs", NIGHT, NIGHT).drop("ds"),
+        )
+
+
+def test_stats_say_how_old_the_model_is_and_which_libraries_changed(served, tmp_path, caplog):
+    import importlib.metadata
+
+    folder = tmp_path / "night"
+    save_trained(served["models"], folder, *_snapshot_and_specs(served), "fast")
+    metadata = folder.resolve() / "cascade"
+    ranker = Ranker(str(folder / "cascade"), check_interval_s=float("inf"), wait=True)
+    stats = ranker.stats()
+    expected_age = (dt.datetime.now(dt.UTC).date() - NIGHT).days
+    assert stats["model_age_days"] == expected_age and stats["model_stale"] is True
+    assert stats["dependency_drift"] == {}
+    assert "days past its history snapshot" in caplog.text
+    saved = json.loads((metadata.resolve() / "metadata.json").read_text())["package_versions"]
+    assert saved["scikit-learn"] == importlib.metadata.version("scikit-learn")
+    from leap_serving.model import dependency_drift
+
+    drift = dependency_drift({"package_versions": {**saved, "numpy": "0.0.1"}})
+    assert drift == {"numpy": ("0.0.1", importlib.metadata.version("numpy"))}

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from leap_serving.architecture import parse_definition, summarize
-from leap_serving.contract import schema
+from leap_serving.contract import job_devices, schema
 
 from . import physics
 from .catalog import (
@@ -366,6 +366,7 @@ class SimulatedFleet:
                 "candidate_hardware": [cand_lists[r] for r in run],
                 "num_trainers": trainers[run].astype(np.int64),
                 "batch_size": batch[run].astype(np.int64),
+                "requested_devices_per_host": cat.fam_devices[fam][run].astype(np.int64),
                 "num_readers": readers[run].astype(np.int64),
                 "precision": np.array(PRECISIONS)[precision][run],
                 "tensor_parallel": cat.fam_tensor_parallel[fam][run].astype(np.int64),
@@ -499,7 +500,8 @@ class Oracle:
     def true_medians(
         self, attempt_ids: Sequence[str], hardware_types: Sequence[str] | None = None
     ) -> pl.DataFrame:
-        """Long frame: attempt_id, hardware_type, true_median, duration_s, cost_usd.
+        """Long frame: attempt_id, hardware_type, true_median, duration_s, devices, cost_usd
+        (devices as ``contract.job_devices`` counts them).
 
         With ``hardware_types=None`` the attempt's logged hardware type is used.
         """
@@ -530,7 +532,7 @@ class Oracle:
                 pair_rows, pair_hw = np.repeat(rows, len(wanted)), np.tile(wanted, len(rows))
             jobs, hw = truth.jobs.take(pair_rows), _take_hw(hw_all, pair_hw)
             median = physics.paired_throughput(jobs, hw) * NOISE_MEDIAN
-            devices = jobs.num_trainers * physics.devices_per_host(jobs, hw)
+            devices = job_devices(jobs.num_trainers, jobs.devices_requested, hw.devices_per_host)
             duration = truth.work_samples[pair_rows] / median
             frames.append(
                 pl.DataFrame(
@@ -539,6 +541,7 @@ class Oracle:
                         "hardware_type": np.array(names, dtype=object)[pair_hw],
                         "true_median": median,
                         "duration_s": duration,
+                        "devices": devices,
                         "cost_usd": duration / 3600.0 * devices * cost[pair_hw],
                     },
                     schema=_TRUTH_FRAME_SCHEMA,
@@ -553,6 +556,7 @@ _TRUTH_FRAME_SCHEMA = pl.Schema(
         "hardware_type": pl.String,
         "true_median": pl.Float64,
         "duration_s": pl.Float64,
+        "devices": pl.Float64,
         "cost_usd": pl.Float64,
     }
 )

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from leap_serving.contract import job_devices
+
 # achieved fraction of the roofline by a well-tuned kernel mix, before the job's own factors
 BASE_MFU = 0.45
 MEMORY_EFFICIENCY = 0.7
@@ -85,7 +87,7 @@ def _soft_min(a: np.ndarray, b: np.ndarray, k: float) -> np.ndarray:
 
 
 def devices_per_host(job: JobArrays, hw: HardwareArrays) -> np.ndarray:
-    return np.minimum(job.devices_requested, hw.devices_per_host)
+    return job_devices(1.0, job.devices_requested, hw.devices_per_host)
 
 
 def memory_footprint_gb(job: JobArrays, hw: HardwareArrays) -> np.ndarray:
