@@ -106,7 +106,11 @@ def publish_folder(target: str | Path, write: Callable[[Path], dict[str, Any] | 
         shutil.rmtree(version, ignore_errors=True)
         (parent / f".{target.name}.link-{token}").unlink(missing_ok=True)
         raise
-    if previous is not None and previous.parent == parent and previous != version:
+    if (
+        previous is not None
+        and previous.parent == parent.resolve()
+        and previous != version.resolve()
+    ):
         shutil.rmtree(previous, ignore_errors=True)
     remove_stale_versions(target)
     return version

@@ -214,3 +214,14 @@ def test_a_registry_version_whose_files_changed_is_refused_and_the_ranker_keeps_
     stats = ranker.stats()
     assert stats["models_refused"] == 1 and "sha256 recorded on the registry" in stats["load_error"]
     assert "still serving version" in stats["load_error"]
+
+
+def test_republishing_replaces_the_version_and_leaves_no_other_behind(model, tmp_path):
+    folder = tmp_path / "model"
+    first = model.save(folder)["cascade"]
+    second = model.save(folder)["cascade"]
+    assert first != second and folder.resolve() == Path(second).parent
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["model", Path(second).parent.name]
+    )
+    assert LeapModel.load(folder).cascade.n_bins_ == model.cascade.n_bins_
