@@ -1,6 +1,8 @@
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -23,9 +25,13 @@ def test_dagster_definitions_load():
 
 
 def _leap(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "leap_pipeline.cli", *args], capture_output=True, text=True
-    )
+    """The CLI in an empty folder: a user's data/ (after `leap demo`, say) is never read."""
+    env = {k: v for k, v in os.environ.items() if k != "LEAP_WAREHOUSE"}
+    with tempfile.TemporaryDirectory() as empty:
+        return subprocess.run(
+            [sys.executable, "-m", "leap_pipeline.cli", *args],
+            capture_output=True, text=True, cwd=empty, env=env,
+        )  # fmt: skip
 
 
 def test_fleet_stats_json_has_every_key():
