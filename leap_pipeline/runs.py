@@ -46,13 +46,14 @@ def dagster_instance() -> dg.DagsterInstance:
 
 
 def discard_stale_warehouse(path: Path) -> bool:
-    """Delete a warehouse whose feature table or attempts were written with other columns than
-    today's code writes.
+    """Delete a warehouse whose feature table, attempts or history snapshots were written with
+    other columns than today's code writes.
 
     Only for a warehouse a command owns and re-lands whole from the simulator (the report's, the
     benchmarks'), so an upgrade re-runs instead of failing; a user's warehouse is never passed.
     """
     from leap_serving.contract import schema
+    from leap_serving.history import SNAPSHOT_SCHEMA
 
     from .feature_table import FEATURE_TABLE_COLUMNS
     from .warehouse import open_warehouse, remove_warehouse
@@ -62,6 +63,7 @@ def discard_stale_warehouse(path: Path) -> bool:
     expected = {
         "feature_table": list(FEATURE_TABLE_COLUMNS),
         "job_attempts": [*schema("job_attempts"), "family"],
+        "history_snapshot": [*SNAPSHOT_SCHEMA, "ds"],
     }
     with open_warehouse(path, read_only=True) as wh:
         stale = any(wh.has(t) and wh.columns(t) != columns for t, columns in expected.items())

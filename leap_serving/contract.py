@@ -87,7 +87,8 @@ JOB_ATTEMPTS: tuple[Column, ...] = (
         pl.Int64(),
         False,
         "devices",
-        "accelerators per host the launch asks for (absent: whole hosts)",
+        "accelerators per host the launch asks for, capped by the type's host size (absent: "
+        "whole hosts); the job's devices in its features and its cost",
     ),
     Column("num_readers", pl.Int64(), False, "count", "data-reader workers"),
     Column("precision", pl.String(), False, "", "fp32, bf16 or fp16"),

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from .architecture import ARCHITECTURE_SUMMARY_KEYS, ModelDefinitionError, summarize
-from .contract import HARDWARE_SPEC_COLUMNS, schema
+from .contract import HARDWARE_SPEC_COLUMNS, job_devices, schema
 from .history import HISTORY_FEATURES, HistoryIndex, history_columns
 from .specs import SpecTable, category_code, spec_table
 
@@ -31,6 +31,7 @@ JOB_FEATURES: tuple[str, ...] = (
     "job_tensor_parallel",
     "job_pipeline_parallel",
     "job_devices",
+    "job_devices_per_host",
     "job_training_days",
 )
 CONFIG_FEATURES: tuple[str, ...] = (
@@ -78,6 +79,7 @@ ALWAYS_PRESENT_FEATURES: tuple[str, ...] = (
     "job_num_trainers",
     "job_batch_size",
     "job_devices",
+    "job_devices_per_host",
     *HARDWARE_FEATURES,
     "ratio_global_batch",
     "hist_count",
@@ -93,6 +95,7 @@ LAUNCH_COLUMNS: tuple[str, ...] = (
     "hardware_type",
     "num_trainers",
     "batch_size",
+    "requested_devices_per_host",
     "num_readers",
     "precision",
     "tensor_parallel",
@@ -219,7 +222,9 @@ def feature_matrix(
     batch = _number(launches, "batch_size")
     readers = _number(launches, "num_readers")
     bytes_per_value = _codes(launches["precision"].to_list(), _BYTES_PER_VALUE)
-    devices = trainers * spec["devices_per_host"]
+    requested = _number(launches, "requested_devices_per_host")
+    devices = job_devices(trainers, requested, spec["devices_per_host"])
+    per_host = job_devices(1.0, requested, spec["devices_per_host"])
     global_batch = trainers * batch
     f["job_num_trainers"] = trainers
     f["job_batch_size"] = batch
@@ -227,6 +232,7 @@ def feature_matrix(
     f["job_tensor_parallel"] = _number(launches, "tensor_parallel")
     f["job_pipeline_parallel"] = _number(launches, "pipeline_parallel")
     f["job_devices"] = devices
+    f["job_devices_per_host"] = per_host
     f["job_training_days"] = _number(launches, "training_days")
     f["cfg_bytes_per_value"] = bytes_per_value
     f["cfg_precision_fp16"] = _codes(
@@ -274,7 +280,7 @@ def feature_matrix(
         ridge = peak_tflops * 1e12 / (spec["memory_bandwidth_gbps"] * 1e9)
         f["ratio_global_batch"] = global_batch
         f["ratio_readers_per_trainer"] = readers / trainers
-        f["ratio_batch_per_device"] = batch / spec["devices_per_host"]
+        f["ratio_batch_per_device"] = batch / per_host
         f["ratio_log_step_compute_s"] = _safe_log(step_flops / (devices * peak_tflops * 1e12))
         f["ratio_log_step_memory_s"] = _safe_log(
             step_bytes / (devices * spec["memory_bandwidth_gbps"] * 1e9)

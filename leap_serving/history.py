@@ -18,6 +18,12 @@ two types, learned from the families that ran on both (a matrix-completion basel
 ratio of peak compute and of memory bandwidth from the spec table (physics baselines). Measured on
 the Sia traces under leave-model-hardware-out (``leap crossval``, ``docs/results.md``).
 
+The model type's own record is history too, of the kind the legacy lookup table kept: its level on
+the target type (``hist_mt_hw_*``: a count-weighted mean over its families' per-type rows), its
+levels on other types carried by the fleet ratios (``hist_mt_xfer_fleet_log_q``), and the level of
+the lookup key (model type, trainers, batch size, type) where at least ``KEY_MIN_SUPPORT`` attempts
+back it (``hist_key_*``; the snapshot holds these as rows without a family).
+
 Training and serving share one path: a snapshot as of day D-1 (what a model artifact ships) plus
 the launch date gives the features of a launch on day D. Families absent from the snapshot are cold
 starts: their level features take the model type's mean log throughput from the same snapshot (or
@@ -63,6 +69,21 @@ HISTORY_FEATURES: tuple[str, ...] = (
     "hist_xfer_fleet_log_q",
     "hist_xfer_compute_log_q",
     "hist_xfer_bandwidth_log_q",
+    "hist_mt_hw_mean_log_q",
+    "hist_mt_hw_count",
+    "hist_mt_xfer_fleet_log_q",
+    "hist_key_mean_log_q",
+    "hist_key_count",
+)
+
+# What a launcher knows of the model type itself (the legacy table's kind of record), apart from
+# the job family's own history.
+MODEL_TYPE_HISTORY_FEATURES: tuple[str, ...] = (
+    "hist_mt_hw_mean_log_q",
+    "hist_mt_hw_count",
+    "hist_mt_xfer_fleet_log_q",
+    "hist_key_mean_log_q",
+    "hist_key_count",
 )
 
 # The attempt columns a snapshot is computed from.
@@ -73,14 +94,21 @@ SNAPSHOT_INPUT_COLUMNS: tuple[str, ...] = (
     "hardware_type",
     "ds",
     "launch_ts",
+    "num_trainers",
+    "batch_size",
     "throughput",
 )
+# the legacy lookup table's key (paper section 1): its level is a feature where it has support
+KEY_COLUMNS: tuple[str, ...] = ("model_type", "num_trainers", "batch_size", "hardware_type")
+KEY_MIN_SUPPORT = 2
 
 SNAPSHOT_SCHEMA = pl.Schema(
     {
-        "family": pl.String,
+        "family": pl.String,  # null on a lookup-key row
         "hardware_type": pl.String,  # null on the family-level row
         "model_type": pl.String,
+        "num_trainers": pl.Int64,  # set on lookup-key rows only
+        "batch_size": pl.Int64,  # set on lookup-key rows only
         "count": pl.Int64,
         "mean_log_q": pl.Float64,
         "std_log_q": pl.Float64,
@@ -158,10 +186,35 @@ def history_snapshot(
     per_type = _statistics(
         valid.join(families.select("family"), on="family", how="semi"), ["family", "hardware_type"]
     ).sort(["family", "hardware_type"])
-    snapshot = pl.concat(
-        [families.select(SNAPSHOT_SCHEMA.names()), per_type.select(SNAPSHOT_SCHEMA.names())]
+    with_keys = (
+        valid
+        if set(KEY_COLUMNS) <= set(valid.columns)
+        else valid.clear().with_columns(
+            pl.lit(None, dtype=pl.Int64).alias(c) for c in ("num_trainers", "batch_size")
+        )
+    )  # rows without the key's columns (a caller's own frame) give no key rows
+    keys = (
+        with_keys.group_by(list(KEY_COLUMNS))
+        .agg(
+            pl.len().cast(pl.Int64).alias("count"),
+            pl.col("log_q").mean().alias("mean_log_q"),
+            pl.col("log_q").std(ddof=0).alias("std_log_q"),
+            pl.col("log_q").last().alias("prev_log_q"),
+            pl.col("ds").max().alias("last_ds"),
+        )
+        .filter(pl.col("count") >= KEY_MIN_SUPPORT)
+        .with_columns(family=pl.lit(None, dtype=pl.String))
+        .sort(list(KEY_COLUMNS))
     )
-    return snapshot.cast(dict(SNAPSHOT_SCHEMA))
+    parts = [
+        frame.with_columns(
+            pl.lit(None, dtype=pl.Int64).alias(c)
+            for c in ("num_trainers", "batch_size")
+            if c not in frame.columns
+        ).select(SNAPSHOT_SCHEMA.names())
+        for frame in (families, per_type, keys)
+    ]
+    return pl.concat([part.cast(dict(SNAPSHOT_SCHEMA)) for part in parts])
 
 
 def _ordered_means(frame: pl.DataFrame, key: str, value: str) -> dict[str, float]:
@@ -184,6 +237,9 @@ class HistoryIndex:
     per_type: dict[tuple[str, str], tuple[int, float, float]]  # count, mean, prev
     profiles: dict[str, tuple[tuple[str, float], ...]]  # family -> (type, mean) per type it ran on
     ratios_to: dict[str, dict[str, float]]  # to -> from -> median log-ratio over shared families
+    model_type_on: dict[tuple[str, str], tuple[int, float]]  # (model type, type) -> count, mean
+    model_type_profiles: dict[str, tuple[tuple[str, float], ...]]  # model type -> (type, mean)
+    keys: dict[tuple[str, int, int, str], tuple[int, float]]  # lookup key -> count, mean
     type_means: dict[str, float]
     fleet_mean: float | None
     last_ds: dt.date | None
@@ -191,7 +247,10 @@ class HistoryIndex:
     @classmethod
     def from_snapshot(cls, snapshot: pl.DataFrame) -> HistoryIndex:
         family_level = snapshot.filter(pl.col("hardware_type").is_null())
-        type_level = snapshot.filter(pl.col("hardware_type").is_not_null())
+        type_level = snapshot.filter(
+            pl.col("hardware_type").is_not_null() & pl.col("family").is_not_null()
+        )
+        key_level = snapshot.filter(pl.col("family").is_null())
         families = {
             row[0]: row[1:]
             for row in family_level.select(
@@ -212,15 +271,48 @@ class HistoryIndex:
         fleet_mean = (
             float(np.mean(family_level["mean_log_q"].to_numpy())) if family_level.height else None
         )
+        model_type_on = _model_type_levels(type_level)
+        model_type_profiles: dict[str, list[tuple[str, float]]] = {}
+        for (model_type, hardware_type), (_, mean) in sorted(model_type_on.items()):
+            model_type_profiles.setdefault(model_type, []).append((hardware_type, mean))
+        keys = {
+            (row[0], row[1], row[2], row[3]): (row[4], row[5])
+            for row in key_level.select(*KEY_COLUMNS, "count", "mean_log_q").iter_rows()
+        }
         return cls(
             families=families,
             per_type=per_type,
             profiles={family: tuple(levels) for family, levels in profiles.items()},
             ratios_to=_by_target(type_ratios(type_level)),
+            model_type_on=model_type_on,
+            model_type_profiles={m: tuple(v) for m, v in model_type_profiles.items()},
+            keys=keys,
             type_means=_ordered_means(family_level, "model_type", "mean_log_q"),
             fleet_mean=fleet_mean,
             last_ds=snapshot["last_ds"].max() if snapshot.height else None,
         )
+
+
+def _model_type_levels(type_level: pl.DataFrame) -> dict[tuple[str, str], tuple[int, float]]:
+    """Per (model type, hardware type): attempts and their mean log q, from the per-family rows
+    (a count-weighted mean of family means), summed in one fixed order so that training and
+    serving get bit-identical values however the snapshot's rows were stored."""
+    ordered = type_level.select("model_type", "hardware_type", "family", "count", "mean_log_q")
+    ordered = ordered.sort("model_type", "hardware_type", "family")
+    if not ordered.height:
+        return {}
+    key = ordered.select(pl.concat_str("model_type", "hardware_type", separator="\x00")).to_series()
+    change = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).to_numpy()])
+    counts = ordered["count"].to_numpy().astype(np.float64)
+    weighted = counts * ordered["mean_log_q"].to_numpy()
+    total = np.add.reduceat(counts, change)
+    means = np.add.reduceat(weighted, change) / total
+    model_types = ordered["model_type"].to_numpy()[change]
+    hardware = ordered["hardware_type"].to_numpy()[change]
+    return {
+        (m, h): (int(n), float(v))
+        for m, h, n, v in zip(model_types, hardware, total, means, strict=True)
+    }
 
 
 def type_ratios(type_level: pl.DataFrame) -> dict[tuple[str, str], float]:
@@ -278,14 +370,20 @@ def history_columns(
         memo = {n: normalize_job_name(n) for n in set(names)}
         families = [memo[n] for n in names]
     columns = {name: np.full(launches.height, np.nan) for name in HISTORY_FEATURES}
+    trainers, batches = (
+        launches[c].to_list() if c in launches.columns else [None] * launches.height
+        for c in ("num_trainers", "batch_size")
+    )
     rows = zip(
         families,
         launches["model_type"].to_list(),
         launches["hardware_type"].to_list(),
         launches["ds"].to_list(),
+        trainers,
+        batches,
         strict=True,
     )
-    for i, (family, model_type, hardware_type, ds) in enumerate(rows):
+    for i, (family, model_type, hardware_type, ds, trainer, batch) in enumerate(rows):
         known = index.families.get(family)
         if known is None:
             level = index.type_means.get(model_type, index.fleet_mean)
@@ -313,6 +411,22 @@ def history_columns(
         columns["hist_xfer_types"][i] = float(len(profile) - (on_type is not None))
         if len(profile) > (on_type is not None):
             _transfer(columns, i, profile, hardware_type, index.ratios_to, log_specs)
+        model_type_on = index.model_type_on.get((model_type, hardware_type))
+        columns["hist_mt_hw_count"][i] = 0.0 if model_type_on is None else float(model_type_on[0])
+        if model_type_on is not None:
+            columns["hist_mt_hw_mean_log_q"][i] = model_type_on[1]
+        to_target = index.ratios_to.get(hardware_type, {})
+        carried = [
+            m + to_target[hw]
+            for hw, m in index.model_type_profiles.get(model_type, ())
+            if hw in to_target
+        ]
+        if carried:
+            columns["hist_mt_xfer_fleet_log_q"][i] = sum(carried) / len(carried)
+        key = index.keys.get((model_type, trainer, batch, hardware_type))
+        columns["hist_key_count"][i] = 0.0 if key is None else float(key[0])
+        if key is not None:
+            columns["hist_key_mean_log_q"][i] = key[1]
     return columns
 
 

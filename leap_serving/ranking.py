@@ -53,9 +53,7 @@ MODEL_URI_ENV = "LEAP_MODEL_URI"
 SWITCHES_ENV = "LEAP_ROUTING_SWITCHES"
 DEFAULT_MODEL_URI = "models:/leap-throughput@production"
 REQUIRED_JOB_FIELDS = ("job_name", "model_type", "num_trainers", "batch_size")
-_POSITIVE_FIELDS = ("num_trainers", "batch_size")
-# launch fields the cost reads but feature extraction does not
-_COST_FIELDS = ("requested_devices_per_host",)
+_POSITIVE_FIELDS = ("num_trainers", "batch_size", "requested_devices_per_host")
 # why a ranking can be empty; ``Ranker.stats()`` counts each
 REASON_CODES = (
     "model_loading",  # the first model is not ready yet
@@ -522,14 +520,6 @@ def _check_job(
             raise JobError(f"job.{name}={_show(value)} must be positive")
         if name in _NON_NEGATIVE_FIELDS and typed < 0:
             raise JobError(f"job.{name}={_show(value)} must not be negative")
-        launch[name] = typed
-    for name in _COST_FIELDS:
-        value = job.get(name)
-        if value is None:
-            continue
-        typed = _typed(value, _CONTRACT[name])
-        if typed is None or typed <= 0:
-            raise JobError(f"job.{name}={_show(value)} must be a positive integer")
         launch[name] = typed
     launch["ds"] = _launch_day(job, launch_date)
     snapshot_day = loaded.model.history_index.last_ds

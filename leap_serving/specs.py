@@ -39,10 +39,7 @@ class SpecTable:
     @classmethod
     def from_frame(cls, hardware_specs: pl.DataFrame) -> SpecTable:
         types = hardware_specs["hardware_type"].to_list()
-        columns = {
-            c: hardware_specs[c].cast(pl.Float64).to_numpy()
-            for c in HARDWARE_SPEC_COLUMNS
-        }
+        columns = {c: hardware_specs[c].cast(pl.Float64).to_numpy() for c in HARDWARE_SPEC_COLUMNS}
         vendors = [category_code(v) for v in hardware_specs["vendor"].to_list()]
         log_scales = {
             feature: {

@@ -35,7 +35,7 @@ class ValidatedAttempts:
         }
 
 
-_POSITIVE = ("num_trainers", "batch_size")
+_POSITIVE = ("num_trainers", "batch_size", "requested_devices_per_host")
 _NON_NEGATIVE = (
     "num_readers",
     "tensor_parallel",

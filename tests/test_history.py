@@ -186,3 +186,41 @@ def test_a_snapshot_from_the_launch_day_is_refused():
     rows = _rows()
     with pytest.raises(ValueError, match="earlier days"):
         history_features(rows.filter(pl.col("ds") == D2), history_snapshot(rows, D2), SPECS)
+
+
+def test_the_model_types_record_and_the_lookup_key_level_are_history_too():
+    """Model type m's level on a type is the mean over its attempts there (families pooled,
+    as of the day before); the lookup key's level needs two attempts behind it."""
+    import math
+
+    ln = math.log
+    rows = _rows().with_columns(
+        num_trainers=pl.lit(4, dtype=pl.Int64),
+        batch_size=pl.when(pl.col("attempt_id") == "2").then(512).otherwise(256),
+    )
+    hist = pl.concat(
+        [rows.select("attempt_id"), point_in_time_history(rows, SPECS)], how="horizontal"
+    )
+    got = {r["attempt_id"]: r for r in hist.iter_rows(named=True)}
+    # day 2 on X: m ran once on X on day 1 (100); the key (m, 4, 256, X) has one attempt only
+    assert got["4"]["hist_mt_hw_count"] == 1.0
+    assert got["4"]["hist_mt_hw_mean_log_q"] == pytest.approx(ln(100))
+    assert got["4"]["hist_key_count"] == 0.0 and got["4"]["hist_key_mean_log_q"] is None
+    # ... and its level on Y (400) carried to X by the fleet ratio Y->X (100/400)
+    assert got["4"]["hist_mt_xfer_fleet_log_q"] == pytest.approx(ln(100))
+    # day 4 on X: as of day 2, X holds 100, 200, 50 and 80 for m (the failed run is no level)
+    levels = [ln(100), ln(200), ln(50), ln(80)]
+    assert got["7"]["hist_mt_hw_count"] == 4.0
+    assert got["7"]["hist_mt_hw_mean_log_q"] == pytest.approx(sum(levels) / 4)
+    # the key (m, 4, 256, X) now has all four behind it; (m, 4, 256, Z) nothing
+    assert got["7"]["hist_key_count"] == 4.0
+    assert got["7"]["hist_key_mean_log_q"] == pytest.approx(sum(levels) / 4)
+    assert got["9"]["hist_key_count"] == 0.0 and got["9"]["hist_mt_hw_count"] == 0.0
+    # a model type never seen has no record
+    other = history_features(
+        rows.filter(pl.col("attempt_id") == "7").with_columns(model_type=pl.lit("unseen")),
+        history_snapshot(rows, D3),
+        SPECS,
+    ).row(0, named=True)
+    assert other["hist_mt_hw_count"] == 0.0 and other["hist_mt_hw_mean_log_q"] is None
+    assert other["hist_mt_xfer_fleet_log_q"] is None

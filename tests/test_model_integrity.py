@@ -221,7 +221,5 @@ def test_republishing_replaces_the_version_and_leaves_no_other_behind(model, tmp
     first = model.save(folder)["cascade"]
     second = model.save(folder)["cascade"]
     assert first != second and folder.resolve() == Path(second).parent
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["model", Path(second).parent.name]
-    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model", Path(second).parent.name])
     assert LeapModel.load(folder).cascade.n_bins_ == model.cascade.n_bins_

@@ -155,3 +155,25 @@ def test_oracle_rejects_unknown_hardware_and_attempts(small_fleet):
         oracle.true_medians(ids, ["NoSuchGPU"])
     with pytest.raises(FleetArgumentError, match="attempt_id"):
         oracle.true_medians(["20260101-999999"])
+
+
+def test_hidden_factors_are_what_separates_measured_from_true_throughput(small_fleet):
+    """The oracle's hidden factors are the draws behind each attempt: the noise is exactly the
+    gap between the measured throughput and the true median, and the shared factors repeat
+    within a model type and a family."""
+    from leap_pipeline.simulation import HIDDEN_FACTORS
+
+    day = small_fleet.day(4)
+    attempts = day.attempts.filter(pl.col("throughput") > 0)
+    oracle = small_fleet.oracle()
+    hidden = oracle.hidden_factors(attempts["attempt_id"].to_list())
+    assert hidden.columns == ["attempt_id", *HIDDEN_FACTORS]
+    medians = oracle.true_medians(attempts["attempt_id"].to_list())["true_median"].to_numpy()
+    gap = np.log(attempts["throughput"].to_numpy() / medians)
+    assert np.allclose(gap, hidden["noise"].to_numpy())
+    per_type = (
+        hidden.with_columns(model_type=attempts["model_type"])
+        .group_by("model_type")
+        .agg(pl.col("model_type_efficiency").n_unique())
+    )
+    assert (per_type["model_type_efficiency"] == 1).all()

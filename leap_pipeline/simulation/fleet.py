@@ -74,6 +74,7 @@ class _DayTruth:
     work_samples: np.ndarray
     logged_hw: np.ndarray  # hardware index per attempt
     family: np.ndarray  # the family's name, what a normalizer should recover from the job name
+    hidden: dict[str, np.ndarray]  # ln of each hidden factor per attempt (HIDDEN_FACTORS)
 
 
 def parse_day(day: int | str | dt.date) -> int:
@@ -403,12 +404,22 @@ class SimulatedFleet:
             },
             schema=schema("allocations"),
         )
+        vendor_of_logged = hw.vendor_index[chosen]
         truth = _DayTruth(
             attempt_ids=attempt_ids,
             jobs=jobs.take(run),
             work_samples=work,
             logged_hw=chosen[run],
             family=cat.fam_name[fam][run],
+            hidden={
+                "model_type_efficiency": np.log(cat.mt_efficiency[mt])[run],
+                "vendor_efficiency": np.log(
+                    cat.mt_vendor_efficiency[mt][np.arange(n), vendor_of_logged]
+                )[run],
+                "family_efficiency": np.log(cat.fam_efficiency[fam])[run],
+                "package_version_efficiency": np.log(self._version_multipliers()[version])[run],
+                "noise": np.log(noise / NOISE_MEDIAN),
+            },
         )
         return SimulatedDay(attempts, allocations), truth
 
@@ -497,6 +508,31 @@ class Oracle:
             schema={"attempt_id": pl.String, "family": pl.String},
         )
 
+    def hidden_factors(self, attempt_ids: Sequence[str]) -> pl.DataFrame:
+        """ln of each hidden factor of each attempt on the type it ran on (``HIDDEN_FACTORS``):
+        for the learnability benchmark's revealed fits and variance shares, never a feature."""
+        ids = np.asarray(list(attempt_ids), dtype=object)
+        days = np.array([_day_of(a) for a in ids], dtype=int)
+        frames = [
+            pl.DataFrame(
+                schema={"attempt_id": pl.String, **dict.fromkeys(HIDDEN_FACTORS, pl.Float64)}
+            )
+        ]
+        for d in np.unique(days):
+            truth = self._fleet._truth(int(d))
+            position = {a: i for i, a in enumerate(truth.attempt_ids)}
+            try:
+                rows = np.array([position[a] for a in ids[days == d]], dtype=int)
+            except KeyError as exc:
+                raise FleetArgumentError(f"attempt_id={exc.args[0]!r} does not exist") from None
+            frames.append(
+                pl.DataFrame(
+                    {"attempt_id": truth.attempt_ids[rows]}
+                    | {k: truth.hidden[k][rows] for k in HIDDEN_FACTORS}
+                )
+            )
+        return pl.concat(frames)
+
     def true_medians(
         self, attempt_ids: Sequence[str], hardware_types: Sequence[str] | None = None
     ) -> pl.DataFrame:
@@ -562,6 +598,17 @@ _TRUTH_FRAME_SCHEMA = pl.Schema(
 )
 
 
+# the hidden draws behind an attempt's throughput, as ``Oracle.hidden_factors`` names them; the
+# noise is the attempt's own, the others are shared by its model type, family or version
+HIDDEN_FACTORS: tuple[str, ...] = (
+    "model_type_efficiency",
+    "vendor_efficiency",
+    "family_efficiency",
+    "package_version_efficiency",
+    "noise",
+)
+
+
 def _day_of(attempt_id: str) -> int:
     try:
         return parse_day(dt.datetime.strptime(str(attempt_id).split("-")[0], "%Y%m%d").date())
@@ -571,4 +618,11 @@ def _day_of(attempt_id: str) -> int:
         ) from None
 
 
-__all__ = ["SPAN_START", "FleetArgumentError", "Oracle", "SimulatedDay", "SimulatedFleet"]
+__all__ = [
+    "HIDDEN_FACTORS",
+    "SPAN_START",
+    "FleetArgumentError",
+    "Oracle",
+    "SimulatedDay",
+    "SimulatedFleet",
+]
