@@ -138,7 +138,12 @@ def build_report(settings: ReportSettings, log: Callable[[str], None] = print) -
     with tempfile.TemporaryDirectory() as tmp:
         night = Path(tmp) / "night"
         save_trained(models, night, snapshot_before, specs, settings.profile)
-        ranker = Ranker(str(night / "cascade"), check_interval_s=float("inf"), wait=True)
+        ranker = Ranker(
+            str(night / "cascade"),
+            check_interval_s=float("inf"),
+            wait=True,
+            max_model_age_days=None,  # a simulated day long past: its age says nothing
+        )
         leap_lists = leap_preferences(ranker, attempts, day)
     report["first_choice"] = first_choice_shares(attempts, leap_lists)
     report["routing"], report["routing_capture"] = routing_value(

@@ -180,6 +180,9 @@ class Ranker:
         reload happens in the background; ``reload()`` does it now).
     premium_min_ratio : see the module docstring.
     switches_path : the routing switches file (default ``$LEAP_ROUTING_SWITCHES``; none: all on).
+    wait : block until the first load attempt has finished (default: load in the background).
+    max_model_age_days : days past its history snapshot after which the model counts as stale
+        in ``stats()`` and a warning is logged at load; None: never (a replay of past days).
     """
 
     def __init__(
@@ -190,7 +193,7 @@ class Ranker:
         premium_min_ratio: float = 1.0,
         switches_path: str | Path | None = None,
         wait: bool = False,
-        max_model_age_days: int = 3,
+        max_model_age_days: int | None = 3,
     ) -> None:
         self.model_uri = model_uri or os.environ.get(MODEL_URI_ENV) or DEFAULT_MODEL_URI
         self.check_interval_s = check_interval_s
@@ -240,7 +243,11 @@ class Ranker:
             "load_error": self._load_error,
             # days since the model's history snapshot; stale past max_model_age_days
             "model_age_days": age,
-            "model_stale": age is not None and age > self.max_model_age_days,
+            "model_stale": (
+                age is not None
+                and self.max_model_age_days is not None
+                and age > self.max_model_age_days
+            ),
             # libraries that differ from the ones the model was saved with: name -> [saved, here]
             "dependency_drift": dependency_drift(loaded.model.metadata) if loaded else {},
         }

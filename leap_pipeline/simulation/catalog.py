@@ -27,6 +27,7 @@ ZIPF_OFFSET = 35.0
 MAX_FAMILIES_ALIVE = 600  # families alive at once in the most popular model type
 FAMILY_LIFETIME_DAYS = 35.0
 FAMILY_DEVIATION = 0.12  # share of families that change a setting their model type fixes
+MODEL_TYPE_EFFICIENCY_SIGMA = 0.7  # hidden per-model-type speed factor, sigma of its ln
 BATCH_SPREAD_LOG2 = 1.2  # how far a family's batch size strays from its model type's habit
 
 # archetype: share of model types, log2 trainers, log2 per-trainer batch, readers per trainer,
@@ -262,7 +263,7 @@ def build_catalog(seed: int) -> Catalog:
     vendor_eff[:, 1] = rng.lognormal(np.log(0.85), 0.15, n_mt)
     vendor_eff[:, 2] = rng.lognormal(np.log(0.75), 0.2, n_mt)
     vendor_eff[:, 3] = rng.lognormal(np.log(0.8), 0.2, n_mt)
-    mt_eff = np.exp(0.7 * _head_stratified_normal(rng, slot))
+    mt_eff = np.exp(MODEL_TYPE_EFFICIENCY_SIGMA * _head_stratified_normal(rng, slot))
 
     # families: a stock alive at the span start (or at the type's birth) plus a birth process
     alive_target = np.maximum(1, np.round(MAX_FAMILIES_ALIVE * (weight / weight.max()) ** 0.75))
