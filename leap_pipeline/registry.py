@@ -20,6 +20,8 @@ import mlflow
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from leap_serving.model import SHA256_TAG
+
 MODEL_NAME_ENV = "LEAP_MODEL_NAME"
 DEFAULT_MODEL_NAME = "leap-throughput"
 ALIAS = "production"
@@ -174,7 +176,7 @@ def log_candidate(
 ) -> tuple[str, str]:
     """Log one night's run and register its model as a new version; returns (run id, version)."""
     from leap_serving import mlflow_model
-    from leap_serving.model import ARTIFACTS, SHA256_TAG, check_artifacts
+    from leap_serving.model import ARTIFACTS, check_artifacts
 
     if run_kind not in RUN_KINDS:
         raise ValueError(f"run_kind={run_kind!r} is not one of {RUN_KINDS}")
@@ -202,9 +204,27 @@ def log_candidate(
     version = str(info.registered_model_version)
     client = MlflowClient()
     client.set_model_version_tag(name, version, SHA256_TAG, json.dumps(recorded, sort_keys=True))
-    for key, value in {**tags, **{k: v for k, v in metrics.items() if v is not None}}.items():
-        client.set_model_version_tag(name, version, key, str(value))
+    for key, value in version_tags(tags, metrics, run.info.run_id).items():
+        client.set_model_version_tag(name, version, key, value)
     return run.info.run_id, version
+
+
+# what a person scans in the version list; every metric stays on the run
+VERSION_TAGS = (
+    "evaluation_day", "training_window", "run_kind", "cascade_w20", "gate", "run", SHA256_TAG,
+)  # fmt: skip
+
+
+def version_tags(tags: dict, metrics: dict[str, float | None], run_id: str) -> dict[str, str]:
+    """The registry version's tags: the run's identity, the headline w20, the gate's verdict
+    and the run that holds every metric."""
+    out = {k: str(v) for k, v in tags.items()}
+    if metrics.get("cascade_w20") is not None:
+        out["cascade_w20"] = f"{metrics['cascade_w20']:.4f}"
+    if metrics.get("gate_passed") is not None:
+        out["gate"] = "passed" if metrics["gate_passed"] else "failed"
+    out["run"] = f"runs:/{run_id}"
+    return out
 
 
 def _serving_requirements() -> list[str]:

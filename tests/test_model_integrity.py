@@ -223,3 +223,22 @@ def test_republishing_replaces_the_version_and_leaves_no_other_behind(model, tmp
     assert first != second and folder.resolve() == Path(second).parent
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model", Path(second).parent.name])
     assert LeapModel.load(folder).cascade.n_bins_ == model.cascade.n_bins_
+
+
+def test_a_version_carries_a_few_tags_and_its_run_every_metric(model, tmp_path, monkeypatch):
+    monkeypatch.setenv(registry.MODEL_NAME_ENV, "leap-tags-test")
+    registry.configure_tracking(tmp_path / "mlflow")
+    model.save(tmp_path / "model")
+    day = dt.date(2026, 1, 10)
+    metrics = {"cascade_w20": 0.41234, "single_gbdt_w20": 0.5, "lookup_w20": None,
+               "gate_passed": 0.0}  # fmt: skip
+    run_id, version = registry.log_candidate(
+        artifact_folder=tmp_path / "model", day=day, window=(day, day), run_kind="test",
+        params={}, metrics=metrics, files=[],
+    )  # fmt: skip
+    client = registry.MlflowClient()
+    tags = client.get_model_version(registry.model_name(), version).tags
+    assert set(tags) == set(registry.VERSION_TAGS)
+    assert tags["cascade_w20"] == "0.4123" and tags["gate"] == "failed"
+    assert tags["run"] == f"runs:/{run_id}"
+    assert client.get_run(run_id).data.metrics["single_gbdt_w20"] == 0.5
