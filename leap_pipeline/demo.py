@@ -121,7 +121,10 @@ def summary_lines(result: dict, settings: DemoSettings) -> list[str]:
         f"production is version {result['production_version']}",
         f"model: {result['model_uri']}  (tracking {result['tracking_uri']})",
         "browse it:",
-        f"  MLFLOW_TRACKING_URI={result['tracking_uri']} .venv/bin/mlflow server --workers 1",
+        # mlflow server ignores MLFLOW_TRACKING_URI: the store and artifact root must be named
+        f"  MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false .venv/bin/mlflow server --workers 1 "
+        f"--host 127.0.0.1 --backend-store-uri {result['tracking_uri']} "
+        f"--default-artifact-root {(data / 'mlflow' / 'artifacts').as_uri()}",
         f"  DAGSTER_HOME={result['dagster_home']} LEAP_WAREHOUSE={data / 'leap.duckdb'} "
         f"MLFLOW_TRACKING_URI={result['tracking_uri']} .venv/bin/dagster dev -w workspace.yaml",
         f"finished in {result['seconds']:.0f} s",
