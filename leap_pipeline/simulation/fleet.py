@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -508,16 +508,10 @@ class Oracle:
             schema={"attempt_id": pl.String, "family": pl.String},
         )
 
-    def hidden_factors(self, attempt_ids: Sequence[str]) -> pl.DataFrame:
-        """ln of each hidden factor of each attempt on the type it ran on (``HIDDEN_FACTORS``):
-        for the learnability benchmark's revealed fits and variance shares, never a feature."""
+    def _by_day(self, attempt_ids: Sequence[str]) -> Iterator[tuple[_DayTruth, np.ndarray]]:
+        """Each day's truth with the positions of the asked attempts in it."""
         ids = np.asarray(list(attempt_ids), dtype=object)
         days = np.array([_day_of(a) for a in ids], dtype=int)
-        frames = [
-            pl.DataFrame(
-                schema={"attempt_id": pl.String, **dict.fromkeys(HIDDEN_FACTORS, pl.Float64)}
-            )
-        ]
         for d in np.unique(days):
             truth = self._fleet._truth(int(d))
             position = {a: i for i, a in enumerate(truth.attempt_ids)}
@@ -525,6 +519,17 @@ class Oracle:
                 rows = np.array([position[a] for a in ids[days == d]], dtype=int)
             except KeyError as exc:
                 raise FleetArgumentError(f"attempt_id={exc.args[0]!r} does not exist") from None
+            yield truth, rows
+
+    def hidden_factors(self, attempt_ids: Sequence[str]) -> pl.DataFrame:
+        """ln of each hidden factor of each attempt on the type it ran on (``HIDDEN_FACTORS``):
+        for the learnability benchmark's revealed fits and variance shares, never a feature."""
+        frames = [
+            pl.DataFrame(
+                schema={"attempt_id": pl.String, **dict.fromkeys(HIDDEN_FACTORS, pl.Float64)}
+            )
+        ]
+        for truth, rows in self._by_day(attempt_ids):
             frames.append(
                 pl.DataFrame(
                     {"attempt_id": truth.attempt_ids[rows]}
@@ -546,21 +551,13 @@ class Oracle:
         unknown = sorted(set(hardware_types or ()) - set(names))
         if unknown:
             raise FleetArgumentError(f"hardware_types={unknown!r} are not in the spec table")
-        ids = np.asarray(list(attempt_ids), dtype=object)
-        days = np.array([_day_of(a) for a in ids], dtype=int)
         hw_all = self._fleet._hardware_arrays()
         cost = specs["hourly_cost_usd"].to_numpy()
         wanted = (
             None if hardware_types is None else np.array([names.index(h) for h in hardware_types])
         )
         frames = [_TRUTH_FRAME_SCHEMA.to_frame()]
-        for d in np.unique(days):
-            truth = self._fleet._truth(int(d))
-            position = {a: i for i, a in enumerate(truth.attempt_ids)}
-            try:
-                rows = np.array([position[a] for a in ids[days == d]], dtype=int)
-            except KeyError as exc:
-                raise FleetArgumentError(f"attempt_id={exc.args[0]!r} does not exist") from None
+        for truth, rows in self._by_day(attempt_ids):
             # one (attempt, hardware type) pair per output row
             if wanted is None:
                 pair_rows, pair_hw = rows, truth.logged_hw[rows]
