@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .evaluation import MODELS
 from .lookup_table import MIN_SUPPORT
 from .registry import configure_tracking, model_uri, production_version
 from .runs import ensure_dagster_home, materialize_days
@@ -67,19 +68,23 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
     folder = models_folder(warehouse, last)
     evaluation = json.loads((folder / "evaluation.json").read_text())
     registered = json.loads((folder / "registered.json").read_text())
+    selection = json.loads((folder / "trained.json").read_text())["selection"]
     current = production_version()
     overall, table1 = evaluation["overall"], evaluation["table1"]
     return {
         "evaluation_day": evaluation["day"],
         "training_window": evaluation["window"],
         "metrics": overall,
-        "w20": {m: overall[m]["w20"] for m in ("cascade", "single_gbdt", "lookup")},
-        "coverage": {m: overall[m]["coverage"] for m in ("cascade", "single_gbdt", "lookup")},
+        "w20": {m: overall[m]["w20"] for m in MODELS},
+        "coverage": {m: overall[m]["coverage"] for m in MODELS},
         "oracle_w20": overall.get("oracle", {}).get("w20"),
+        "published_model": selection["published"],
+        "selection": selection,
         "table1": {
             "covered_jobs": table1["covered_attempts"],
             "lookup_w20": table1["lookup_w20"],
             "cascade_w20": table1["cascade_w20"],
+            "published_w20": table1["published_w20"],
         },
         "registered_version": registered["version"],
         "gate": registered["gate_reason"],
@@ -103,7 +108,7 @@ def summary_lines(result: dict, settings: DemoSettings) -> list[str]:
         f"LEAP demo: evaluated on {result['evaluation_day']}, trained on {window[0]}..{window[1]}",
         f"{'model':14} {'w10':>7} {'w20':>7} {'MdAPE':>7} {'coverage':>9}",
     ]
-    for name in ("cascade", "single_gbdt", "lookup", "oracle"):
+    for name in (*MODELS, "oracle"):
         if name in m:
             row = m[name]
             mdape = "n/a" if row["mdape"] != row["mdape"] else f"{row['mdape']:5.1f}%"
@@ -112,10 +117,14 @@ def summary_lines(result: dict, settings: DemoSettings) -> list[str]:
                 f"{_pct(row['coverage']):>9}"
             )
     data = settings.data.resolve()
+    chosen = result["selection"]
     lines += [
         "",
+        f"published: {chosen['published']} (best cascade {100 * chosen['margin']:+.1f} points "
+        f"against the single GBDT on {chosen['selection_day']}, which no model trained on)",
         f"Table 1, on the {t1['covered_jobs']} attempts the lookup table covers: "
-        f"lookup w20 {_pct(t1['lookup_w20'])}, cascade w20 {_pct(t1['cascade_w20'])}",
+        f"lookup w20 {_pct(t1['lookup_w20'])}, published w20 {_pct(t1['published_w20'])}, "
+        f"cascade w20 {_pct(t1['cascade_w20'])}",
         f"oracle ceiling (true medians) w20: {_pct(result['oracle_w20'])}",
         f"registered version {result['registered_version']} ({result['gate']}); "
         f"production is version {result['production_version']}",

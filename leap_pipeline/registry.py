@@ -173,8 +173,11 @@ def log_candidate(
     params: dict,
     metrics: dict[str, float | None],
     files: list[Path],
+    selection: dict | None = None,
 ) -> tuple[str, str]:
-    """Log one night's run and register its model as a new version; returns (run id, version)."""
+    """Log one night's run and register its model as a new version; returns (run id, version).
+    ``selection`` (from ``evaluation.select_model``) puts the choice and its scores on the
+    version."""
     from leap_serving import mlflow_model
     from leap_serving.model import ARTIFACTS, check_artifacts
 
@@ -204,23 +207,31 @@ def log_candidate(
     version = str(info.registered_model_version)
     client = MlflowClient()
     client.set_model_version_tag(name, version, SHA256_TAG, json.dumps(recorded, sort_keys=True))
-    for key, value in version_tags(tags, metrics, run.info.run_id).items():
+    for key, value in version_tags(tags, metrics, run.info.run_id, selection).items():
         client.set_model_version_tag(name, version, key, value)
     return run.info.run_id, version
 
 
 # what a person scans in the version list; every metric stays on the run
 VERSION_TAGS = (
-    "evaluation_day", "training_window", "run_kind", "cascade_w20", "gate", "run", SHA256_TAG,
+    "evaluation_day", "training_window", "run_kind", "published_w20", "published_model",
+    "selection_w20", "gate", "run", SHA256_TAG,
 )  # fmt: skip
 
 
-def version_tags(tags: dict, metrics: dict[str, float | None], run_id: str) -> dict[str, str]:
-    """The registry version's tags: the run's identity, the headline w20, the gate's verdict
+def version_tags(
+    tags: dict, metrics: dict[str, float | None], run_id: str, selection: dict | None = None
+) -> dict[str, str]:
+    """The registry version's tags: the run's identity, the published model's w20, which model
+    the selection published and every candidate's score on its selection day, the gate's verdict
     and the run that holds every metric."""
     out = {k: str(v) for k, v in tags.items()}
-    if metrics.get("cascade_w20") is not None:
-        out["cascade_w20"] = f"{metrics['cascade_w20']:.4f}"
+    if metrics.get("published_w20") is not None:
+        out["published_w20"] = f"{metrics['published_w20']:.4f}"
+    if selection is not None:
+        out["published_model"] = selection["published"]
+        scores = ", ".join(f"{k} {v:.4f}" for k, v in selection["scores"].items())
+        out["selection_w20"] = f"{scores} (on {selection['selection_day']})"
     if metrics.get("gate_passed") is not None:
         out["gate"] = "passed" if metrics["gate_passed"] else "failed"
     out["run"] = f"runs:/{run_id}"

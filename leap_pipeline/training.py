@@ -1,9 +1,10 @@
 """A night's training, stored between the Dagster assets that train, evaluate and publish it.
 
-``data/models/<day>/`` holds the fitted cascade (as the published ``LeapModel`` folder, history
-snapshot as of the day included), the single GBDT and the lookup table, so evaluation and
-registration read exactly what training wrote. The folder is published atomically with a
-manifest of hashes: a crash mid-save leaves the previous night's folder as it was.
+``data/models/<day>/`` holds the published model (the selection's winner as a ``LeapModel``
+folder, history snapshot as of the day included), the cascade and the single GBDT that competed
+for it, and the lookup table, so evaluation and registration read exactly what training wrote.
+The folder is published atomically with a manifest of hashes: a crash mid-save leaves the
+previous night's folder as it was.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import polars as pl
 from sklearn.ensemble import HistGradientBoostingRegressor
 
+from leap_serving.cascade import BinnedCascade
 from leap_serving.model import LeapModel, dump_skops, load_skops
 from leap_serving.publish import PublicationError, publish_folder, verify_folder
 
@@ -45,16 +47,18 @@ def save_trained(models: TrainedModels, folder: Path, snapshot: pl.DataFrame,
 
     def write(version: Path) -> dict:
         LeapModel(
-            cascade=models.cascade,
+            cascade=models.published,
             history_snapshot=snapshot,
             hardware_specs=specs,
             metadata={
                 "training_window": [d.isoformat() for d in models.window],
                 "training_rows": models.training_rows,
                 "profile": profile,
+                "selection": models.selection,
             },
         ).save(version / "cascade")
         types = dump_skops(models.single_gbdt, version / "single_gbdt.skops")
+        cascade_types = dump_skops(models.cascade, version / "cascade_candidate.skops")
         models.lookup.entries.write_parquet(version / "lookup_entries.parquet")
         models.model_type_ranks.write_parquet(version / "model_type_ranks.parquet")
         (version / "trained.json").write_text(
@@ -65,10 +69,16 @@ def save_trained(models: TrainedModels, folder: Path, snapshot: pl.DataFrame,
                     "lookup_model_types": list(models.lookup.model_types),
                     "seconds": models.seconds,
                     "profile": profile,
+                    "selection": models.selection,
                 }
             )
         )
-        return {"skops_types": {"single_gbdt.skops": types}}
+        return {
+            "skops_types": {
+                "single_gbdt.skops": types,
+                "cascade_candidate.skops": cascade_types,
+            }
+        }
 
     publish_folder(folder, write)
 
@@ -88,9 +98,16 @@ def load_trained(folder: Path) -> tuple[TrainedModels, LeapModel]:
         HistGradientBoostingRegressor,
         manifest.get("skops_types", {}).get("single_gbdt.skops"),
     )
+    cascade = load_skops(
+        folder / "cascade_candidate.skops",
+        BinnedCascade,
+        manifest.get("skops_types", {}).get("cascade_candidate.skops"),
+    )
     models = TrainedModels(
-        cascade=published.cascade,
+        cascade=cascade,
         single_gbdt=gbdt,
+        published=published.cascade,
+        selection=meta["selection"],
         lookup=LookupTable(
             entries=pl.read_parquet(folder / "lookup_entries.parquet"),
             model_types=tuple(meta["lookup_model_types"]),

@@ -10,6 +10,7 @@ prediction is the argmax bin's expert. Plain scikit-learn: no Dagster or MLflow 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -63,7 +64,13 @@ MIN_PRESENT = 20
 MIN_VALIDATION_ROWS = 20
 
 
-def fit_booster(estimator, X: np.ndarray, y: np.ndarray, validation: np.ndarray | None = None):
+def fit_booster(
+    estimator,
+    X: np.ndarray,
+    y: np.ndarray,
+    validation: np.ndarray | None = None,
+    sample_weight: np.ndarray | None = None,
+):
     """Fit a histogram GBDT, early-stopped on the ``validation`` rows when given.
 
     ``validation`` is a row mask of held-out rows, in time order (the window's last day), so
@@ -74,23 +81,29 @@ def fit_booster(estimator, X: np.ndarray, y: np.ndarray, validation: np.ndarray 
 
     A column with fewer than ``MIN_PRESENT`` values (or 1% of the rows) is given a constant for
     the fit: scikit-learn cannot bin a column that is all NaN in the part it trains on, and such
-    a column then holds no split, so predictions do not depend on it."""
+    a column then holds no split, so predictions do not depend on it. ``sample_weight`` weighs
+    rows in training and in early stopping alike."""
     present = np.sum(~np.isnan(X), axis=0)
     empty = present < max(MIN_PRESENT, 0.01 * len(X))
     if empty.any():
         X = X.copy()
         X[:, empty] = 0.0
     if validation is None:
-        return estimator.fit(X, y)
+        return estimator.fit(X, y, sample_weight=sample_weight)
     train = ~validation
     held_out = validation.copy()
     if is_classifier(estimator):
         held_out &= np.isin(y, np.unique(y[train]))  # a class unseen in training cannot score
     if held_out.sum() < MIN_VALIDATION_ROWS or train.sum() < MIN_VALIDATION_ROWS:
-        return estimator.set_params(early_stopping=False).fit(X, y)
+        return estimator.set_params(early_stopping=False).fit(X, y, sample_weight=sample_weight)
+    if sample_weight is None:
+        return estimator.set_params(early_stopping=True).fit(
+            X[train], y[train], X_val=X[held_out], y_val=y[held_out]
+        )
     return estimator.set_params(early_stopping=True).fit(
-        X[train], y[train], X_val=X[held_out], y_val=y[held_out]
-    )
+        X[train], y[train], sample_weight[train], X_val=X[held_out], y_val=y[held_out],
+        sample_weight_val=sample_weight[held_out],
+    )  # fmt: skip
 
 
 def single_gbdt(profile: str = "fast", random_state: int = 0) -> HistGradientBoostingRegressor:
@@ -106,6 +119,75 @@ def single_gbdt(profile: str = "fast", random_state: int = 0) -> HistGradientBoo
         n_iter_no_change=20,
         random_state=random_state,
     )
+
+
+GATINGS: tuple[str, ...] = ("argmax", "mean", "median")
+
+
+def bin_probabilities(
+    raw: np.ndarray, classes: np.ndarray, n_bins: int, temperature: float
+) -> np.ndarray:
+    """The classifier's raw scores (one column for two classes, as scikit-learn keeps them) as
+    probabilities over every bin, tempered by ``temperature``; a bin the classifier never saw
+    gets 0."""
+    raw = np.ascontiguousarray(raw, dtype=np.float64)  # one memory order: the same sums
+    if raw.ndim == 1 or raw.shape[1] == 1:  # binary: the score is class 1's logit against 0
+        raw = np.column_stack([np.zeros(len(raw)), raw.reshape(len(raw))])
+    scaled = raw / temperature
+    scaled -= scaled.max(axis=1, keepdims=True)
+    proba = np.exp(scaled)
+    proba /= proba.sum(axis=1, keepdims=True)
+    out = np.zeros((len(raw), n_bins))
+    out[:, classes] = proba
+    return out
+
+
+def gate(
+    proba: np.ndarray,
+    predict_expert: Callable[[int, np.ndarray], np.ndarray],
+    gating: str,
+    top_k: int,
+) -> np.ndarray:
+    """Combine the experts into one ln q per row from the bin probabilities.
+
+    ``predict_expert(b, rows)`` returns expert b's ln q for the rows of a boolean mask, in row
+    order. ``argmax`` runs one expert per row (the paper); ``mean`` and ``median`` weigh the
+    ``top_k`` most probable bins' experts by their renormalized probability, the median suiting
+    the experts' absolute-error loss. Every needed expert runs once over its rows."""
+    n, n_bins = proba.shape
+    if gating == "argmax" or n_bins == 1:
+        best = np.argmax(proba, axis=1)
+        out = np.empty(n)
+        for b in np.unique(best):
+            rows = best == b
+            out[rows] = predict_expert(int(b), rows)
+        return out
+    k = min(top_k, n_bins)
+    top = np.argsort(-proba, axis=1, kind="stable")[:, :k]
+    weight = np.take_along_axis(proba, top, axis=1)
+    weight = weight / np.maximum(weight.sum(axis=1, keepdims=True), 1e-300)
+    value = np.empty((n, k))
+    for b in np.unique(top):
+        rows, slot = np.nonzero(top == b)  # rows ascending, each at most once
+        mask = np.zeros(n, dtype=bool)
+        mask[rows] = True
+        value[rows, slot] = predict_expert(int(b), mask)
+    if gating == "mean":
+        return np.sum(weight * value, axis=1)
+    order = np.argsort(value, axis=1, kind="stable")
+    value = np.take_along_axis(value, order, axis=1)
+    weight = np.take_along_axis(weight, order, axis=1)
+    median = np.argmax(np.cumsum(weight, axis=1) >= 0.5 - 1e-12, axis=1)
+    return value[np.arange(n), median]
+
+
+def identical_row_folds(X: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
+    """A fold per row, identical rows (a job's retries) always in the same fold."""
+    rows = np.ascontiguousarray(np.nan_to_num(X, nan=np.inf))
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, inverse = np.unique(keys, return_inverse=True)
+    groups = np.random.default_rng(seed).permutation(int(inverse.max()) + 1)
+    return groups[inverse.ravel()] % n_folds
 
 
 def _compact(bins: np.ndarray, n_bins: int) -> tuple[np.ndarray, int, int]:
@@ -134,6 +216,19 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         when ``fit`` is given no ``validation`` rows).
     n_threads : int or None
         OpenMP threads per fit (None: the library default). One is fastest on a shared 2-core box.
+    gating : {"argmax", "mean", "median"}
+        How experts combine at prediction: the most probable bin's expert (the paper), or the
+        probability-weighted mean or median of the ``gate_top_k`` most probable bins' experts.
+    gate_top_k : int
+        Bins a soft gating combines (the rest carry little probability and cost an expert run).
+    oof_folds : int
+        0: EM scores each expert on the rows it trained on (the paper). k >= 2: out-of-fold EM,
+        rows are reassigned, and the classifier's labels chosen, by experts fitted on the other
+        folds (identical rows share a fold); the final experts then train on every row.
+    expert_overlap : float
+        0: each final expert trains on its bin's rows only (the paper). w > 0: also on the rows of
+        the bins next to it in level (median y), weighted w, so a near miss of the classifier
+        lands on an expert that has seen such rows instead of one that clamps to its slice.
     random_state : int
 
     Attributes
@@ -148,6 +243,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
     experts_ : the fitted median regressor of each bin.
     classifier_ : the bin classifier.
     n_trees_per_expert_ : trees each expert kept after early stopping.
+    temperature_ : the classifier's probabilities are calibrated by this temperature, fitted on
+        the ``validation`` rows (1.0 without them).
     fit_seconds_ : wall time per phase (``em``, ``refit``, ``classifier``).
 
     Examples
@@ -171,6 +268,10 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 20,
         n_threads: int | None = 1,
+        gating: str = "argmax",
+        gate_top_k: int = 3,
+        oof_folds: int = 0,
+        expert_overlap: float = 0.0,
         random_state: int = 0,
     ) -> None:
         self.n_bins = n_bins
@@ -186,6 +287,10 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
         self.n_threads = n_threads
+        self.gating = gating
+        self.gate_top_k = gate_top_k
+        self.oof_folds = oof_folds
+        self.expert_overlap = expert_overlap
         self.random_state = random_state
 
     # -- fitting ---------------------------------------------------------------------------------
@@ -211,6 +316,14 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             raise ValueError(f"move_tol={self.move_tol!r} must be in [0, 1)")
         if self.min_bin_rows < 2:
             raise ValueError(f"min_bin_rows={self.min_bin_rows!r} must be at least 2")
+        if self.gating not in GATINGS:
+            raise ValueError(f"gating={self.gating!r} is not one of {GATINGS}")
+        if self.gate_top_k < 1:
+            raise ValueError(f"gate_top_k={self.gate_top_k!r} must be at least 1")
+        if self.oof_folds < 0 or self.oof_folds == 1:
+            raise ValueError(f"oof_folds={self.oof_folds!r} must be 0 (off) or at least 2")
+        if not 0.0 <= self.expert_overlap <= 1.0:
+            raise ValueError(f"expert_overlap={self.expert_overlap!r} must be in [0, 1]")
         if n_rows < self.min_bin_rows:
             raise ValueError(
                 f"{n_rows} training rows are fewer than min_bin_rows={self.min_bin_rows}"
@@ -243,16 +356,50 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         bins: np.ndarray,
         n_bins: int,
         validation: np.ndarray | None,
-    ) -> list[HistGradientBoostingRegressor]:
+        overlap: float = 0.0,
+    ) -> list[HistGradientBoostingRegressor | None]:
+        """One expert per bin (None for a bin without rows here); with ``overlap``, each also
+        trains on its neighbours in level, weighted ``overlap``."""
+        if overlap > 0 and n_bins > 1:
+            levels = [
+                np.median(y[bins == b]) if np.any(bins == b) else np.inf for b in range(n_bins)
+            ]
+            position = np.argsort(np.argsort(levels, kind="stable"), kind="stable")
+            row_position = position[bins]
         experts = []
         for b in range(n_bins):
-            rows = bins == b
+            own = bins == b
+            if not own.any():
+                experts.append(None)
+                continue
+            weight = None
+            rows = own
+            if overlap > 0 and n_bins > 1:
+                rows = np.abs(row_position - position[b]) <= 1
+                weight = np.where(own[rows], 1.0, overlap)
             held_out = None if validation is None else validation[rows]
-            experts.append(fit_booster(self._expert(), X[rows], y[rows], held_out))
+            experts.append(fit_booster(self._expert(), X[rows], y[rows], held_out, weight))
         return experts
 
     def _errors(self, experts: list, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return np.column_stack([np.abs(e.predict(X) - y) for e in experts])
+        return np.column_stack(
+            [np.full(len(y), np.inf) if e is None else np.abs(e.predict(X) - y) for e in experts]
+        )
+
+    def _em_errors(self, X, y, bins, n_bins, validation, folds) -> tuple[np.ndarray, list | None]:
+        """Every row's error under every bin's expert, and the experts when they fit all rows."""
+        if folds is None:
+            experts = self._fit_experts(X, y, bins, n_bins, validation)
+            return self._errors(experts, X, y), experts
+        errors = np.empty((len(y), n_bins))
+        for f in range(self.oof_folds):
+            train, score = folds != f, folds == f
+            experts = self._fit_experts(
+                X[train], y[train], bins[train], n_bins,
+                None if validation is None else validation[train],
+            )  # fmt: skip
+            errors[score] = self._errors(experts, X[score], y[score])
+        return errors, None
 
     def _reassign(self, errors: np.ndarray) -> tuple[np.ndarray, int]:
         """Each row to its best expert; rows of bins left too small go to their next best."""
@@ -286,10 +433,15 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             n_bins = len(edges) + 1
             experts = None
             moved, rescued_log = [], []
+            folds = (
+                identical_row_folds(X, self.oof_folds, self.random_state)
+                if self.oof_folds
+                else None
+            )
             start = time.perf_counter()
             for _ in range(self.max_em_iter):
-                experts = self._fit_experts(X, y, bins, n_bins, validation)
-                new_bins, rescued = self._reassign(self._errors(experts, X, y))
+                errors, experts = self._em_errors(X, y, bins, n_bins, validation, folds)
+                new_bins, rescued = self._reassign(errors)
                 share = float(np.mean(new_bins != bins))
                 moved.append(share)
                 rescued_log.append(rescued)
@@ -300,16 +452,19 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
                     break
             seconds["em"] = time.perf_counter() - start
             start = time.perf_counter()
-            if experts is not None and moved and moved[-1] == 0.0:
+            if experts is not None and moved and moved[-1] == 0.0 and not self.expert_overlap:
                 self.experts_ = experts  # nothing moved: the last experts already fit the bins
             else:
-                self.experts_ = self._fit_experts(X, y, bins, n_bins, validation)
+                self.experts_ = self._fit_experts(
+                    X, y, bins, n_bins, validation, self.expert_overlap
+                )
             seconds["refit"] = time.perf_counter() - start
             start = time.perf_counter()
             self.classifier_ = self._fit_classifier(X, bins, n_bins, validation)
+            self.n_bins_ = n_bins
+            self.temperature_ = self._calibrate(X, bins, validation)
             seconds["classifier"] = time.perf_counter() - start
         self.bin_edges_ = edges
-        self.n_bins_ = n_bins
         self.bins_merged_ = merged
         self.em_iterations_ = len(moved)
         self.rows_moved_ = moved
@@ -335,29 +490,59 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         )
         return fit_booster(classifier, X, bins, validation)
 
+    def _calibrate(self, X: np.ndarray, bins: np.ndarray, validation: np.ndarray | None) -> float:
+        """The temperature that minimizes the log loss of the bin probabilities on the held-out
+        rows, whose bins were chosen by experts that did not train on them."""
+        if self.classifier_ is None or validation is None or validation.sum() < MIN_VALIDATION_ROWS:
+            return 1.0
+        raw = self.classifier_.decision_function(X[validation])
+        truth = bins[validation]
+        classes = self.classifier_.classes_.astype(int)
+
+        def log_loss(temperature: float) -> float:
+            proba = bin_probabilities(raw, classes, self.n_bins_, temperature)
+            return float(-np.mean(np.log(np.maximum(proba[np.arange(len(truth)), truth], 1e-12))))
+
+        grid = np.geomspace(0.25, 4.0, 41)
+        return float(grid[np.argmin([log_loss(t) for t in grid])])
+
     # -- prediction ------------------------------------------------------------------------------
 
-    def predict_bins(self, X) -> tuple[np.ndarray, np.ndarray]:
-        """The classifier's argmax bin per row and its probability."""
+    def predict_proba_bins(self, X) -> np.ndarray:
+        """Calibrated probability of every bin per row (columns are bins 0 .. n_bins_ - 1)."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, ensure_all_finite="allow-nan", dtype=np.float64)
         if self.classifier_ is None:
-            return np.zeros(len(X), dtype=int), np.ones(len(X))
+            return np.ones((len(X), 1))
         with threadpool_limits(self.n_threads):
-            proba = self.classifier_.predict_proba(X)
+            raw = self.classifier_.decision_function(X)
+        classes = self.classifier_.classes_.astype(int)
+        return bin_probabilities(raw, classes, self.n_bins_, getattr(self, "temperature_", 1.0))
+
+    def predict_bins(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """The most probable bin per row and its (calibrated) probability."""
+        proba = self.predict_proba_bins(X)
         best = np.argmax(proba, axis=1)
-        return self.classifier_.classes_[best].astype(int), proba[np.arange(len(X)), best]
+        return best, proba[np.arange(len(proba)), best]
 
     def predict(self, X) -> np.ndarray:
-        """Predicted ln q: each row's argmax-bin expert (exponentiate for throughput)."""
-        bins, _ = self.predict_bins(X)
+        """Predicted ln q, the experts combined by ``gating`` (exponentiate for throughput)."""
+        proba = self.predict_proba_bins(X)
         X = np.asarray(X, dtype=np.float64)
-        y = np.empty(len(X))
         with threadpool_limits(self.n_threads):
-            for b in np.unique(bins):
-                rows = bins == b
-                y[rows] = self.experts_[b].predict(X[rows])
-        return y
+            return gate(
+                proba,
+                lambda b, rows: self.experts_[b].predict(X[rows]),
+                self.gating,
+                self.gate_top_k,
+            )
+
+    def __setstate__(self, state: dict) -> None:
+        # a model saved before gating, out-of-fold EM and calibration existed predicts as it did
+        defaults = {"gating": "argmax", "gate_top_k": 3, "oof_folds": 0, "expert_overlap": 0.0}
+        if "classifier_" in state:
+            defaults["temperature_"] = 1.0
+        super().__setstate__(defaults | state)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .cascade import BinnedCascade
+from .cascade import BinnedCascade, bin_probabilities, gate
 
 
 @numba.njit(cache=True, nogil=True)
@@ -88,24 +88,35 @@ class CompiledCascade:
             CompiledForest(cascade.classifier_) if cascade.classifier_ is not None else None
         )
         self.experts = [CompiledForest(expert) for expert in cascade.experts_]
+        self.n_bins = len(self.experts)
+        self.temperature = getattr(cascade, "temperature_", 1.0)
+        self.gating = cascade.gating
+        self.gate_top_k = cascade.gate_top_k
         self.n_trees = sum(e.n_trees for e in self.experts) + (
             self.classifier.n_trees if self.classifier else 0
         )
 
-    def predict_bins(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def predict_proba_bins(self, X: np.ndarray) -> np.ndarray:
         if self.classifier is None:
-            return np.zeros(len(X), dtype=int), np.ones(len(X))
+            return np.ones((len(X), 1))
         raw = self.classifier.raw_predict(X)
-        best = np.argmax(raw, axis=1)
-        shifted = np.exp(raw - raw[np.arange(len(X)), best][:, None])
-        return self.classes[best], 1.0 / shifted.sum(axis=1)
+        return bin_probabilities(raw, self.classes, self.n_bins, self.temperature)
+
+    def predict_bins(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        proba = self.predict_proba_bins(np.ascontiguousarray(X, dtype=np.float64))
+        best = np.argmax(proba, axis=1)
+        return best, proba[np.arange(len(proba)), best]
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Predicted ln q, the chosen bin and its probability; each needed expert runs once."""
+        """Predicted ln q, the most probable bin and its probability; each needed expert runs
+        once over its rows."""
         X = np.ascontiguousarray(X, dtype=np.float64)
-        bins, probability = self.predict_bins(X)
-        log_q = np.empty(len(X))
-        for b in np.unique(bins):
-            rows = bins == b
-            log_q[rows] = self.experts[b].raw_predict(X[rows])[:, 0]
-        return log_q, bins, probability
+        proba = self.predict_proba_bins(X)
+        best = np.argmax(proba, axis=1)
+        log_q = gate(
+            proba,
+            lambda b, rows: self.experts[b].raw_predict(X[rows])[:, 0],
+            self.gating,
+            self.gate_top_k,
+        )
+        return log_q, best, proba[np.arange(len(X)), best]

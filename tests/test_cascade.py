@@ -142,3 +142,133 @@ def test_training_is_reproducible():
     first = BinnedCascade(**params).fit(X, y).predict(X)
     second = BinnedCascade(**params).fit(X, y).predict(X)
     assert np.array_equal(first, second)
+
+
+# -- gating, out-of-fold EM, overlapping experts and selection (issue 14) -------------------------
+
+LIMITED = {"max_iter": 40, "max_leaf_nodes": 7, "learning_rate": 0.1, "classifier_max_iter": 40,
+           "classifier_max_leaf_nodes": 15, "min_bin_rows": 40}  # fmt: skip
+
+
+def _eight_regimes(n: int, seed: int):
+    """Eight regimes, each its own level and its own slopes on three features: a fixed tree budget
+    per regime fits them, the same budget for all eight at once does not."""
+    rng = np.random.default_rng(seed)
+    regime = rng.integers(0, 8, n)
+    Z = rng.uniform(0, 1, (n, 3))
+    slopes = np.random.default_rng(99).uniform(-2, 2, (8, 3))
+    y = 1.5 * regime + np.sum(slopes[regime] * Z, axis=1) + rng.normal(0, 0.02, n)
+    return np.column_stack([regime, Z]), y
+
+
+def _one_smooth_regime(n: int, seed: int):
+    """No regimes: a smooth function plus noise, so bins are cut by the noise alone."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    return X, X[:, 0] + 0.5 * X[:, 1] + rng.normal(0, 0.6, n)
+
+
+def _fit_pair(make, **params):
+    """A cascade and a one-bin cascade (the single GBDT) early-stopped on held-out rows, and fresh
+    rows to score them on."""
+    X, y = make(8000, 0)
+    X_val, y_val = make(2000, 1)
+    X_all, y_all = np.vstack([X, X_val]), np.concatenate([y, y_val])
+    validation = np.r_[np.zeros(len(y), bool), np.ones(len(y_val), bool)]
+    cascade = BinnedCascade(n_bins=8, **LIMITED, **params).fit(X_all, y_all, validation=validation)
+    single = BinnedCascade(n_bins=1, **LIMITED).fit(X_all, y_all, validation=validation)
+    return cascade, single, make(2000, 2)
+
+
+def test_every_gating_predicts_the_same_through_the_compiled_trees():
+    from leap_serving.compiled import CompiledCascade
+
+    cascade, _, (X_new, _) = _fit_pair(_eight_regimes, oof_folds=2, expert_overlap=0.3)
+    for gating in ("argmax", "mean", "median"):
+        cascade.set_params(gating=gating)
+        log_q, bins, probability = CompiledCascade(cascade).predict(X_new)
+        assert np.array_equal(log_q, cascade.predict(X_new))
+        expected_bins, expected_probability = cascade.predict_bins(X_new)
+        assert np.array_equal(bins, expected_bins)
+        assert np.allclose(probability, expected_probability, rtol=1e-12)
+
+
+def test_gating_combines_the_most_probable_experts_by_hand():
+    from leap_serving.cascade import gate
+
+    proba = np.array([[0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4]])
+    levels = np.array([1.0, 2.0, 3.0, 10.0])  # expert b predicts levels[b] for every row
+
+    def expert(b, rows):
+        return np.full(int(rows.sum()), levels[b])
+
+    assert gate(proba, expert, "argmax", 3).tolist() == [1.0, 10.0]
+    # top 3 of row 0: bins 0, 1, 2 with weights .5 .3 .2; of row 1: bins 3, 2, 1 with .4 .3 .2
+    assert np.allclose(gate(proba, expert, "mean", 3), [1.7, (4.0 + 0.9 + 0.4) / 0.9])
+    assert gate(proba, expert, "median", 3).tolist() == [1.0, 3.0]
+    assert gate(proba, expert, "median", 1).tolist() == [1.0, 10.0]
+
+
+def test_identical_rows_share_a_fold():
+    from leap_serving.cascade import identical_row_folds
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(500, 3))
+    X[rng.random(500) < 0.2, 1] = np.nan
+    repeated = np.vstack([X, X[:100]])  # retries: the same launch again
+    folds = identical_row_folds(repeated, 2, seed=0)
+    assert np.array_equal(folds[500:], folds[:100])
+    assert 0.35 < folds.mean() < 0.65
+
+
+def test_the_cascade_beats_the_single_gbdt_where_regimes_are_separable():
+    cascade, single, (X_new, y_new) = _fit_pair(_eight_regimes, oof_folds=2)
+    measured = np.exp(y_new)
+    single_w10 = metrics.within(np.exp(single.predict(X_new)), measured, 10)
+    for gating in ("argmax", "mean", "median"):
+        cascade.set_params(gating=gating)
+        assert metrics.within(np.exp(cascade.predict(X_new)), measured, 10) > single_w10 + 0.3
+    assert cascade.temperature_ != 1.0  # calibrated on the held-out rows
+
+
+@pytest.mark.parametrize(("make", "published"), [
+    (_one_smooth_regime, "single_gbdt"),
+    (_eight_regimes, "cascade"),
+])  # fmt: skip
+def test_selection_publishes_the_model_that_wins_on_unseen_rows(make, published):
+    from leap_pipeline.evaluation import select_model
+
+    cascade, single, (X_new, y_new) = _fit_pair(make)
+    chosen = select_model(cascade, single, X_new, np.exp(y_new))
+    assert chosen["published"].startswith(published)
+    assert set(chosen["scores"]) == {"single_gbdt", "cascade_argmax", "cascade_mean",
+                                     "cascade_median"}  # fmt: skip
+    if published == "single_gbdt":
+        assert chosen["model"] is single
+        assert chosen["margin"] < 0.01
+    else:
+        assert chosen["model"].experts_ is cascade.experts_  # as trained, not refitted
+        assert chosen["model"].gating == chosen["published"].removeprefix("cascade_")
+
+
+def test_a_model_saved_before_gating_existed_predicts_as_before():
+    cascade, _, (X_new, _) = _fit_pair(_eight_regimes)
+    state = dict(cascade.__getstate__())  # object.__getstate__ hands back the live __dict__
+    for key in ("gating", "gate_top_k", "oof_folds", "expert_overlap", "temperature_"):
+        del state[key]
+    old = BinnedCascade.__new__(BinnedCascade)
+    old.__setstate__(state)
+    assert old.gating == "argmax" and old.temperature_ == 1.0
+    assert np.array_equal(old.predict(X_new), cascade.set_params(gating="argmax").predict(X_new))
+
+
+@pytest.mark.parametrize(("params", "named"), [
+    ({"gating": "vote"}, "gating"),
+    ({"gate_top_k": 0}, "gate_top_k"),
+    ({"oof_folds": 1}, "oof_folds"),
+    ({"expert_overlap": 1.5}, "expert_overlap"),
+])  # fmt: skip
+def test_bad_gating_and_em_parameters_are_named(params, named):
+    X, y = _regimes(500)
+    with pytest.raises(ValueError, match=named):
+        BinnedCascade(**params, **SMALL).fit(X, y)

@@ -230,15 +230,19 @@ def test_a_version_carries_a_few_tags_and_its_run_every_metric(model, tmp_path, 
     registry.configure_tracking(tmp_path / "mlflow")
     model.save(tmp_path / "model")
     day = dt.date(2026, 1, 10)
-    metrics = {"cascade_w20": 0.41234, "single_gbdt_w20": 0.5, "lookup_w20": None,
+    metrics = {"published_w20": 0.41234, "single_gbdt_w20": 0.5, "lookup_w20": None,
                "gate_passed": 0.0}  # fmt: skip
+    selection = {"published": "single_gbdt", "scores": {"single_gbdt": 0.5, "cascade_argmax": 0.4},
+                 "selection_day": "2026-01-09"}  # fmt: skip
     run_id, version = registry.log_candidate(
         artifact_folder=tmp_path / "model", day=day, window=(day, day), run_kind="test",
-        params={}, metrics=metrics, files=[],
+        params={}, metrics=metrics, files=[], selection=selection,
     )  # fmt: skip
     client = registry.MlflowClient()
     tags = client.get_model_version(registry.model_name(), version).tags
     assert set(tags) == set(registry.VERSION_TAGS)
-    assert tags["cascade_w20"] == "0.4123" and tags["gate"] == "failed"
+    assert tags["published_w20"] == "0.4123" and tags["gate"] == "failed"
+    assert tags["published_model"] == "single_gbdt"
+    assert tags["selection_w20"] == "single_gbdt 0.5000, cascade_argmax 0.4000 (on 2026-01-09)"
     assert tags["run"] == f"runs:/{run_id}"
     assert client.get_run(run_id).data.metrics["single_gbdt_w20"] == 0.5

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -70,6 +71,22 @@ def test_the_quick_report_has_every_section(tmp_path):
     # the ladder's last rung and the importance base are the last night's cascade, not a refit
     assert report["ablation"][-1]["w20"] == report["nightly_w20"][-1]
     assert report["importance"]["base_w20"] == report["nightly_w20"][-1]
+    # the nightly selection: one entry per night, the published model's w20 is its own model's
+    assert len(report["published_w20"]) == len(report["single_gbdt_w20"]) == 2
+    assert report["published_w20_median"] == float(np.median(report["published_w20"]))
+    for night, published, single, cascade in zip(
+        report["selection"], report["published_w20"], report["single_gbdt_w20"],
+        report["nightly_w20"], strict=True,
+    ):  # fmt: skip
+        assert night["published_w20"] == published
+        scores = night["selection_scores"]
+        assert set(scores) == {"single_gbdt", "cascade_argmax", "cascade_mean", "cascade_median"}
+        if night["published"] == "single_gbdt":
+            assert published == single
+        elif night["published"] == "cascade_argmax":
+            assert published == cascade
+        else:
+            assert max(scores.values()) == scores[night["published"]]
     assert set(report["routing"]) == {"as_logged", "lookup", "leap", "oracle"}
     assert report["routing"]["as_logged"]["top_choice_share"] == 1.0
     assert set(report["importance"]["per_group"]) == {"job", "cfg", "hw", "ratio", "arch", "hist"}
