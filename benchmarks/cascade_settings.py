@@ -30,17 +30,17 @@ from leap_pipeline.runs import discard_stale_warehouse, materialize_days
 from leap_pipeline.simulation import SPAN_START
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
-from leap_serving.cascade import GATINGS, BinnedCascade, profile_params
+from leap_serving.cascade import GATINGS, PAPER_CASCADE, BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS
 
 SETTINGS: dict[str, dict] = {
     "single_gbdt": {"n_bins": 1},
-    "paper": {},
-    "oof_em": {"oof_folds": 2},
-    "overlap": {"expert_overlap": 0.5},
-    "oof_em+overlap": {"oof_folds": 2, "expert_overlap": 0.5},
-    "k6": {"n_bins": 6},
-    "k26": {"n_bins": 26},
+    "paper": PAPER_CASCADE,
+    "oof_em": PAPER_CASCADE | {"oof_folds": 2},
+    "overlap": PAPER_CASCADE | {"expert_overlap": 0.5},
+    "oof_em+overlap": PAPER_CASCADE | {"oof_folds": 2, "expert_overlap": 0.5},
+    "k6": PAPER_CASCADE | {"n_bins": 6},
+    "k26": PAPER_CASCADE | {"n_bins": 26},
 }
 
 
