@@ -149,6 +149,33 @@ def bin_probabilities(
     return out
 
 
+def gate_bins(proba: np.ndarray, gating: str, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which bins' experts each row needs, and their weights: the most probable bin for
+    ``argmax`` (the paper); for ``mean`` and ``median`` the ``top_k`` most probable bins,
+    weighted by their renormalized probability. Shapes (rows, k)."""
+    n, n_bins = proba.shape
+    if gating == "argmax" or n_bins == 1:
+        return np.argmax(proba, axis=1)[:, None], np.ones((n, 1))
+    k = min(top_k, n_bins)
+    top = np.argsort(-proba, axis=1, kind="stable")[:, :k]
+    weight = np.take_along_axis(proba, top, axis=1)
+    return top, weight / np.maximum(weight.sum(axis=1, keepdims=True), 1e-300)
+
+
+def combine(value: np.ndarray, weight: np.ndarray, gating: str) -> np.ndarray:
+    """One ln q per row from the needed experts' predictions (``gate_bins``' shapes): their
+    weighted mean, or their weighted median, which suits the experts' absolute-error loss."""
+    if value.shape[1] == 1:
+        return value[:, 0].copy()
+    if gating == "mean":
+        return np.sum(weight * value, axis=1)
+    order = np.argsort(value, axis=1, kind="stable")
+    value = np.take_along_axis(value, order, axis=1)
+    weight = np.take_along_axis(weight, order, axis=1)
+    median = np.argmax(np.cumsum(weight, axis=1) >= 0.5 - 1e-12, axis=1)
+    return value[np.arange(len(value)), median]
+
+
 def gate(
     proba: np.ndarray,
     predict_expert: Callable[[int, np.ndarray], np.ndarray],
@@ -158,34 +185,15 @@ def gate(
     """Combine the experts into one ln q per row from the bin probabilities.
 
     ``predict_expert(b, rows)`` returns expert b's ln q for the rows of a boolean mask, in row
-    order. ``argmax`` runs one expert per row (the paper); ``mean`` and ``median`` weigh the
-    ``top_k`` most probable bins' experts by their renormalized probability, the median suiting
-    the experts' absolute-error loss. Every needed expert runs once over its rows."""
-    n, n_bins = proba.shape
-    if gating == "argmax" or n_bins == 1:
-        best = np.argmax(proba, axis=1)
-        out = np.empty(n)
-        for b in np.unique(best):
-            rows = best == b
-            out[rows] = predict_expert(int(b), rows)
-        return out
-    k = min(top_k, n_bins)
-    top = np.argsort(-proba, axis=1, kind="stable")[:, :k]
-    weight = np.take_along_axis(proba, top, axis=1)
-    weight = weight / np.maximum(weight.sum(axis=1, keepdims=True), 1e-300)
-    value = np.empty((n, k))
+    order; every needed expert runs once over its rows."""
+    top, weight = gate_bins(proba, gating, top_k)
+    value = np.empty(top.shape)
     for b in np.unique(top):
         rows, slot = np.nonzero(top == b)  # rows ascending, each at most once
-        mask = np.zeros(n, dtype=bool)
+        mask = np.zeros(len(top), dtype=bool)
         mask[rows] = True
         value[rows, slot] = predict_expert(int(b), mask)
-    if gating == "mean":
-        return np.sum(weight * value, axis=1)
-    order = np.argsort(value, axis=1, kind="stable")
-    value = np.take_along_axis(value, order, axis=1)
-    weight = np.take_along_axis(weight, order, axis=1)
-    median = np.argmax(np.cumsum(weight, axis=1) >= 0.5 - 1e-12, axis=1)
-    return value[np.arange(n), median]
+    return combine(value, weight, gating)
 
 
 def identical_row_folds(X: np.ndarray, n_folds: int, seed: int) -> np.ndarray:

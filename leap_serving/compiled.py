@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .cascade import BinnedCascade, bin_probabilities, gate
+from .cascade import BinnedCascade, bin_probabilities, combine, gate_bins
 
 
 @numba.njit(cache=True, nogil=True)
@@ -38,6 +38,43 @@ def _raw_predict(X, feature, threshold, missing_left, left, right, is_leaf, valu
                     child = right[node]
                 node = root + child
             out[r, column] += value[node]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _expert_predict(X, top, feature, threshold, missing_left, left, right, is_leaf, value,
+                    roots, tree_start, tree_end, baseline):  # fmt: skip
+    """ln q of expert ``top[r, j]`` on row r, walking only that expert's trees, summed in
+    scikit-learn's order (baseline, then tree by tree). Tree-major: each tree is walked by all
+    the rows that need it while its nodes are in cache."""
+    n_rows, k = top.shape
+    out = np.empty((n_rows, k))
+    flat = top.ravel()
+    pairs = np.argsort(flat, kind="mergesort")
+    for p in range(pairs.shape[0]):
+        out[pairs[p] // k, pairs[p] % k] = 0.0 + baseline[flat[pairs[p]]]
+    first = 0
+    while first < pairs.shape[0]:
+        b = flat[pairs[first]]
+        last = first
+        while last < pairs.shape[0] and flat[pairs[last]] == b:
+            last += 1
+        for t in range(tree_start[b], tree_end[b]):
+            root = roots[t]
+            for p in range(first, last):
+                r = pairs[p] // k
+                node = root
+                while not is_leaf[node]:
+                    x = X[r, feature[node]]
+                    if x != x:
+                        child = left[node] if missing_left[node] else right[node]
+                    elif x <= threshold[node]:
+                        child = left[node]
+                    else:
+                        child = right[node]
+                    node = root + child
+                out[r, pairs[p] % k] += value[node]
+        first = last
     return out
 
 
@@ -77,6 +114,31 @@ class CompiledForest:
         )  # fmt: skip
 
 
+class CompiledExperts:
+    """Every expert's trees in one set of arrays, so one call evaluates, per row, only the
+    experts the gating needs."""
+
+    def __init__(self, experts: list) -> None:
+        forests = [CompiledForest(e) for e in experts]
+        offsets = np.cumsum([0] + [len(f.value) for f in forests])[:-1]
+        counts = np.array([f.n_trees for f in forests], dtype=np.int64)
+        for name in ("feature", "threshold", "missing_left", "left", "right", "is_leaf", "value"):
+            flat = np.concatenate([getattr(f, name) for f in forests])
+            setattr(self, name, np.ascontiguousarray(flat))
+        self.roots = np.concatenate([f.roots + o for f, o in zip(forests, offsets, strict=True)])
+        self.tree_end = np.cumsum(counts)
+        self.tree_start = self.tree_end - counts
+        self.baseline = np.array([f.baseline[0] for f in forests], dtype=np.float64)
+        self.n_trees = int(counts.sum())
+
+    def predict(self, X: np.ndarray, top: np.ndarray) -> np.ndarray:
+        return _expert_predict(
+            X, np.ascontiguousarray(top, dtype=np.int64), self.feature, self.threshold,
+            self.missing_left, self.left, self.right, self.is_leaf, self.value, self.roots,
+            self.tree_start, self.tree_end, self.baseline,
+        )  # fmt: skip
+
+
 class CompiledCascade:
     """``BinnedCascade.predict`` and ``predict_bins`` through compiled trees, same results."""
 
@@ -87,14 +149,12 @@ class CompiledCascade:
         self.classifier = (
             CompiledForest(cascade.classifier_) if cascade.classifier_ is not None else None
         )
-        self.experts = [CompiledForest(expert) for expert in cascade.experts_]
-        self.n_bins = len(self.experts)
+        self.experts = CompiledExperts(cascade.experts_)
+        self.n_bins = len(cascade.experts_)
         self.temperature = getattr(cascade, "temperature_", 1.0)
         self.gating = cascade.gating
         self.gate_top_k = cascade.gate_top_k
-        self.n_trees = sum(e.n_trees for e in self.experts) + (
-            self.classifier.n_trees if self.classifier else 0
-        )
+        self.n_trees = self.experts.n_trees + (self.classifier.n_trees if self.classifier else 0)
 
     def predict_proba_bins(self, X: np.ndarray) -> np.ndarray:
         if self.classifier is None:
@@ -108,15 +168,11 @@ class CompiledCascade:
         return best, proba[np.arange(len(proba)), best]
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Predicted ln q, the most probable bin and its probability; each needed expert runs
-        once over its rows."""
+        """Predicted ln q, the most probable bin and its probability, in one pass over the
+        trees each row needs."""
         X = np.ascontiguousarray(X, dtype=np.float64)
         proba = self.predict_proba_bins(X)
         best = np.argmax(proba, axis=1)
-        log_q = gate(
-            proba,
-            lambda b, rows: self.experts[b].raw_predict(X[rows])[:, 0],
-            self.gating,
-            self.gate_top_k,
-        )
+        top, weight = gate_bins(proba, self.gating, self.gate_top_k)
+        log_q = combine(self.experts.predict(X, top), weight, self.gating)
         return log_q, best, proba[np.arange(len(X)), best]
