@@ -100,6 +100,7 @@ def build_report(settings: ReportSettings, log: Callable[[str], None] = print) -
                     "ds": day.isoformat(),
                     "published": models.selection["published"],
                     "selection_scores": models.selection["scores"],
+                    "required_margin": models.selection["required_margin"],
                     "published_w20": nightly[-1]["published"],
                     "single_gbdt_w20": nightly[-1]["single_gbdt"],
                     "cascade_w20": nightly[-1]["cascade"],
@@ -452,7 +453,8 @@ def markdown(report: dict) -> str:
         "",
         "## Nightly selection (scored on each window's last day, published as trained)",
         "",
-        "| night | published | its margin on the selection day | published w20 | single GBDT w20 |",
+        "| night | published | best cascade's margin on the selection day (bar) | published w20 "
+        "| single GBDT w20 |",
         "|---|---|---|---|---|",
     ]
     for night in report["selection"]:
@@ -460,7 +462,8 @@ def markdown(report: dict) -> str:
         best = max((v for k, v in scores.items() if k != "single_gbdt"), default=None)
         margin = None if best is None else best - scores["single_gbdt"]
         lines.append(
-            f"| {night['ds']} | {night['published']} | cascade {_points(margin)} | "
+            f"| {night['ds']} | {night['published']} | {_points(margin)} "
+            f"({_points(night['required_margin'])}) | "
             f"{_pct(night['published_w20'])} | {_pct(night['single_gbdt_w20'])} |"
         )
     lines += [

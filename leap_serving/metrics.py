@@ -28,10 +28,16 @@ def relative_error(predicted, measured) -> np.ndarray:
     return np.abs(p - q) / q
 
 
+def within_mask(predicted, measured, k: float) -> np.ndarray:
+    """Per attempt: predicted within k percent (a missing prediction is a miss)."""
+    err = relative_error(predicted, measured)
+    return np.where(np.isnan(err), False, err <= k / 100.0 + 1e-12)
+
+
 def within(predicted, measured, k: float, weights=None) -> float:
     """w_k: the (optionally weighted) share of attempts predicted within k percent."""
+    hit = within_mask(predicted, measured, k)
     err = relative_error(predicted, measured)
-    hit = np.where(np.isnan(err), False, err <= k / 100.0 + 1e-12)
     if len(hit) == 0:
         return float("nan")
     w = np.ones_like(err) if weights is None else np.asarray(weights, dtype=float)
