@@ -15,6 +15,23 @@ import numpy as np
 from .cascade import BinnedCascade, bin_probabilities, combine, gate_bins
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _leaf_value(X, r, root, feature, threshold, missing_left, left, right, is_leaf, value):
+    """The leaf value row r of X reaches in the tree starting at ``root`` (scikit-learn's
+    routing: missing values go where the split learned to send them)."""
+    node = root
+    while not is_leaf[node]:
+        x = X[r, feature[node]]
+        if x != x:
+            child = left[node] if missing_left[node] else right[node]
+        elif x <= threshold[node]:
+            child = left[node]
+        else:
+            child = right[node]
+        node = root + child
+    return value[node]
+
+
 @numba.njit(cache=True, nogil=True)
 def _raw_predict(X, feature, threshold, missing_left, left, right, is_leaf, value,
                  roots, columns, baseline):  # fmt: skip
@@ -27,17 +44,9 @@ def _raw_predict(X, feature, threshold, missing_left, left, right, is_leaf, valu
         root = roots[t]
         column = columns[t]
         for r in range(n_rows):
-            node = root
-            while not is_leaf[node]:
-                x = X[r, feature[node]]
-                if x != x:
-                    child = left[node] if missing_left[node] else right[node]
-                elif x <= threshold[node]:
-                    child = left[node]
-                else:
-                    child = right[node]
-                node = root + child
-            out[r, column] += value[node]
+            out[r, column] += _leaf_value(
+                X, r, root, feature, threshold, missing_left, left, right, is_leaf, value
+            )
     return out
 
 
@@ -63,17 +72,9 @@ def _expert_predict(X, top, feature, threshold, missing_left, left, right, is_le
             root = roots[t]
             for p in range(first, last):
                 r = pairs[p] // k
-                node = root
-                while not is_leaf[node]:
-                    x = X[r, feature[node]]
-                    if x != x:
-                        child = left[node] if missing_left[node] else right[node]
-                    elif x <= threshold[node]:
-                        child = left[node]
-                    else:
-                        child = right[node]
-                    node = root + child
-                out[r, pairs[p] % k] += value[node]
+                out[r, pairs[p] % k] += _leaf_value(
+                    X, r, root, feature, threshold, missing_left, left, right, is_leaf, value
+                )
         first = last
     return out
 
