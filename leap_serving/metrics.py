@@ -37,10 +37,9 @@ def within_mask(predicted, measured, k: float) -> np.ndarray:
 def within(predicted, measured, k: float, weights=None) -> float:
     """w_k: the (optionally weighted) share of attempts predicted within k percent."""
     hit = within_mask(predicted, measured, k)
-    err = relative_error(predicted, measured)
     if len(hit) == 0:
         return float("nan")
-    w = np.ones_like(err) if weights is None else np.asarray(weights, dtype=float)
+    w = np.ones(len(hit)) if weights is None else np.asarray(weights, dtype=float)
     return float(np.sum(w * hit) / np.sum(w))
 
 
