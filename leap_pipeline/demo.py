@@ -68,7 +68,8 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
     folder = models_folder(warehouse, last)
     evaluation = json.loads((folder / "evaluation.json").read_text())
     registered = json.loads((folder / "registered.json").read_text())
-    selection = json.loads((folder / "trained.json").read_text())["selection"]
+    # the selection travels with the published model, as the registry version shows it
+    selection = json.loads((folder / "cascade" / "metadata.json").read_text())["selection"]
     current = production_version()
     overall, table1 = evaluation["overall"], evaluation["table1"]
     return {

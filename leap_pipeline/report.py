@@ -100,6 +100,7 @@ def build_report(settings: ReportSettings, log: Callable[[str], None] = print) -
                     "ds": day.isoformat(),
                     "published": models.selection["published"],
                     "selection_scores": models.selection["scores"],
+                    "margin": models.selection["margin"],
                     "required_margin": models.selection["required_margin"],
                     "published_w20": nightly[-1]["published"],
                     "single_gbdt_w20": nightly[-1]["single_gbdt"],
@@ -458,11 +459,8 @@ def markdown(report: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for night in report["selection"]:
-        scores = night["selection_scores"]
-        best = max((v for k, v in scores.items() if k != "single_gbdt"), default=None)
-        margin = None if best is None else best - scores["single_gbdt"]
         lines.append(
-            f"| {night['ds']} | {night['published']} | {_points(margin)} "
+            f"| {night['ds']} | {night['published']} | {_points(night['margin'])} "
             f"({_points(night['required_margin'])}) | "
             f"{_pct(night['published_w20'])} | {_pct(night['single_gbdt_w20'])} |"
         )

@@ -69,7 +69,6 @@ def save_trained(models: TrainedModels, folder: Path, snapshot: pl.DataFrame,
                     "lookup_model_types": list(models.lookup.model_types),
                     "seconds": models.seconds,
                     "profile": profile,
-                    "selection": models.selection,
                 }
             )
         )
@@ -107,7 +106,7 @@ def load_trained(folder: Path) -> tuple[TrainedModels, LeapModel]:
         cascade=cascade,
         single_gbdt=gbdt,
         published=published.cascade,
-        selection=meta["selection"],
+        selection=published.metadata["selection"],
         lookup=LookupTable(
             entries=pl.read_parquet(folder / "lookup_entries.parquet"),
             model_types=tuple(meta["lookup_model_types"]),
