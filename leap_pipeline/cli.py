@@ -185,7 +185,10 @@ def crossval(args: argparse.Namespace) -> int:
         print(json.dumps(results))
         return 0
     for split, result in results.items():
-        print(f"{split}: {result['n_rows']:,} rows, {result['folds']} folds")
+        print(
+            f"{split}: {result['n_rows']:,} rows, {result['folds']} folds; leap published "
+            + ", ".join(f"{m} {n}x" for m, n in sorted(result["selection"].items()))
+        )
         print(f"  {'model':12} {'w10':>6} {'w20':>6} {'MdAPE':>7} {'coverage':>9} "
               f"{'top1 fastest':>13} {'top1 per $':>11}")  # fmt: skip
         top1 = result["top1"]
@@ -194,6 +197,13 @@ def crossval(args: argparse.Namespace) -> int:
             print(f"  {model:12} {r['w10']:6.3f} {r['w20']:6.3f} {r['mdape']:6.1f}% "
                   f"{r['coverage']:9.3f} {top1['fastest'][model]:13.3f} "
                   f"{top1['per_cost'][model]:11.3f}")  # fmt: skip
+        novelty = result["novelty"]
+        if novelty["flagged_share"]:
+            print(
+                f"  flagged novel: {novelty['flagged_share']:.3f} of launches (ranked by the "
+                f"roofline); leap w20 flagged {novelty['w20_flagged']:.3f}, unflagged "
+                f"{novelty['w20_unflagged'] or 0:.3f}; flag right {novelty['flag_right']:.3f}"
+            )
         rule = (top1["fastest"]["highest_fp16_peak"], top1["per_cost"]["highest_fp16_peak"])
         print(f"  rule 'highest FP16 peak': top1 fastest {rule[0]:.3f}, per $ {rule[1]:.3f} "
               f"({top1['configurations']} configurations on 2+ types)")  # fmt: skip

@@ -11,22 +11,27 @@ so training sees what testing will: no level of its own group, and no fleet rati
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
 import polars as pl
-from threadpoolctl import threadpool_limits
 
 from leap_serving import metrics
-from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
-from leap_serving.features import FEATURE_COLUMNS, build_features
+from leap_serving.cascade import BinnedCascade, profile_params
+from leap_serving.features import FEATURE_COLUMNS, build_features, roofline_log_q
 from leap_serving.history import history_features, history_snapshot, with_family
+from leap_serving.novelty import NoveltyReference
 
+from .evaluation import novelty_scores, select_model
 from .lookup_table import build_lookup_table
 
 SPLITS = ("leave-model-hardware-out", "leave-hardware-out", "leave-model-out", "random")
-MODELS = ("cascade", "single_gbdt", "lookup", "physics", "fleet_ratio")
+MODELS = ("leap", "cascade", "single_gbdt", "lookup", "physics", "fleet_ratio", "roofline")
+# share of a fold's training groups held out to choose the model it publishes (``leap``)
+SELECTION_SHARE = 0.1
 _FLEET_RATIO = FEATURE_COLUMNS.index("hist_xfer_fleet_log_q")
+_INTENSITY = FEATURE_COLUMNS.index("arch_arithmetic_intensity")
 CONFIG = ("model_type", "num_trainers", "batch_size")
 
 
@@ -93,22 +98,68 @@ def fold_features(
     return X_train, X_test
 
 
-def physics_predict(train: pl.DataFrame, test: pl.DataFrame, specs: pl.DataFrame) -> np.ndarray:
-    """The same configuration's throughput on its other types, scaled by peak FP16 compute
-    (the geometric mean over the other types); NaN where no other type ran it."""
-    peak = dict(zip(specs["hardware_type"], specs["peak_bf16_tflops"], strict=True))
+def attainable_flops(
+    hardware_type: pl.Expr, specs: pl.DataFrame, fp32: pl.Expr, intensity: pl.Expr
+) -> pl.Expr:
+    """The roofline's attainable FLOP/s of a job on a type: the peak at the job's precision (fp32
+    peak for fp32 jobs, the 16-bit peak otherwise or when unknown), or its arithmetic intensity
+    times the memory bandwidth where that is lower (a memory-bound job). An unknown intensity
+    leaves the peak."""
+
+    def spec(column: str) -> pl.Expr:
+        table = dict(zip(specs["hardware_type"], specs[column].cast(pl.Float64), strict=True))
+        return hardware_type.replace_strict(table, return_dtype=pl.Float64)
+
+    peak = pl.when(fp32).then(spec("peak_fp32_tflops")).otherwise(spec("peak_bf16_tflops")) * 1e12
+    memory = intensity * spec("memory_bandwidth_gbps") * 1e9
+    return pl.when(intensity > 0).then(pl.min_horizontal(peak, memory)).otherwise(peak)
+
+
+def physics_predict(
+    train: pl.DataFrame,
+    test: pl.DataFrame,
+    specs: pl.DataFrame,
+    intensity: np.ndarray | None = None,
+) -> np.ndarray:
+    """The same configuration's throughput on its other types, scaled by the roofline's
+    attainable FLOP/s of the job on each (``attainable_flops``, with the job's arithmetic
+    intensity in FLOP per byte where known), the geometric mean over the other types; NaN where
+    no other type ran it."""
     known = train.group_by([*CONFIG, "hardware_type"]).agg(log_q=pl.col("throughput").log().mean())
-    rows = test.select(*CONFIG, target="hardware_type").with_row_index("_i")
+    precision = test["precision"] if "precision" in test.columns else [None] * test.height
+    rows = (
+        test.select(*CONFIG, target="hardware_type")
+        .with_row_index("_i")
+        .with_columns(
+            fp32=pl.Series(precision, dtype=pl.String).eq("fp32").fill_null(False),
+            intensity=pl.Series(
+                np.full(test.height, np.nan) if intensity is None else intensity, dtype=pl.Float64
+            ).fill_nan(None),
+        )
+    )
     joined = rows.join(known, on=list(CONFIG), how="left").filter(
         pl.col("hardware_type") != pl.col("target")
     ).with_columns(
         scaled=pl.col("log_q")
-        + (pl.col("target").replace_strict(peak, return_dtype=pl.Float64)
-           / pl.col("hardware_type").replace_strict(peak, return_dtype=pl.Float64)).log()
+        + (attainable_flops(pl.col("target"), specs, pl.col("fp32"), pl.col("intensity"))
+           / attainable_flops(pl.col("hardware_type"), specs, pl.col("fp32"),
+                              pl.col("intensity"))).log()
     )  # fmt: skip
     means = joined.group_by("_i").agg(pl.col("scaled").mean())
     out = rows.select("_i").join(means, on="_i", how="left").sort("_i")["scaled"].to_numpy()
     return np.exp(out.astype(float))
+
+
+def selection_rows(train: pl.DataFrame, split: str, seed: int = 0) -> np.ndarray:
+    """The training rows a fold holds out to choose the model it publishes, as a night holds
+    out its window's last day: ``SELECTION_SHARE`` of the training groups of the split's kind
+    (at least one), so they are new to the fitted models in the way the test rows are."""
+    group = _groups(train, _TRAINING_GROUP_KEYS[split])
+    names = np.unique(group)
+    chosen = np.random.default_rng(seed).choice(
+        names, size=max(1, round(SELECTION_SHARE * len(names))), replace=False
+    )
+    return np.isin(group, chosen)
 
 
 def run_split(
@@ -118,9 +169,16 @@ def run_split(
     profile: str = "fast",
     log: Callable[[str], None] = lambda _: None,
 ) -> dict:
-    """Out-of-fold predictions of every model, scored, and top-1 routing accuracy."""
+    """Out-of-fold predictions of every model, scored, and top-1 routing accuracy.
+
+    Each fold runs a night's choice: the cascade and the single GBDT (a one-bin cascade) train
+    on the fold's training rows minus its selection rows (``selection_rows``), and ``leap`` is
+    the model ``select_model`` publishes from them, as trained; ``selection`` counts the folds
+    each model won."""
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     predicted = {m: np.full(rows.height, np.nan) for m in MODELS}
+    published: Counter[str] = Counter()
+    flags: list = [None] * rows.height
     masks = folds(rows, split)
     for k, test_mask in enumerate(masks, start=1):
         train, test = rows.filter(~test_mask), rows.filter(test_mask)
@@ -128,20 +186,32 @@ def run_split(
             continue  # nothing to learn from
         X_train, X_test = fold_features(train, test, specs, split)
         y = train["throughput"].log().to_numpy()
-        params = {**profile_params(profile), "min_bin_rows": min(200, max(20, len(y) // 30))}
-        cascade = BinnedCascade(**params).fit(X_train, y)
-        with threadpool_limits(1):
-            gbdt = fit_booster(single_gbdt(profile), X_train, y)
+        held = selection_rows(train, split, seed=k)
+        fit = ~held
+        min_bin_rows = min(200, max(20, int(fit.sum()) // 30))
+        params = {**profile_params(profile), "min_bin_rows": min_bin_rows}
+        cascade = BinnedCascade(**params).fit(X_train[fit], y[fit])
+        one_bin = BinnedCascade(**(params | {"n_bins": 1})).fit(X_train[fit], y[fit])
+        choice = select_model(cascade, one_bin, X_train[held], np.exp(y[held]))
+        published[choice["published"]] += 1
+        predicted["leap"][test_mask] = np.exp(choice["model"].predict(X_test))
         predicted["cascade"][test_mask] = np.exp(cascade.predict(X_test))
-        predicted["single_gbdt"][test_mask] = np.exp(gbdt.predict(X_test))
+        predicted["single_gbdt"][test_mask] = np.exp(one_bin.predict(X_test))
         lookup = build_lookup_table(train, top_model_types=10**6, min_support=1)
         predicted["lookup"][test_mask] = lookup.predict(test).cast(pl.Float64).to_numpy()
-        predicted["physics"][test_mask] = physics_predict(train, test, specs)
+        predicted["physics"][test_mask] = physics_predict(train, test, specs, X_test[:, _INTENSITY])
         # the matrix-completion baseline: the history feature on its own
         predicted["fleet_ratio"][test_mask] = np.exp(X_test[:, _FLEET_RATIO])
-        log(f"{split}: fold {k}/{len(masks)} ({test.height} rows)")
+        # the prior a novel launch is ranked by, and the flag that sends it there
+        predicted["roofline"][test_mask] = np.exp(roofline_log_q(X_test))
+        reference = NoveltyReference.fit(train["model_type"].to_list(), X_train)
+        novelty = reference.assess_rows(test["model_type"].to_list(), X_test)
+        for i, flag in zip(np.flatnonzero(test_mask), novelty, strict=True):
+            flags[i] = flag
+        log(f"{split}: fold {k}/{len(masks)} ({test.height} rows, published "
+            f"{choice['published']})")  # fmt: skip
     q = rows["throughput"].to_numpy()
-    result = {"n_rows": rows.height, "folds": len(masks)}
+    result = {"n_rows": rows.height, "folds": len(masks), "selection": dict(published)}
     for model, p in predicted.items():
         result[model] = {
             "w10": metrics.within(p, q, 10),
@@ -149,7 +219,11 @@ def run_split(
             "mdape": metrics.mdape(p, q),
             "coverage": metrics.coverage(p),
         }
-    result["top1"] = top1_accuracy(rows, predicted, specs)
+    result["novelty"] = novelty_scores(flags, predicted["leap"], q)
+    # leap ranks as the ranker does: a launch flagged novel by the roofline prior
+    flagged = np.array([f is not None and f.novel for f in flags], dtype=bool)
+    ranked = predicted | {"leap": np.where(flagged, predicted["roofline"], predicted["leap"])}
+    result["top1"] = top1_accuracy(rows, ranked, specs)
     return result
 
 

@@ -19,6 +19,7 @@ import polars as pl
 from leap_serving import metrics
 from leap_serving.cascade import GATINGS, BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.novelty import Novelty, NoveltyReference
 
 from .lookup_table import MIN_SUPPORT, LookupTable, build_lookup_table
 
@@ -56,6 +57,7 @@ class TrainedModels:
     window: tuple[dt.date, dt.date]
     training_rows: int
     model_type_ranks: pl.DataFrame  # model_type, rank (1 = most attempts in the window)
+    novelty: NoveltyReference | None = None  # the window's model types, to flag new ones
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -133,6 +135,9 @@ def fit_models(
         window=(window["ds"].min(), window["ds"].max()),
         training_rows=window.height,
         model_type_ranks=ranks,
+        novelty=NoveltyReference.fit(
+            window["model_type"].to_list(), window.select(FEATURE_COLUMNS).to_numpy()
+        ),
         seconds=seconds,
     )
 
@@ -191,6 +196,29 @@ def predictions(models: TrainedModels, rows: pl.DataFrame) -> pl.DataFrame:
             "cascade_bin_probability": probability,
         }
     )
+
+
+def novelty_scores(
+    flags: list[Novelty | None], predicted: np.ndarray, measured: np.ndarray
+) -> dict[str, float | int | None]:
+    """How the novelty flag (``NoveltyReference.assess`` of each launch) sorts launches the
+    model did not train on: the share flagged, w20 of flagged and unflagged launches, and how
+    often the flag is right (a flagged launch missed by more than 20%, an unflagged one
+    within it)."""
+    flagged = np.array([f is not None and f.novel for f in flags], dtype=bool)
+    hit = metrics.within_mask(predicted, measured, 20)
+
+    def share(mask: np.ndarray) -> float | None:
+        return float(mask.mean()) if len(mask) else None
+
+    return {
+        "launches": len(flags),
+        "judged": sum(f is not None for f in flags),
+        "flagged_share": share(flagged),
+        "w20_flagged": share(hit[flagged]),
+        "w20_unflagged": share(hit[~flagged]),
+        "flag_right": share(flagged != hit),
+    }  # fmt: skip
 
 
 def frequency_band(rows: pl.DataFrame, ranks: pl.DataFrame) -> pl.Series:

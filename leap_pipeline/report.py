@@ -25,11 +25,12 @@ from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
 from leap_serving.compiled import CompiledCascade
 from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
+from leap_serving.novelty import NoveltyReference
 from leap_serving.publish import write_atomic
 from leap_serving.ranking import Ranker
 
 from . import routing
-from .evaluation import evaluate, fit_models, training_window, validation_rows
+from .evaluation import evaluate, fit_models, novelty_scores, training_window, validation_rows
 from .lookup_table import MIN_SUPPORT
 from .runs import discard_stale_warehouse, materialize_days
 from .simulation import SPAN_START
@@ -262,17 +263,24 @@ def holdouts(
         control[rng.choice(len(y_all), size=int(removed.sum()), replace=False)] = True
         X_day = scored.select(FEATURE_COLUMNS).to_numpy()
         w20 = {"full": _w20_log(cascade.predict(X_day), scored)}
+        predicted = {}
         for name, drop in (("held_out", removed), ("control", control)):
-            w20[name] = _w20_log(
-                _fit_cascade(X_all[~drop], y_all[~drop], held_out[~drop], settings).predict(X_day),
-                scored,
-            )
+            fitted = _fit_cascade(X_all[~drop], y_all[~drop], held_out[~drop], settings)
+            predicted[name] = np.exp(fitted.predict(X_day))
+            w20[name] = _w20_log(np.log(predicted[name]), scored)
         out[f"holdout_{key}"] = {
             "held_out": target,
             "rows_removed": int(removed.sum()),
             "rows_scored": scored.height,
             **w20,
         }
+        if key == "family":  # the novelty flag where the model type really is new to the model
+            reference = NoveltyReference.fit(window.filter(~removed)["model_type"].to_list(),
+                                             X_all[~removed])  # fmt: skip
+            out["holdout_family"]["novelty"] = novelty_scores(
+                reference.assess_rows(scored["model_type"].to_list(), X_day),
+                predicted["held_out"], scored["throughput"].to_numpy(),
+            )  # fmt: skip
         out[f"holdout_{key}_delta_w20"] = w20["held_out"] - w20["full"]
         out[f"holdout_{key}_control_delta_w20"] = w20["control"] - w20["full"]
     return out
@@ -419,6 +427,7 @@ def _points(value: float | None) -> str:
 
 
 def markdown(report: dict) -> str:
+    novelty = report["holdout_family"].get("novelty", {})
     lines = [
         f"# LEAP report ({report['settings']['scale']} scale, evaluation day "
         f"{report['evaluation_day']})",
@@ -442,6 +451,9 @@ def markdown(report: dict) -> str:
         f"{_points(report['holdout_hardware_control_delta_w20'])}) | -37 points (control < 2) |",
         f"| hold out a model type: change in w20 | {_points(report['holdout_family_delta_w20'])} "
         f"(control {_points(report['holdout_family_control_delta_w20'])}) | -49.7 points |",
+        f"| held-out model type: launches flagged novel; w20 flagged / unflagged; flag right | "
+        f"{_pct(novelty.get('flagged_share'))}; {_pct(novelty.get('w20_flagged'))} / "
+        f"{_pct(novelty.get('w20_unflagged'))}; {_pct(novelty.get('flag_right'))} | - |",
         f"| routing capture of the oracle's saving | {_pct(report['routing_capture'])} | - |",
         "",
         "## Ablation (one held-out day)",

@@ -55,6 +55,7 @@ def save_trained(models: TrainedModels, folder: Path, snapshot: pl.DataFrame,
                 "training_rows": models.training_rows,
                 "profile": profile,
                 "selection": models.selection,
+                "novelty": models.novelty.to_dict() if models.novelty else None,
             },
         ).save(version / "cascade")
         types = dump_skops(models.single_gbdt, version / "single_gbdt.skops")
@@ -114,6 +115,7 @@ def load_trained(folder: Path) -> tuple[TrainedModels, LeapModel]:
         window=tuple(dt.date.fromisoformat(d) for d in meta["window"]),
         training_rows=meta["training_rows"],
         model_type_ranks=pl.read_parquet(folder / "model_type_ranks.parquet"),
+        novelty=published.novelty,
         seconds=meta["seconds"],
     )
     return models, published

@@ -340,3 +340,18 @@ def _with_launch_columns(launches: pl.DataFrame) -> pl.DataFrame:
     if not missing:  # the serving path: candidates from expand_candidates carry every column
         return launches
     return launches.with_columns(pl.lit(None, dtype=_LAUNCH_SCHEMA[c]).alias(c) for c in missing)
+
+
+_GLOBAL_BATCH = FEATURE_COLUMNS.index("ratio_global_batch")
+_STEP_COMPUTE = FEATURE_COLUMNS.index("ratio_log_step_compute_s")
+_STEP_MEMORY = FEATURE_COLUMNS.index("ratio_log_step_memory_s")
+
+
+def roofline_log_q(X: np.ndarray) -> np.ndarray:
+    """ln samples/s by the roofline alone, from feature rows: the global batch over the slower
+    of its step's compute time (at the job's precision's peak) and memory time. A prior that
+    knows the job and the types but no measurement; NaN without an architecture."""
+    with np.errstate(invalid="ignore"):
+        step = np.fmax(X[:, _STEP_COMPUTE], X[:, _STEP_MEMORY])
+        step = np.where(np.isnan(X[:, _STEP_COMPUTE]) | np.isnan(X[:, _STEP_MEMORY]), np.nan, step)
+        return _safe_log(X[:, _GLOBAL_BATCH]) - step

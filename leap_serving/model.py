@@ -2,9 +2,9 @@
 
 One folder of plain files, stored as the artifacts of one MLflow model: the cascade (skops, never
 pickle), the history snapshot as of the evaluation day and the hardware spec table (Parquet),
-``metadata.json`` with the feature list, the code version and the training window, and
-``MANIFEST.json`` with the sha256 of each file and the exact types the skops file names. The
-folder is published atomically (``publish.py``).
+``metadata.json`` with the feature list, the code version, the training window and the novelty
+reference (``novelty.py``), and ``MANIFEST.json`` with the sha256 of each file and the exact
+types the skops file names. The folder is published atomically (``publish.py``).
 
 Loading trusts nothing it is handed: every file must match the manifest (and the hashes recorded
 on the registry version, when it came from the registry), the skops file may name only the types
@@ -25,6 +25,7 @@ import polars as pl
 from .cascade import BinnedCascade
 from .features import FEATURE_COLUMNS, launch_matrix
 from .history import HistoryIndex
+from .novelty import NoveltyReference
 from .publish import PublicationError, publish_folder, verify_files
 from .specs import SpecTable
 
@@ -90,12 +91,15 @@ class LeapModel:
     metadata: dict[str, Any] = field(default_factory=dict)
     history_index: HistoryIndex | None = field(default=None, repr=False)
     spec_table: SpecTable | None = field(default=None, repr=False)
+    novelty: NoveltyReference | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.history_index is None:  # built once: every prediction reads it
             self.history_index = HistoryIndex.from_snapshot(self.history_snapshot)
         if self.spec_table is None:  # likewise
             self.spec_table = SpecTable.from_frame(self.hardware_specs)
+        if self.novelty is None:  # None still for a model saved before novelty existed
+            self.novelty = NoveltyReference.from_dict(self.metadata.get("novelty"))
 
     def save(self, folder: str | Path) -> dict[str, str]:
         """Publish the artifact files at ``folder`` atomically; returns the MLflow ``artifacts``

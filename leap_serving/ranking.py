@@ -36,7 +36,13 @@ import polars as pl
 
 from .compiled import CompiledCascade
 from .contract import job_devices, schema
-from .features import FEATURE_COLUMNS, LAUNCH_COLUMNS, expand_candidates, launch_matrix
+from .features import (
+    FEATURE_COLUMNS,
+    LAUNCH_COLUMNS,
+    expand_candidates,
+    launch_matrix,
+    roofline_log_q,
+)
 from .model import (
     LeapModel,
     ModelArtifactError,
@@ -86,6 +92,7 @@ class CandidateScore:
     history_found: bool  # the job's family was in the model's history snapshot
     premium: bool
     removed_reason: str | None = None
+    roofline_throughput: float | None = None  # samples/s by the roofline prior alone
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,11 @@ class Ranking:
     reason: str | None = None  # why the ranking is empty, in plain words
     ignored_fields: list[str] = field(default_factory=list)
     reason_code: str | None = None  # one of REASON_CODES when empty
+    # the launch's architecture against the model's known types (``novelty.Novelty``)
+    novelty: dict[str, Any] | None = None
+    # what orders the ranking: "model", or "roofline_prior" for a novel launch
+    order: str = "model"
+    order_reason: str | None = None
 
     @property
     def preference_list(self) -> list[str]:
@@ -109,6 +121,9 @@ class Ranking:
             "reason": self.reason,
             "reason_code": self.reason_code,
             "ignored_fields": list(self.ignored_fields),
+            "novelty": self.novelty,
+            "order": self.order,
+            "order_reason": self.order_reason,
         }
 
 
@@ -419,20 +434,31 @@ class Ranker:
         X = launch_matrix(rows, loaded.model.spec_table, loaded.model.history_index)
         log_q, bins, probability = loaded.compiled.predict(X)
         history_found = X[:, _COLD_START] == 0.0
+        prior = roofline_log_q(X)
         start = 0
         for i, launch, types, ignored in prepared:
             stop = start + len(types)
             try:
+                novelty = (
+                    loaded.model.novelty.assess(launch["model_type"], X[start])
+                    if loaded.model.novelty is not None
+                    else None
+                )
                 results[i] = self._order(
                     launch, types, log_q[start:stop], bins[start:stop],
                     probability[start:stop], history_found[start:stop], loaded, ignored,
+                    prior[start:stop], novelty,
                 )  # fmt: skip
             except Exception as exc:
                 results[i] = _empty(exc, loaded.version, launch)
             start = stop
 
-    def _order(self, launch, types, log_q, bins, probability, history_found, loaded, ignored):
+    def _order(self, launch, types, log_q, bins, probability, history_found, loaded, ignored,
+               prior, novelty):  # fmt: skip
         throughput = np.exp(log_q)
+        roofline = np.exp(prior)
+        # a novel launch is ordered by the roofline prior, which needs it for every candidate
+        by_prior = novelty is not None and novelty.novel and bool(np.all(np.isfinite(roofline)))
         if not np.all(np.isfinite(throughput)):
             bad = [t for t, q in zip(types, throughput, strict=True) if not np.isfinite(q)]
             raise JobError(f"the model predicted no finite throughput for {bad}", "prediction")
@@ -462,32 +488,46 @@ class Ranker:
                     bin_probability=float(probability[j]),
                     history_found=bool(history_found[j]),
                     premium=bool(spec["premium"]),
+                    roofline_throughput=(
+                        float(roofline[j]) if math.isfinite(roofline[j]) else None
+                    ),
                 )
             )
-        standard = [s for s in scores if not s.premium]
-        bar = max((s.throughput_per_cost for s in standard), default=None)
+
+        # samples per dollar as the ranking reads it: the model's, or the prior's when novel
+        def value(s: CandidateScore) -> float:
+            if by_prior:
+                return s.roofline_throughput * 3600.0 / s.cost_per_hour
+            return s.throughput_per_cost
+
+        bar = max((value(s) for s in scores if not s.premium), default=None)
         kept, removed = [], []
         for s in scores:
-            if (
-                s.premium
-                and bar is not None
-                and s.throughput_per_cost < self.premium_min_ratio * bar
-            ):
-                removed.append(_removed(s, bar, self.premium_min_ratio))
+            if s.premium and bar is not None and value(s) < self.premium_min_ratio * bar:
+                removed.append(_removed(s, value(s), bar, self.premium_min_ratio))
             else:
                 kept.append(s)
-        kept.sort(key=lambda s: (-s.throughput_per_cost, s.hardware_type))
+        kept.sort(key=lambda s: (-value(s), s.hardware_type))
         ranked = [_with_rank(s, r) for r, s in enumerate(kept, start=1)]
-        return Ranking(ranked, removed, loaded.version, None, ignored)
+        return Ranking(
+            ranked, removed, loaded.version, None, ignored,
+            novelty=None if novelty is None else asdict(novelty),
+            order="roofline_prior" if by_prior else "model",
+            order_reason=(
+                f"novel architecture: {novelty.distance:.2f} from the nearest known model type "
+                f"{novelty.nearest_model_type} (threshold {novelty.threshold:.2f}); ranked by "
+                "the roofline prior's throughput per dollar"
+            ) if by_prior else None,
+        )  # fmt: skip
 
 
 def _with_rank(score: CandidateScore, rank: int) -> CandidateScore:
     return replace(score, rank=rank)
 
 
-def _removed(score: CandidateScore, bar: float, ratio: float) -> CandidateScore:
+def _removed(score: CandidateScore, value: float, bar: float, ratio: float) -> CandidateScore:
     reason = (
-        f"premium type removed: {score.throughput_per_cost:,.0f} samples per dollar is below "
+        f"premium type removed: {value:,.0f} samples per dollar is below "
         f"{ratio:g} x the best non-premium candidate's {bar:,.0f}"
     )
     return replace(score, removed_reason=reason)

@@ -34,12 +34,22 @@ def test_grouped_folds_hold_out_each_group_once():
         folds(rows, "sideways")
 
 
-def test_physics_baseline_scales_by_peak_compute():
-    specs = pl.DataFrame({"hardware_type": ["slow", "fast"], "peak_bf16_tflops": [10.0, 40.0]})
+def test_physics_baseline_scales_by_what_bounds_the_job():
+    specs = pl.DataFrame({"hardware_type": ["slow", "fast"], "peak_bf16_tflops": [10.0, 40.0],
+                          "peak_fp32_tflops": [5.0, 10.0],
+                          "memory_bandwidth_gbps": [1000.0, 1500.0]})  # fmt: skip
     train = pl.DataFrame({"model_type": ["m"], "num_trainers": [1], "batch_size": [32],
                           "hardware_type": ["slow"], "throughput": [100.0]})  # fmt: skip
     test = train.with_columns(hardware_type=pl.lit("fast"))
+    # unknown precision and intensity: the 16-bit peak, as the rule reads it
     assert physics_predict(train, test, specs)[0] == pytest.approx(400.0)
+    # an fp32 job scales by the fp32 peak
+    fp32 = test.with_columns(precision=pl.lit("fp32"))
+    assert physics_predict(train, fp32, specs)[0] == pytest.approx(200.0)
+    # 2 FLOP per byte: memory-bound on both types (2 TFLOP/s and 3 TFLOP/s attainable)
+    assert physics_predict(train, test, specs, np.array([2.0]))[0] == pytest.approx(150.0)
+    # 1,000 FLOP per byte: compute-bound, the peak again
+    assert physics_predict(train, test, specs, np.array([1000.0]))[0] == pytest.approx(400.0)
     other = test.with_columns(batch_size=pl.lit(64))  # no other type ran this configuration
     assert np.isnan(physics_predict(train, other, specs)[0])
 
@@ -57,9 +67,17 @@ def test_crossval_on_contract_files(tmp_path, capsys):
     assert code == 0
     result = json.loads(capsys.readouterr().out)["leave-hardware-out"]
     assert result["n_rows"] == attempts.filter(pl.col("throughput") > 0).height
-    for model in ("cascade", "single_gbdt", "lookup", "physics", "fleet_ratio"):
+    for model in ("leap", "cascade", "single_gbdt", "lookup", "physics", "fleet_ratio",
+                  "roofline"):  # fmt: skip
         assert 0.0 <= result[model]["w20"] <= 1.0
-        assert model in result["top1"]["fastest"]
+        assert model in result["top1"]["fastest"] and model in result["top1"]["per_cost"]
+    # leap is, fold by fold, one of the models it chose from
+    assert sum(result["selection"].values()) == result["folds"]
+    # every row has an architecture to judge; few model types ran on one type alone
+    assert result["novelty"]["judged"] == result["n_rows"]
+    assert 0.0 <= result["novelty"]["flagged_share"] < 0.1
+    if set(result["selection"]) == {"single_gbdt"}:
+        assert result["leap"] == result["single_gbdt"]
     assert result["cascade"]["coverage"] == 1.0
     assert result["lookup"]["coverage"] == 0.0  # a held-out type has no key in the table
     # nor a ratio to it: no configuration of the training folds ran on it

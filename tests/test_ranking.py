@@ -372,3 +372,30 @@ def test_stats_say_how_old_the_model_is_and_which_libraries_changed(served, tmp_
 
     drift = dependency_drift({"package_versions": {**saved, "numpy": "0.0.1"}})
     assert drift == {"numpy": ("0.0.1", importlib.metadata.version("numpy"))}
+
+
+# an architecture far from the simulated fleet's recommenders: a 200-layer language model
+FAR_ARCHITECTURE = json.dumps({"layers": [
+    {"op": "transformer", "layers": 200, "d_model": 16384, "heads": 128, "ffn_mult": 4},
+    {"op": "lm_head", "vocab": 256000},
+]})  # fmt: skip
+
+
+def test_a_novel_architecture_is_flagged_and_ranked_by_the_roofline_prior(ranker, served):
+    job, candidates = _job(served)
+    known = ranker.rank(job, candidates)
+    assert known.novelty["novel"] is False and known.order == "model"
+    assert known.novelty["nearest_model_type"] == job["model_type"]
+
+    novel_job = {**job, "model_type": "never-seen", "model_definition": FAR_ARCHITECTURE,
+                 "seq_len": 4096}  # fmt: skip
+    novel = ranker.rank(novel_job, candidates)
+    assert novel.reason is None and novel.order == "roofline_prior"
+    assert novel.novelty["novel"] is True
+    assert novel.novelty["distance"] > novel.novelty["threshold"]
+    assert novel.novelty["nearest_model_type"] in served["models"].novelty.model_types
+    assert "novel architecture" in novel.order_reason
+    # best first by the prior's samples per dollar, whatever the model predicted
+    prior = [c.roofline_throughput / c.cost_per_hour for c in novel.ranking]
+    assert prior == sorted(prior, reverse=True)
+    assert novel.to_dict()["order"] == "roofline_prior"

@@ -87,6 +87,11 @@ def test_the_quick_report_has_every_section(tmp_path):
             assert published == cascade
         else:
             assert max(scores.values()) == scores[night["published"]]
+    # the novelty flag on the held-out model type: a new type, judged against the others
+    novelty = report["holdout_family"]["novelty"]
+    assert novelty["launches"] == report["holdout_family"]["rows_scored"] > 0
+    assert 0.0 <= novelty["flagged_share"] <= 1.0 and 0.0 <= novelty["flag_right"] <= 1.0
+    assert "flagged novel" in (tmp_path / "reports" / "report.md").read_text()
     assert set(report["routing"]) == {"as_logged", "lookup", "leap", "oracle"}
     assert report["routing"]["as_logged"]["top_choice_share"] == 1.0
     assert set(report["importance"]["per_group"]) == {"job", "cfg", "hw", "ratio", "arch", "hist"}
