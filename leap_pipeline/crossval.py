@@ -27,7 +27,10 @@ from .evaluation import novelty_scores, select_model
 from .lookup_table import build_lookup_table
 
 SPLITS = ("leave-model-hardware-out", "leave-hardware-out", "leave-model-out", "random")
-MODELS = ("leap", "cascade", "single_gbdt", "lookup", "physics", "fleet_ratio", "roofline")
+MODELS = (
+    "leap", "cascade", "single_gbdt", "single_gbdt_prior", "lookup", "physics", "fleet_ratio",
+    "roofline",
+)  # fmt: skip
 # share of a fold's training groups held out to choose the model it publishes (``leap``)
 SELECTION_SHARE = 0.1
 _FLEET_RATIO = FEATURE_COLUMNS.index("hist_xfer_fleet_log_q")
@@ -171,10 +174,10 @@ def run_split(
 ) -> dict:
     """Out-of-fold predictions of every model, scored, and top-1 routing accuracy.
 
-    Each fold runs a night's choice: the cascade and the single GBDT (a one-bin cascade) train
-    on the fold's training rows minus its selection rows (``selection_rows``), and ``leap`` is
-    the model ``select_model`` publishes from them, as trained; ``selection`` counts the folds
-    each model won."""
+    Each fold runs a night's choice: the cascade, the single GBDT (a one-bin cascade) and the
+    single GBDT on the history's prior train on the fold's training rows minus its selection
+    rows (``selection_rows``), and ``leap`` is the model ``select_model`` publishes from them,
+    as trained; ``selection`` counts the folds each model won."""
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     predicted = {m: np.full(rows.height, np.nan) for m in MODELS}
     published: Counter[str] = Counter()
@@ -192,7 +195,11 @@ def run_split(
         params = {**profile_params(profile), "min_bin_rows": min_bin_rows}
         cascade = BinnedCascade(**params).fit(X_train[fit], y[fit])
         one_bin = BinnedCascade(**(params | {"n_bins": 1})).fit(X_train[fit], y[fit])
-        choice = select_model(cascade, one_bin, X_train[held], np.exp(y[held]))
+        on_prior = BinnedCascade(**(params | {"n_bins": 1, "residual_on_prior": True}))
+        on_prior.fit(X_train[fit], y[fit])
+        choice = select_model(cascade, one_bin, X_train[held], np.exp(y[held]),
+                              challengers={"single_gbdt_prior": on_prior})  # fmt: skip
+        predicted["single_gbdt_prior"][test_mask] = np.exp(on_prior.predict(X_test))
         published[choice["published"]] += 1
         predicted["leap"][test_mask] = np.exp(choice["model"].predict(X_test))
         predicted["cascade"][test_mask] = np.exp(cascade.predict(X_test))

@@ -121,7 +121,7 @@ def summary_lines(result: dict, settings: DemoSettings) -> list[str]:
     chosen = result["selection"]
     lines += [
         "",
-        f"published: {chosen['published']} (best cascade {100 * chosen['margin']:+.1f} points "
+        f"published: {chosen['published']} (best challenger {100 * chosen['margin']:+.1f} points "
         f"against the single GBDT on {chosen['selection_day']}, which no model trained on; "
         f"the bar was {100 * chosen['required_margin']:+.1f})",
         f"Table 1, on the {t1['covered_jobs']} attempts the lookup table covers: "

@@ -87,8 +87,9 @@ def fit_models(
     lookup_min_support: int = MIN_SUPPORT,
     cascade_params: dict | None = None,
 ) -> TrainedModels:
-    """Fit the cascade, the single GBDT and the lookup table on a window of feature-table rows,
-    and select the model to publish.
+    """Fit the cascade, the single GBDT, the single GBDT on the history's prior
+    (``residual_on_prior``) and the lookup table on a window of feature-table rows, and select
+    the model to publish.
 
     The window's last day is held out for the selection (``select_model``); the models train on
     the days before it and early-stop on the last of those. The winner is published as trained,
@@ -110,11 +111,17 @@ def fit_models(
     one_bin = BinnedCascade(**(params | {"n_bins": 1}), random_state=random_state)
     one_bin.fit(X, y, validation=held_out)
     seconds["single_gbdt"] = time.perf_counter() - start
+    start = time.perf_counter()
+    on_prior = BinnedCascade(
+        **(params | {"n_bins": 1, "residual_on_prior": True}), random_state=random_state
+    ).fit(X, y, validation=held_out)
+    seconds["single_gbdt_prior"] = time.perf_counter() - start
     selection = select_model(
         cascade,
         one_bin,
         selection_rows.select(FEATURE_COLUMNS).to_numpy(),
         selection_rows["throughput"].to_numpy(),
+        challengers={"single_gbdt_prior": on_prior},
     )
     selection["selection_day"] = selection_day.isoformat()
     ranks = (
@@ -148,12 +155,13 @@ def select_model(
     X: np.ndarray,
     measured: np.ndarray,
     z: float = SELECTION_Z,
+    challengers: dict[str, BinnedCascade] | None = None,
 ) -> dict:
-    """Score the single GBDT (a one-bin cascade) and the cascade under every gating on rows no
-    model trained on, and pick the one to publish: the best cascade setting if its w20 beats the
-    single GBDT's by more than ``z`` standard errors of the paired difference, else the single
-    GBDT. Returns the model, its name, every candidate's w20, the best cascade's margin and the
-    bar it had to clear."""
+    """Score the single GBDT (a one-bin cascade), the cascade under every gating and any other
+    ``challengers`` on rows no model trained on, and pick the one to publish: the best
+    challenger if its w20 beats the single GBDT's by more than ``z`` standard errors of the
+    paired difference, else the single GBDT. Returns the model, its name, every candidate's
+    w20, the best challenger's margin and the bar it had to clear."""
 
     def hits(model: BinnedCascade) -> np.ndarray:
         return metrics.within_mask(np.exp(model.predict(X)), measured, 20)
@@ -161,16 +169,17 @@ def select_model(
     candidates = {"single_gbdt": single_gbdt}
     for gating in GATINGS:
         candidates[f"cascade_{gating}"] = copy.copy(cascade).set_params(gating=gating)
+    candidates |= challengers or {}
     landed = {name: hits(model) for name, model in candidates.items()}
     scores = {name: float(hit.mean()) if len(hit) else 0.0 for name, hit in landed.items()}
-    best_cascade = max((n for n in scores if n != "single_gbdt"), key=lambda n: scores[n])
-    difference = landed[best_cascade].astype(float) - landed["single_gbdt"].astype(float)
+    best = max((n for n in scores if n != "single_gbdt"), key=lambda n: scores[n])
+    difference = landed[best].astype(float) - landed["single_gbdt"].astype(float)
     standard_error = (
         float(difference.std(ddof=1) / np.sqrt(len(difference))) if len(difference) > 1 else 1.0
     )
     bar = z * standard_error
-    margin = scores[best_cascade] - scores["single_gbdt"]
-    name = best_cascade if margin > bar else "single_gbdt"
+    margin = scores[best] - scores["single_gbdt"]
+    name = best if margin > bar else "single_gbdt"
     return {
         "model": candidates[name],
         "published": name,

@@ -84,7 +84,7 @@ def cascade_model(
                     "bins": cascade.n_bins_,
                     "trees_per_expert": int(np.mean(cascade.n_trees_per_expert_)),
                     "published": models.selection["published"],
-                    "cascade_margin": round(models.selection["margin"], 3),
+                    "challenger_margin": round(models.selection["margin"], 3),
                 }
             )
             context.log.info(f"trained {day}: {per_day[-1]}")

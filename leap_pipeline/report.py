@@ -466,8 +466,8 @@ def markdown(report: dict) -> str:
         "",
         "## Nightly selection (scored on each window's last day, published as trained)",
         "",
-        "| night | published | best cascade's margin on the selection day (bar) | published w20 "
-        "| single GBDT w20 |",
+        "| night | published | best challenger's margin over the single GBDT on the selection "
+        "day (bar) | published w20 | single GBDT w20 |",
         "|---|---|---|---|---|",
     ]
     for night in report["selection"]:

@@ -19,6 +19,8 @@ from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostin
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
+from .features import prior_log_q
+
 # The defaults are the best cascade of the backtest (`benchmarks/cascade_settings.py`, 10 nights,
 # docs/results.md): 6 bins and probability-weighted mean gating. The paper's own choices are one
 # setting among those measured.
@@ -244,6 +246,11 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         0: each final expert trains on its bin's rows only (the paper). w > 0: also on the rows of
         the bins next to it in level (median y), weighted w, so a near miss of the classifier
         lands on an expert that has seen such rows instead of one that clamps to its slice.
+    residual_on_prior : bool
+        False: the model predicts ln q (the paper). True: it predicts ln q minus the history's
+        prior (``features.prior_log_q``, the training median where a row has none) and serves
+        prior plus prediction, so trees learn corrections to a level they cannot extrapolate,
+        as a type new to a job needs.
     random_state : int
 
     Attributes
@@ -287,6 +294,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         gate_top_k: int = 3,
         oof_folds: int = 0,
         expert_overlap: float = 0.0,
+        residual_on_prior: bool = False,
         random_state: int = 0,
     ) -> None:
         self.n_bins = n_bins
@@ -306,6 +314,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         self.gate_top_k = gate_top_k
         self.oof_folds = oof_folds
         self.expert_overlap = expert_overlap
+        self.residual_on_prior = residual_on_prior
         self.random_state = random_state
 
     # -- fitting ---------------------------------------------------------------------------------
@@ -443,6 +452,9 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             if validation.shape != y.shape:
                 raise ValueError(f"validation has shape {validation.shape}, the rows are {y.shape}")
         seconds = {"em": 0.0, "refit": 0.0, "classifier": 0.0}
+        if self.residual_on_prior:
+            self.prior_fallback_ = float(np.median(y))
+        y = y - self.offset(X)
         with threadpool_limits(self.n_threads):
             edges, bins, merged = self._initial_bins(y)
             n_bins = len(edges) + 1
@@ -540,12 +552,20 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         best = np.argmax(proba, axis=1)
         return best, proba[np.arange(len(proba)), best]
 
+    def offset(self, X: np.ndarray) -> np.ndarray:
+        """What the experts' predictions are added to: the prior with ``residual_on_prior``
+        (the training median where a row has none), else 0."""
+        if not self.residual_on_prior:
+            return np.zeros(len(X))
+        prior = prior_log_q(np.asarray(X, dtype=np.float64))
+        return np.where(np.isnan(prior), self.prior_fallback_, prior)
+
     def predict(self, X) -> np.ndarray:
         """Predicted ln q, the experts combined by ``gating`` (exponentiate for throughput)."""
         proba = self.predict_proba_bins(X)
         X = np.asarray(X, dtype=np.float64)
         with threadpool_limits(self.n_threads):
-            return gate(
+            return self.offset(X) + gate(
                 proba,
                 lambda b, rows: self.experts_[b].predict(X[rows]),
                 self.gating,
@@ -554,7 +574,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
 
     def __setstate__(self, state: dict) -> None:
         # a model saved before gating, out-of-fold EM and calibration existed predicts as it did
-        defaults = {"gating": "argmax", "gate_top_k": 3, "oof_folds": 0, "expert_overlap": 0.0}
+        defaults = {"gating": "argmax", "gate_top_k": 3, "oof_folds": 0, "expert_overlap": 0.0,
+                    "residual_on_prior": False}  # fmt: skip
         if "classifier_" in state:
             defaults["temperature_"] = 1.0
         super().__setstate__(defaults | state)

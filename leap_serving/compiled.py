@@ -155,6 +155,7 @@ class CompiledCascade:
         self.temperature = getattr(cascade, "temperature_", 1.0)
         self.gating = cascade.gating
         self.gate_top_k = cascade.gate_top_k
+        self.offset = cascade.offset  # the prior a residual cascade's experts are added to
         self.n_trees = self.experts.n_trees + (self.classifier.n_trees if self.classifier else 0)
 
     def predict_proba_bins(self, X: np.ndarray) -> np.ndarray:
@@ -175,5 +176,5 @@ class CompiledCascade:
         proba = self.predict_proba_bins(X)
         best = np.argmax(proba, axis=1)
         top, weight = gate_bins(proba, self.gating, self.gate_top_k)
-        log_q = combine(self.experts.predict(X, top), weight, self.gating)
+        log_q = self.offset(X) + combine(self.experts.predict(X, top), weight, self.gating)
         return log_q, best, proba[np.arange(len(X)), best]

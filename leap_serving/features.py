@@ -355,3 +355,31 @@ def roofline_log_q(X: np.ndarray) -> np.ndarray:
         step = np.fmax(X[:, _STEP_COMPUTE], X[:, _STEP_MEMORY])
         step = np.where(np.isnan(X[:, _STEP_COMPUTE]) | np.isnan(X[:, _STEP_MEMORY]), np.nan, step)
         return _safe_log(X[:, _GLOBAL_BATCH]) - step
+
+
+# The prior a residual model corrects (``BinnedCascade(residual_on_prior=True)``): the first
+# known of the family's own level on the type, its levels on its other types carried by memory
+# bandwidth, by the fleet's measured ratios and by peak compute, the model type's level on the
+# type and carried from its other types, and the family's level (a cold start's: its model
+# type's or the fleet's). Bandwidth first: on Lambda and Sia under leave-model-hardware-out it
+# was the best first carrier of the three (docs/results.md).
+PRIOR_COLUMNS: tuple[str, ...] = (
+    "hist_xfer_bandwidth_log_q",
+    "hist_xfer_fleet_log_q",
+    "hist_xfer_compute_log_q",
+    "hist_mt_hw_mean_log_q",
+    "hist_mt_xfer_fleet_log_q",
+    "hist_mean_log_q",
+)
+_HW_COUNT = FEATURE_COLUMNS.index("hist_hw_count")
+_HW_MEAN = FEATURE_COLUMNS.index("hist_hw_mean_log_q")
+_PRIOR = [FEATURE_COLUMNS.index(c) for c in PRIOR_COLUMNS]
+
+
+def prior_log_q(X: np.ndarray) -> np.ndarray:
+    """The best point-in-time estimate of ln q each feature row's history gives (NaN where it
+    gives none), in the order of ``PRIOR_COLUMNS`` after the family's own level on the type."""
+    prior = np.where(X[:, _HW_COUNT] > 0, X[:, _HW_MEAN], np.nan)
+    for column in _PRIOR:
+        prior = np.where(np.isnan(prior), X[:, column], prior)
+    return prior

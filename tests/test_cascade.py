@@ -255,7 +255,8 @@ def test_selection_publishes_the_model_that_wins_on_unseen_rows(make, published)
 def test_a_model_saved_before_gating_existed_predicts_as_before():
     cascade, _, (X_new, _) = _fit_pair(_eight_regimes)
     state = dict(cascade.__getstate__())  # object.__getstate__ hands back the live __dict__
-    for key in ("gating", "gate_top_k", "oof_folds", "expert_overlap", "temperature_"):
+    for key in ("gating", "gate_top_k", "oof_folds", "expert_overlap", "temperature_",
+                "residual_on_prior"):  # fmt: skip
         del state[key]
     old = BinnedCascade.__new__(BinnedCascade)
     old.__setstate__(state)
@@ -273,3 +274,34 @@ def test_bad_gating_and_em_parameters_are_named(params, named):
     X, y = _regimes(500)
     with pytest.raises(ValueError, match=named):
         BinnedCascade(**params, **SMALL).fit(X, y)
+
+
+def _levels_from_history(n: int, low: float, high: float, seed: int):
+    """Feature rows whose history gives the level (the family's mean on the type) and one
+    launch feature the correction depends on: ln q = level + 0.3 x."""
+    from leap_serving.features import FEATURE_COLUMNS
+
+    rng = np.random.default_rng(seed)
+    X = np.full((n, len(FEATURE_COLUMNS)), np.nan)
+    level, x = rng.uniform(low, high, n), rng.uniform(0, 1, n)
+    X[:, FEATURE_COLUMNS.index("hist_hw_count")] = 3.0
+    X[:, FEATURE_COLUMNS.index("hist_hw_mean_log_q")] = level
+    X[:, FEATURE_COLUMNS.index("job_batch_size")] = x
+    return X, level + 0.3 * x + rng.normal(0, 0.01, n)
+
+
+def test_a_residual_on_the_prior_reaches_levels_the_trees_never_saw():
+    from leap_serving.compiled import CompiledCascade
+
+    X, y = _levels_from_history(3000, 0.0, 5.0, seed=0)
+    X_new, y_new = _levels_from_history(500, 8.0, 10.0, seed=1)  # beyond every training level
+    measured = np.exp(y_new)
+    level = BinnedCascade(n_bins=1, **SMALL).fit(X, y)
+    on_prior = BinnedCascade(n_bins=1, residual_on_prior=True, **SMALL).fit(X, y)
+    # the trees clamp to the highest level they saw; the prior carries the level, they correct it
+    assert metrics.within(np.exp(level.predict(X_new)), measured, 20) < 0.05
+    assert metrics.within(np.exp(on_prior.predict(X_new)), measured, 20) > 0.95
+    # rows without a prior fall back to the training median, and serving computes the same
+    X_new[:10] = np.nan
+    assert np.allclose(on_prior.offset(X_new)[:10], np.median(y))
+    assert np.array_equal(CompiledCascade(on_prior).predict(X_new)[0], on_prior.predict(X_new))

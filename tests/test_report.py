@@ -80,7 +80,8 @@ def test_the_quick_report_has_every_section(tmp_path):
     ):  # fmt: skip
         assert night["published_w20"] == published
         scores = night["selection_scores"]
-        assert set(scores) == {"single_gbdt", "cascade_argmax", "cascade_mean", "cascade_median"}
+        assert set(scores) == {"single_gbdt", "single_gbdt_prior", "cascade_argmax",
+                               "cascade_mean", "cascade_median"}  # fmt: skip
         if night["published"] == "single_gbdt":
             assert published == single
         elif night["published"] == "cascade_argmax":
