@@ -61,34 +61,42 @@ class NoveltyReference:
     scale: np.ndarray  # per column
     threshold: float
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_known", frozenset(self.model_types))  # one look-up per launch
+
     @classmethod
     def fit(cls, model_types: Sequence[str], X: np.ndarray) -> NoveltyReference:
         """The reference of a training window's rows (their model types and feature rows)."""
+        from sklearn.neighbors import NearestNeighbors  # training only: serving never fits
+
         raw = architecture_points(np.asarray(X, dtype=np.float64))
-        names = np.asarray(model_types, dtype=object)
-        known = sorted(set(names[~np.isnan(raw).any(axis=1)].tolist()))
-        if not known:
+        usable = ~np.isnan(raw).any(axis=1)
+        names, inverse = np.unique(np.asarray(model_types, dtype=object)[usable],
+                                   return_inverse=True)  # fmt: skip
+        if not len(names):
             return cls((), np.empty((0, len(NOVELTY_FEATURES))), np.ones(len(NOVELTY_FEATURES)),
                        np.inf)  # fmt: skip
         # one point per model type: its median over its rows (sizes vary with the launch)
-        points = np.array([np.nanmedian(raw[names == m], axis=0) for m in known])
+        order = np.argsort(inverse, kind="stable")
+        starts = np.searchsorted(inverse[order], np.arange(len(names)))
+        rows = raw[usable][order]
+        points = np.array([np.median(part, axis=0) for part in np.split(rows, starts[1:])])
         spread = points.std(axis=0)
         scale = np.where(spread > 0, spread, 1.0)
         points = points / scale
-        if len(known) < 2:
+        if len(names) < 2:
             threshold = np.inf  # no spread to calibrate against: judge nothing novel
         else:
-            distances = np.sqrt(((points[:, None, :] - points[None, :, :]) ** 2).sum(axis=2))
-            np.fill_diagonal(distances, np.inf)
-            threshold = float(np.quantile(distances.min(axis=1), NOVELTY_QUANTILE))
-        return cls(tuple(known), points, scale, threshold)
+            distances, _ = NearestNeighbors(n_neighbors=2).fit(points).kneighbors(points)
+            threshold = float(np.quantile(distances[:, 1], NOVELTY_QUANTILE))
+        return cls(tuple(names.tolist()), points, scale, threshold)
 
     def assess(self, model_type: str, x: np.ndarray) -> Novelty | None:
         """The novelty of one launch from one of its feature rows; None when it cannot be
         judged (no known types, or no usable architecture)."""
         if not self.model_types:
             return None
-        if model_type in self.model_types:
+        if model_type in self._known:
             return Novelty(False, 0.0, self.threshold, model_type)
         point = architecture_points(np.asarray(x, dtype=np.float64)[None, :])[0]
         if np.isnan(point).any():
