@@ -171,6 +171,12 @@ def import_logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def user_interfaces(args: argparse.Namespace) -> int:
+    from .ui import serve
+
+    return serve(Path(args.data), args.dagster_port, args.mlflow_port)
+
+
 def crossval(args: argparse.Namespace) -> int:
     from .crossval import MODELS, SPLITS, exclude_groups, run_split
 
@@ -365,6 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "splitting, e.g. input-bound measurements")  # fmt: skip
     static.add_argument("--json", action="store_true")
     static.set_defaults(handler=crossval)
+
+    ui = commands.add_parser("ui", help="the Dagster and MLflow UIs on the project's data")
+    ui.add_argument("--data", default="data", help="the folder the demo and pipeline write")
+    ui.add_argument("--dagster-port", type=int, default=3000)
+    ui.add_argument("--mlflow-port", type=int, default=5000)
+    ui.set_defaults(handler=user_interfaces)
 
     paper = commands.add_parser("report", help="the paper's evaluation and routing value")
     paper.add_argument("--scale", type=float, default=0.05)

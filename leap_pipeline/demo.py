@@ -131,13 +131,8 @@ def summary_lines(result: dict, settings: DemoSettings) -> list[str]:
         f"registered version {result['registered_version']} ({result['gate']}); "
         f"production is version {result['production_version']}",
         f"model: {result['model_uri']}  (tracking {result['tracking_uri']})",
-        "browse it:",
-        # mlflow server ignores MLFLOW_TRACKING_URI: the store and artifact root must be named
-        f"  MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false .venv/bin/mlflow server --workers 1 "
-        f"--host 127.0.0.1 --backend-store-uri {result['tracking_uri']} "
-        f"--default-artifact-root {(data / 'mlflow' / 'artifacts').as_uri()}",
-        f"  DAGSTER_HOME={result['dagster_home']} LEAP_WAREHOUSE={data / 'leap.duckdb'} "
-        f"MLFLOW_TRACKING_URI={result['tracking_uri']} .venv/bin/dagster dev -w workspace.yaml",
+        f"browse it in the Dagster and MLflow UIs (Ctrl-C stops both): .venv/bin/leap ui "
+        f"--data {data}",
         f"finished in {result['seconds']:.0f} s",
     ]
     return lines

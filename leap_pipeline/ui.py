@@ -1,0 +1,91 @@
+"""``leap ui``: the Dagster UI and the MLflow UI on the project's data, started and stopped as one.
+
+Each server runs in its own process group, so Ctrl-C here stops both with everything they
+started (Dagster's code server and daemon included), and a server that dies takes the other down.
+MLflow's server ignores ``MLFLOW_TRACKING_URI``: its backend store and artifact root are named
+on its command line, the same store the pipeline and the demo write.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+STOP_TIMEOUT_S = 20.0
+
+
+def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple[list, dict]]:
+    """The two servers: name -> (argv, environment)."""
+    data = data.resolve()
+    tracking = f"sqlite:///{data / 'mlflow' / 'mlflow.db'}"
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(data / "dagster"),
+        "LEAP_WAREHOUSE": str(data / "leap.duckdb"),
+        "MLFLOW_TRACKING_URI": tracking,
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    }
+    return {
+        "dagster": (
+            [sys.executable, "-m", "dagster", "dev", "-w", str(PROJECT / "workspace.yaml"),
+             "-h", "127.0.0.1", "-p", str(dagster_port)],
+            env,
+        ),
+        "mlflow": (
+            [sys.executable, "-m", "mlflow", "server", "--workers", "1", "--host", "127.0.0.1",
+             "--port", str(mlflow_port), "--backend-store-uri", tracking,
+             "--default-artifact-root", (data / "mlflow" / "artifacts").as_uri()],
+            env,
+        ),
+    }  # fmt: skip
+
+
+def _stop(processes: dict[str, subprocess.Popen]) -> None:
+    for process in processes.values():
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for process in processes.values():
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt  # a SIGTERM stops the servers as Ctrl-C does
+
+
+def serve(
+    data: Path, dagster_port: int = 3000, mlflow_port: int = 5000, log: Callable = print
+) -> int:
+    """Run both UIs until Ctrl-C (or SIGTERM), or until one of them exits."""
+    (data / "dagster").mkdir(parents=True, exist_ok=True)
+    (data / "mlflow").mkdir(parents=True, exist_ok=True)
+    processes: dict[str, subprocess.Popen] = {}
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        for name, (argv, env) in commands(data, dagster_port, mlflow_port).items():
+            processes[name] = subprocess.Popen(argv, env=env, cwd=PROJECT, start_new_session=True)
+        log(f"Dagster UI: http://127.0.0.1:{dagster_port}  (assets, partitions, schedule)")
+        log(f"MLflow UI:  http://127.0.0.1:{mlflow_port}  (runs, the registered model)")
+        log("Ctrl-C stops both.")
+        while True:
+            for name, process in processes.items():
+                if process.poll() is not None:
+                    log(f"the {name} server exited with code {process.returncode}: stopping")
+                    return 1
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        log("stopping both servers")
+        return 0
+    finally:
+        _stop(processes)
+        signal.signal(signal.SIGTERM, previous)
