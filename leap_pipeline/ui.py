@@ -60,7 +60,7 @@ def _stop(processes: dict[str, subprocess.Popen]) -> None:
 
 
 def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt  # a SIGTERM stops the servers as Ctrl-C does
+    raise KeyboardInterrupt  # SIGINT and SIGTERM stop the servers alike
 
 
 def serve(
@@ -70,7 +70,8 @@ def serve(
     (data / "dagster").mkdir(parents=True, exist_ok=True)
     (data / "mlflow").mkdir(parents=True, exist_ok=True)
     processes: dict[str, subprocess.Popen] = {}
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    # both explicitly: a process started in the background of a script inherits SIGINT ignored
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         for name, (argv, env) in commands(data, dagster_port, mlflow_port).items():
             processes[name] = subprocess.Popen(argv, env=env, cwd=PROJECT, start_new_session=True)
@@ -88,4 +89,5 @@ def serve(
         return 0
     finally:
         _stop(processes)
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
