@@ -49,8 +49,12 @@ def test_leap_ui_serves_both_uis_and_ctrl_c_stops_them(tmp_path):
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
+        if process.poll() is None:  # a failed check: stop the servers too, not only leap ui
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
     output = process.stdout.read()
     assert f"http://127.0.0.1:{dagster_port}" in output
     assert f"http://127.0.0.1:{mlflow_port}" in output
