@@ -8,6 +8,7 @@ on its command line, the same store the pipeline and the demo write.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -46,16 +47,22 @@ def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple
     }  # fmt: skip
 
 
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
+        os.killpg(process.pid, sig)
+
+
 def _stop(processes: dict[str, subprocess.Popen]) -> None:
+    """SIGTERM to each server's whole group (a server that exited may leave children), then
+    SIGKILL to any that outlive ``STOP_TIMEOUT_S``."""
     for process in processes.values():
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
+        _signal_group(process, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     for process in processes.values():
         try:
             process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            _signal_group(process, signal.SIGKILL)
             process.wait()
 
 
