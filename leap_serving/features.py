@@ -351,10 +351,8 @@ def roofline_log_q(X: np.ndarray) -> np.ndarray:
     """ln samples/s by the roofline alone, from feature rows: the global batch over the slower
     of its step's compute time (at the job's precision's peak) and memory time. A prior that
     knows the job and the types but no measurement; NaN without an architecture."""
-    with np.errstate(invalid="ignore"):
-        step = np.fmax(X[:, _STEP_COMPUTE], X[:, _STEP_MEMORY])
-        step = np.where(np.isnan(X[:, _STEP_COMPUTE]) | np.isnan(X[:, _STEP_MEMORY]), np.nan, step)
-        return _safe_log(X[:, _GLOBAL_BATCH]) - step
+    step = np.maximum(X[:, _STEP_COMPUTE], X[:, _STEP_MEMORY])  # NaN if either is unknown
+    return _safe_log(X[:, _GLOBAL_BATCH]) - step
 
 
 # The prior a residual model corrects (``BinnedCascade(residual_on_prior=True)``): the first
