@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
+import polars as pl
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
@@ -202,6 +203,7 @@ def log_candidate(
             python_model=mlflow_model.__file__,
             artifacts=artifacts,
             registered_model_name=name,
+            signature=model_signature(),
             pip_requirements=_serving_requirements(),
         )
     version = str(info.registered_model_version)
@@ -236,6 +238,42 @@ def version_tags(
         out["gate"] = "passed" if metrics["gate_passed"] else "failed"
     out["run"] = f"runs:/{run_id}"
     return out
+
+
+def model_signature():
+    """What the registered model reads and returns, shown in the MLflow UI and enforced by
+    ``mlflow.pyfunc``: the contract's launch columns (optional ones may be absent) and the
+    prediction columns. An optional integer is typed Any: pandas holds a missing integer as NaN
+    in a float column, which MLflow's long refuses; the model casts it to the contract's type."""
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema
+    from mlflow.types.schema import AnyType
+
+    from leap_serving.contract import SOURCES
+    from leap_serving.features import LAUNCH_COLUMNS
+
+    def mlflow_type(column) -> str | AnyType:
+        if column.dtype == pl.String:
+            return "string"
+        if column.dtype == pl.Date:
+            return "datetime"
+        if column.dtype == pl.Boolean:
+            return "boolean"
+        if column.dtype.is_integer():
+            return "long" if column.required else AnyType()
+        return "double"
+
+    launch = [c for c in SOURCES["job_attempts"] if c.name in LAUNCH_COLUMNS]
+    inputs = Schema([ColSpec(mlflow_type(c), c.name, required=c.required) for c in launch])
+    outputs = Schema(
+        [
+            ColSpec("double", "predicted_throughput"),
+            ColSpec("long", "bin"),
+            ColSpec("double", "bin_probability"),
+            ColSpec("boolean", "history_found"),
+        ]
+    )
+    return ModelSignature(inputs=inputs, outputs=outputs)
 
 
 def _serving_requirements() -> list[str]:

@@ -4,13 +4,15 @@ Both are set in one place: run config (``resources: {source: {config: {uri: ...}
 left empty, the environment (``LEAP_SOURCE``, ``LEAP_WAREHOUSE``), read when a run starts.
 """
 
+import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 
 from .sources import Source, source_from_uri
-from .warehouse import Warehouse, open_warehouse
+from .warehouse import Warehouse, default_path, open_warehouse
 
 
 class SourceResource(dg.ConfigurableResource):
@@ -32,6 +34,15 @@ class WarehouseResource(dg.ConfigurableResource):
     def open(self) -> Iterator[Warehouse]:
         with open_warehouse(self.path or None) as warehouse:
             yield warehouse
+
+    def landed_days(self, table: str, wait_s: float = 5.0) -> list[dt.date]:
+        """Days of ``table`` written so far, read without taking the writer's lock; none when
+        there is no warehouse yet."""
+        path = Path(self.path) if self.path else default_path()
+        if not path.exists():
+            return []
+        with open_warehouse(path, read_only=True, wait_s=wait_s) as warehouse:
+            return warehouse.partitions(table)
 
 
 class TrainingResource(dg.ConfigurableResource):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from .partitions import daily_partitions
+from .partitions import PARTITIONS_ENV, daily_partitions
 
 # The instance settings of data/dagster/dagster.yaml (a test keeps the committed file equal).
 DAGSTER_YAML = """\
@@ -78,6 +78,12 @@ def check_range(first: dt.date, last: dt.date) -> None:
         raise ValueError(f"start={first} is after end={last}")
     if first < start:
         raise ValueError(f"start={first} is before the first partition {start}")
+    if daily_partitions.end is not None:
+        end = daily_partitions.end.date() - dt.timedelta(days=1)
+        if last > end:
+            raise ValueError(
+                f"end={last} is after the last partition {end} (${PARTITIONS_ENV} sets them)"
+            )
 
 
 def materialize_days(

@@ -17,15 +17,32 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .partitions import PARTITIONS_ENV
+from .warehouse import WarehouseError
+
 PROJECT = Path(__file__).resolve().parents[1]
 STOP_TIMEOUT_S = 20.0
 
 
-def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple[list, dict]]:
-    """The two servers: name -> (argv, environment)."""
+def landed_span(warehouse: Path) -> str | None:
+    """``FIRST..LAST`` of the days landed in ``warehouse``, the partitions the UI should show;
+    None when nothing is landed (the partitions then keep their default)."""
+    from .partitions import span_text
+    from .resources import WarehouseResource
+
+    days = WarehouseResource(path=str(warehouse)).landed_days("feature_table")
+    return span_text(min(days), max(days)) if days else None
+
+
+def commands(
+    data: Path, dagster_port: int, mlflow_port: int, partitions: str | None = None
+) -> dict[str, tuple[list, dict]]:
+    """The two servers: name -> (argv, environment). ``partitions`` sets ``$LEAP_PARTITIONS``
+    for Dagster unless the caller's environment already does."""
     data = data.resolve()
     tracking = f"sqlite:///{data / 'mlflow' / 'mlflow.db'}"
     env = {
+        **({PARTITIONS_ENV: partitions} if partitions else {}),
         **os.environ,
         "DAGSTER_HOME": str(data / "dagster"),
         "LEAP_WAREHOUSE": str(data / "leap.duckdb"),
@@ -76,14 +93,22 @@ def serve(
     """Run both UIs until Ctrl-C (or SIGTERM), or until one of them exits."""
     (data / "dagster").mkdir(parents=True, exist_ok=True)
     (data / "mlflow").mkdir(parents=True, exist_ok=True)
+    partitions = os.environ.get(PARTITIONS_ENV)
+    if not partitions:
+        try:
+            partitions = landed_span(data / "leap.duckdb")
+        except WarehouseError as exc:  # a run is writing it: the partitions keep their default
+            log(f"the landed days cannot be read ({exc}): the partitions keep their default")
     processes: dict[str, subprocess.Popen] = {}
     # both explicitly: a process started in the background of a script inherits SIGINT ignored
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for name, (argv, env) in commands(data, dagster_port, mlflow_port).items():
+        for name, (argv, env) in commands(data, dagster_port, mlflow_port, partitions).items():
             processes[name] = subprocess.Popen(argv, env=env, cwd=PROJECT, start_new_session=True)
         log(f"Dagster UI: http://127.0.0.1:{dagster_port}  (assets, partitions, schedule)")
         log(f"MLflow UI:  http://127.0.0.1:{mlflow_port}  (runs, the registered model)")
+        if partitions:
+            log(f"partitions: {partitions} (${PARTITIONS_ENV}; FIRST.. grows by a day a night)")
         log("Ctrl-C stops both.")
         while True:
             for name, process in processes.items():

@@ -1,4 +1,5 @@
-"""``leap ui``: both servers answer on the loopback address and one Ctrl-C stops both."""
+"""``leap ui`` after a small demo: what the two UIs show, read through their own APIs from the
+running servers on the loopback address, and one Ctrl-C stops both."""
 
 import json
 import os
@@ -7,8 +8,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
+
+import pytest
+
+MODEL = "leap-throughput"
+DAYS = 10
 
 
 def _free_port() -> int:
@@ -25,39 +32,134 @@ def _answers(url: str) -> bool:
         return False
 
 
-def test_leap_ui_serves_both_uis_and_ctrl_c_stops_them(tmp_path):
+class Servers:
+    def __init__(self, data: Path, process: subprocess.Popen, dagster: int, mlflow: int):
+        self.data, self.process = data, process
+        self.dagster, self.mlflow = f"http://127.0.0.1:{dagster}", f"http://127.0.0.1:{mlflow}"
+
+    def graphql(self, query: str) -> dict:
+        request = urllib.request.Request(
+            f"{self.dagster}/graphql",
+            data=json.dumps({"query": query}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.load(response)
+        assert "errors" not in body, body["errors"]
+        return body["data"]
+
+    def rest(self, path: str, **params) -> dict:
+        url = f"{self.mlflow}/{path}?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return json.load(response)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:  # a failed check: stop the servers too, not only leap ui
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    data = tmp_path_factory.mktemp("ui") / "data"
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "LEAP_PARTITIONS")},
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
+    demo = subprocess.run(
+        [sys.executable, "-m", "leap_pipeline.cli", "demo", "--scale", "0.02", "--days",
+         str(DAYS), "--nights", "1", "--data", str(data)],
+        capture_output=True, text=True, env=env, cwd=data.parent,
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stderr[-3000:]
     dagster_port, mlflow_port = _free_port(), _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "leap_pipeline.cli", "ui", "--data", str(tmp_path),
+        [sys.executable, "-m", "leap_pipeline.cli", "ui", "--data", str(data),
          "--dagster-port", str(dagster_port), "--mlflow-port", str(mlflow_port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "DAGSTER_DISABLE_TELEMETRY": "1", "MLFLOW_DISABLE_TELEMETRY": "true"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
-    dagster = f"http://127.0.0.1:{dagster_port}/server_info"
-    mlflow = f"http://127.0.0.1:{mlflow_port}/health"
+    found = Servers(data, process, dagster_port, mlflow_port)
     try:
         deadline = time.monotonic() + 180
-        while not (_answers(dagster) and _answers(mlflow)):
+        while not (_answers(f"{found.dagster}/server_info") and _answers(f"{found.mlflow}/health")):
             assert process.poll() is None, process.stdout.read()
             assert time.monotonic() < deadline, "the UIs did not answer within 180 s"
             time.sleep(1)
-        # the MLflow server reads the project's store: the experiment list answers from it
-        query = f"http://127.0.0.1:{mlflow_port}/api/2.0/mlflow/experiments/search?max_results=5"
-        with urllib.request.urlopen(query, timeout=5) as response:
-            assert "experiments" in json.load(response)
-        assert (tmp_path / "mlflow" / "mlflow.db").exists()
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 0
+        yield found
     finally:
-        if process.poll() is None:  # a failed check: stop the servers too, not only leap ui
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-    output = process.stdout.read()
-    assert f"http://127.0.0.1:{dagster_port}" in output
-    assert f"http://127.0.0.1:{mlflow_port}" in output
+        _stop(process)
+
+
+def test_dagster_lists_the_assets_with_the_landed_days_as_partitions(servers):
+    nodes = servers.graphql(
+        "{ assetNodes { assetKey { path } partitionStats { numMaterialized numPartitions } } }"
+    )["assetNodes"]
+    stats = {"/".join(n["assetKey"]["path"]): n["partitionStats"] for n in nodes}
+    assert {"job_attempts", "history_snapshot", "feature_table", "cascade_model"} <= set(stats)
+    # the partitions are the demo's days: nothing shows missing that the demo did not skip
+    assert stats["feature_table"] == {"numMaterialized": DAYS, "numPartitions": DAYS}
+    assert stats["cascade_model"] == {"numMaterialized": 1, "numPartitions": DAYS}
+
+
+def test_dagster_shows_the_asset_checks_with_their_results(servers):
+    node = servers.graphql(
+        '{ assetNodeOrError(assetKey: {path: ["feature_table"]}) { ... on AssetNode {'
+        " assetChecksOrError { ... on AssetChecks { checks { name"
+        " executionForLatestMaterialization { status evaluation { success } } } } } } } }"
+    )["assetNodeOrError"]
+    checks = {c["name"]: c["executionForLatestMaterialization"] for c in
+              node["assetChecksOrError"]["checks"]}  # fmt: skip
+    assert "columns_are_the_feature_list" in checks and "one_row_per_kept_attempt" in checks
+    for execution in checks.values():
+        assert execution["status"] == "SUCCEEDED" and execution["evaluation"]["success"]
+
+
+def test_dagster_runs_the_nightly_schedule(servers):
+    repositories = servers.graphql(
+        "{ repositoriesOrError { ... on RepositoryConnection { nodes {"
+        " schedules { name cronSchedule scheduleState { status } } } } } }"
+    )["repositoriesOrError"]["nodes"]
+    schedules = {s["name"]: s for r in repositories for s in r["schedules"]}
+    assert schedules["nightly_schedule"]["scheduleState"]["status"] == "RUNNING"
+    assert schedules["nightly_schedule"]["cronSchedule"] == "0 2 * * *"
+
+
+def test_mlflow_serves_the_model_its_alias_signature_and_the_run(servers):
+    model = servers.rest("api/2.0/mlflow/registered-models/get", name=MODEL)["registered_model"]
+    version = servers.rest(
+        "api/2.0/mlflow/registered-models/alias", name=MODEL, alias="production"
+    )["model_version"]
+    assert version["version"] in {v["version"] for v in model["latest_versions"]}
+    tags = {t["key"]: t["value"] for t in version["tags"]}
+    assert {"evaluation_day", "training_window", "run_kind", "published_w20", "gate"} <= set(tags)
+    assert len(tags) <= 12  # what a person scans; the metrics are on the run
+    # the signature: the launch contract in, the prediction out
+    logged = version["source"].removeprefix("models:/")
+    url = (f"{servers.mlflow}/ajax-api/2.0/mlflow/logged-models/{logged}/artifacts/files?"
+           "artifact_file_path=MLmodel")  # fmt: skip
+    with urllib.request.urlopen(url, timeout=30) as response:
+        mlmodel = response.read().decode()
+    assert "signature:" in mlmodel and "predicted_throughput" in mlmodel
+    assert "hardware_type" in mlmodel
+    run = servers.rest("api/2.0/mlflow/runs/get", run_id=version["run_id"])["run"]
+    metrics = {m["key"] for m in run["data"]["metrics"]}
+    assert {"published_w20", "single_gbdt_w20", "cascade_w20", "oracle_w20"} <= metrics
+    files = servers.rest("api/2.0/mlflow/artifacts/list", run_id=version["run_id"])["files"]
+    assert {"predicted_vs_measured.png", "nightly_w20.png"} <= {f["path"] for f in files}
+
+
+def test_ctrl_c_stops_both_servers(servers):
+    servers.process.send_signal(signal.SIGINT)
+    assert servers.process.wait(timeout=60) == 0
+    output = servers.process.stdout.read()
+    assert servers.dagster in output and servers.mlflow in output
+    assert f"partitions: 2026-01-01..2026-01-{DAYS:02d}" in output
     time.sleep(1)
-    assert not _answers(dagster) and not _answers(mlflow)  # both stopped, children included
-    assert Path(tmp_path / "dagster").is_dir()
+    assert not _answers(f"{servers.dagster}/server_info")  # both stopped, children included
+    assert not _answers(f"{servers.mlflow}/health")
+    assert (servers.data / "mlflow" / "mlflow.db").exists()
