@@ -13,6 +13,7 @@ import getpass
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,14 +199,16 @@ def log_candidate(
         mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None})
         for path in files:
             mlflow.log_artifact(str(path))
-        info = mlflow.pyfunc.log_model(
-            name="model",
-            python_model=mlflow_model.__file__,
-            artifacts=artifacts,
-            registered_model_name=name,
-            signature=model_signature(),
-            pip_requirements=_serving_requirements(),
-        )
+        with warnings.catch_warnings():  # the signature comes from the contract, not an example
+            warnings.filterwarnings("ignore", message=".*input example was not provided")
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=mlflow_model.__file__,
+                artifacts=artifacts,
+                registered_model_name=name,
+                signature=model_signature(),
+                pip_requirements=_serving_requirements(),
+            )
     version = str(info.registered_model_version)
     client = MlflowClient()
     client.set_model_version_tag(name, version, SHA256_TAG, json.dumps(recorded, sort_keys=True))

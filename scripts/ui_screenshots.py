@@ -1,0 +1,147 @@
+"""Screenshots of the two UIs on the project's data, for the README and ``docs/screenshots/``.
+
+Starts ``leap ui`` on free loopback ports, opens four pages in headless Chromium and stops both
+servers. It needs Chromium from the system's package manager and the ``screenshots`` extra:
+
+    sudo apt-get install chromium            # Debian/Ubuntu; /usr/bin/chromium
+    .venv/bin/pip install -e '.[screenshots]'
+    .venv/bin/leap demo                      # the data the pictures show
+    .venv/bin/python scripts/ui_screenshots.py [--data data] [--out docs/screenshots]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+MODEL = "leap-throughput"
+# Chromium as root on a closed network: no sandbox, no background connections
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+VIEWPORT = {"width": 1600, "height": 900}
+SETTLE_MS = 4000  # both UIs render after their first queries return
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.load(response)
+
+
+def _production_run(mlflow: str) -> tuple[str, str]:
+    """(experiment id, run id) of the version the production alias names."""
+    query = urllib.parse.urlencode({"name": MODEL, "alias": "production"})
+    version = _json(f"{mlflow}/api/2.0/mlflow/registered-models/alias?{query}")["model_version"]
+    run = _json(f"{mlflow}/api/2.0/mlflow/runs/get?run_id={version['run_id']}")["run"]
+    return run["info"]["experiment_id"], version["run_id"]
+
+
+def _dismiss(page, role: str, name: str) -> None:
+    button = page.get_by_role(role, name=name)
+    if button.count():
+        button.first.click()
+        page.wait_for_timeout(500)
+
+
+def shoot(dagster: str, mlflow: str, out: Path, chromium: str) -> list[Path]:
+    from playwright.sync_api import sync_playwright
+
+    experiment, run = _production_run(mlflow)
+    shots = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+
+        def take(name: str, url: str, prepare=None) -> None:
+            page.goto(url)
+            page.wait_for_timeout(SETTLE_MS)
+            _dismiss(page, "button", "Skip")  # Dagster's first-visit community dialog
+            if prepare is not None:
+                prepare()
+            shots.append(out / f"{name}.png")
+            page.screenshot(path=str(shots[-1]))
+
+        def expand_groups() -> None:
+            page.mouse.click(VIEWPORT["width"] - 300, 200, button="right")  # the graph's menu
+            page.wait_for_timeout(500)
+            _dismiss(page, "menuitem", "Expand all groups")
+            page.wait_for_timeout(1000)
+
+        take("dagster-asset-graph", f"{dagster}/asset-groups", expand_groups)
+        take("dagster-partitions", f"{dagster}/assets/feature_table?view=partitions")
+        close_assistant = lambda: _dismiss(page, "button", "Close")  # noqa: E731
+        take("mlflow-model-versions", f"{mlflow}/#/models/{MODEL}", close_assistant)
+        take(
+            "mlflow-run-plots",
+            f"{mlflow}/#/experiments/{experiment}/runs/{run}/artifacts/predicted_vs_measured.png",
+            close_assistant,
+        )
+        browser.close()
+    return shots
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="data", help="the folder `leap demo` wrote")
+    parser.add_argument("--out", default=str(PROJECT / "docs" / "screenshots"))
+    parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    args = parser.parse_args(argv)
+    if not Path(args.chromium).exists():
+        parser.error(f"--chromium={args.chromium!r} not found: sudo apt-get install chromium")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        parser.error("playwright is not installed: .venv/bin/pip install -e '.[screenshots]'")
+    data = Path(args.data)
+    if not (data / "mlflow" / "mlflow.db").exists():
+        parser.error(f"--data={args.data!r} has no MLflow store: run `leap demo` first")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dagster_port, mlflow_port = _free_port(), _free_port()
+    dagster, mlflow = f"http://127.0.0.1:{dagster_port}", f"http://127.0.0.1:{mlflow_port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "leap_pipeline.cli", "ui", "--data", str(data),
+         "--dagster-port", str(dagster_port), "--mlflow-port", str(mlflow_port)],
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not (_answers(f"{dagster}/server_info") and _answers(f"{mlflow}/health")):
+            if server.poll() is not None or time.monotonic() > deadline:
+                print("leap ui did not start: see its output above", file=sys.stderr)
+                return 1
+            time.sleep(1)
+        for path in shoot(dagster, mlflow, out, args.chromium):
+            print(f"wrote {path}")
+    finally:
+        server.send_signal(signal.SIGINT)  # leap ui stops both servers
+        server.wait(timeout=60)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
