@@ -84,3 +84,22 @@ def test_the_ranker_is_leap_serving_ranker_and_needs_no_dagster():
 
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_ci_runs_the_readme_commands_in_the_order_a_new_user_does():
+    """`.ci/run` runs the README's main command, then its test command, verbatim, on a clean
+    checkout: the tests pass beside the data/ the main job leaves behind."""
+    import re
+    from pathlib import Path
+
+    project = Path(__file__).resolve().parents[1]
+    readme = (project / "README.md").read_text()
+    section = readme.split("## Two commands on a fresh machine", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```bash\n(.*?)\n```", section, re.S)
+    assert len(commands) == 2, commands
+    main, tests = commands
+    assert main.endswith("leap demo") and tests.endswith("-m pytest")
+    ci = (project / ".ci" / "run").read_text()
+    lines = [line.strip() for line in ci.splitlines()]
+    runs = [i for i, line in enumerate(lines) if line.startswith((main, tests))]
+    assert [lines[i].split(" || ")[0] for i in runs] == [main, tests]
