@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -97,7 +99,8 @@ def demo(args: argparse.Namespace) -> int:
     result = run_demo(settings, log=lambda line: print(line, file=sys.stderr))
     print("\n".join(summary_lines(result, settings)))
     if args.json:
-        keys = ("w20", "coverage", "oracle_w20", "table1", "model_uri", "tracking_uri")
+        keys = ("w20", "coverage", "oracle_w20", "published_model", "selection", "table1",
+                "model_uri", "tracking_uri")  # fmt: skip
         print(json.dumps({k: result[k] for k in keys}))
     return 0
 
@@ -399,11 +402,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextmanager
+def progress_on_stderr() -> Iterator[None]:
+    """Training progress (``leap.progress``) on stderr: one line in place on a terminal."""
+    from leap_serving.progress import LOGGER, TerminalLine
+
+    handler = TerminalLine(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    LOGGER.addHandler(handler)
+    LOGGER.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        handler.end_line()
+        LOGGER.removeHandler(handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.handler(args)
+        with progress_on_stderr():
+            return args.handler(args)
     except (FleetArgumentError, ValueError, WarehouseError) as exc:  # ContractError included
         parser.exit(2, f"leap: error: {exc}\n")
 

@@ -62,7 +62,7 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
             # the table's support threshold shrinks with the fleet, as its keys' counts do
             "lookup_min_support": max(2, round(MIN_SUPPORT * settings.scale)),
         },
-        log_level="INFO",
+        log_level="WARNING",  # the progress line says what runs; the run's log keeps the rest
     )
     tracking_uri = configure_tracking(store)
     folder = models_folder(warehouse, last)

@@ -20,6 +20,7 @@ from leap_serving import metrics
 from leap_serving.cascade import GATINGS, BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS
 from leap_serving.novelty import Novelty, NoveltyReference
+from leap_serving.progress import Progress, cascade_units
 
 from .lookup_table import MIN_SUPPORT, LookupTable, build_lookup_table
 
@@ -103,19 +104,24 @@ def fit_models(
     y = training["log_q"].to_numpy()
     held_out = validation_rows(training)
     params = profile_params(profile) | (cascade_params or {})
+    models = {
+        "cascade": BinnedCascade(**params, random_state=random_state),
+        "single_gbdt": BinnedCascade(**(params | {"n_bins": 1}), random_state=random_state),
+        "single_gbdt_prior": BinnedCascade(
+            **(params | {"n_bins": 1, "residual_on_prior": True}), random_state=random_state
+        ),
+    }
+    progress = Progress(
+        f"night {day}",
+        sum(cascade_units(m.max_em_iter, m.n_bins, m.expert_overlap) for m in models.values()),
+    )
     seconds = {}
-    start = time.perf_counter()
-    cascade = BinnedCascade(**params, random_state=random_state).fit(X, y, validation=held_out)
-    seconds["cascade"] = time.perf_counter() - start
-    start = time.perf_counter()
-    one_bin = BinnedCascade(**(params | {"n_bins": 1}), random_state=random_state)
-    one_bin.fit(X, y, validation=held_out)
-    seconds["single_gbdt"] = time.perf_counter() - start
-    start = time.perf_counter()
-    on_prior = BinnedCascade(
-        **(params | {"n_bins": 1, "residual_on_prior": True}), random_state=random_state
-    ).fit(X, y, validation=held_out)
-    seconds["single_gbdt_prior"] = time.perf_counter() - start
+    for name, model in models.items():
+        start = time.perf_counter()
+        progress.phase = name
+        model.fit(X, y, validation=held_out, progress=progress)
+        seconds[name] = time.perf_counter() - start
+    cascade, one_bin, on_prior = models.values()
     selection = select_model(
         cascade,
         one_bin,

@@ -23,6 +23,11 @@ concurrency:
     max_concurrent_runs: 1
 telemetry:
   enabled: false
+# training progress (phase, EM iteration, expert k of K, time left) in each run's log
+python_logs:
+  managed_python_loggers:
+    - leap.progress
+  python_log_level: INFO
 """
 
 

@@ -20,6 +20,13 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 from .features import prior_log_q
+from .progress import (
+    CLASSIFIER_UNITS_PER_BIN,
+    EM_ITERATION_UNITS,
+    SINGLE_GBDT_UNITS,
+    Progress,
+    cascade_units,
+)
 
 # The defaults are the best cascade of the backtest (`benchmarks/cascade_settings.py`, 10 nights,
 # docs/results.md): 6 bins and probability-weighted mean gating. The paper's own choices are one
@@ -381,9 +388,13 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         n_bins: int,
         validation: np.ndarray | None,
         overlap: float = 0.0,
+        progress: Progress | None = None,
+        step: str = "",
+        units: float = EM_ITERATION_UNITS,
     ) -> list[HistGradientBoostingRegressor | None]:
         """One expert per bin (None for a bin without rows here); with ``overlap``, each also
-        trains on its neighbours in level, weighted ``overlap``."""
+        trains on its neighbours in level, weighted ``overlap``. Each expert advances
+        ``progress`` by its share of ``units``."""
         if overlap > 0 and n_bins > 1:
             levels = [
                 np.median(y[bins == b]) if np.any(bins == b) else np.inf for b in range(n_bins)
@@ -403,6 +414,11 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
                 weight = np.where(own[rows], 1.0, overlap)
             held_out = None if validation is None else validation[rows]
             experts.append(fit_booster(self._expert(), X[rows], y[rows], held_out, weight))
+            if progress is not None:
+                share = units * own.sum() / len(y)
+                progress.advance(
+                    f"{step}expert {b + 1}/{n_bins}" if n_bins > 1 else "fitted", share
+                )
         return experts
 
     def _errors(self, experts: list, X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -410,17 +426,20 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             [np.full(len(y), np.inf) if e is None else np.abs(e.predict(X) - y) for e in experts]
         )
 
-    def _em_errors(self, X, y, bins, n_bins, validation, folds) -> tuple[np.ndarray, list | None]:
+    def _em_errors(
+        self, X, y, bins, n_bins, validation, folds, progress=None, step="", units=1.0
+    ) -> tuple[np.ndarray, list | None]:
         """Every row's error under every bin's expert, and the experts when they fit all rows."""
         if folds is None:
-            experts = self._fit_experts(X, y, bins, n_bins, validation)
+            experts = self._fit_experts(X, y, bins, n_bins, validation, 0.0, progress, step, units)
             return self._errors(experts, X, y), experts
         errors = np.empty((len(y), n_bins))
         for f in range(self.oof_folds):
             train, score = folds != f, folds == f
             experts = self._fit_experts(
                 X[train], y[train], bins[train], n_bins,
-                None if validation is None else validation[train],
+                None if validation is None else validation[train], 0.0, progress,
+                f"{step}fold {f + 1}/{self.oof_folds}, ", units / self.oof_folds,
             )  # fmt: skip
             errors[score] = self._errors(experts, X[score], y[score])
         return errors, None
@@ -442,9 +461,10 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             bins[rows] = np.argmin(errors[rows], axis=1)
             rescued += int(rows.sum())
 
-    def fit(self, X, y, validation=None) -> BinnedCascade:
+    def fit(self, X, y, validation=None, progress: Progress | None = None) -> BinnedCascade:
         """Fit on ``X``, ``y``; ``validation`` optionally marks the rows every booster early-stops
-        on (in time order: the window's last day), which none of them trains on."""
+        on (in time order: the window's last day), which none of them trains on. ``progress``
+        (``cascade_units`` of work) is advanced as each expert and the classifier finish."""
         X, y = validate_data(self, X, y, ensure_all_finite="allow-nan", dtype=np.float64)
         self._check_params(len(y))
         if validation is not None:
@@ -465,9 +485,15 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
                 if self.oof_folds
                 else None
             )
+            planned = cascade_units(self.max_em_iter, self.n_bins, self.expert_overlap)
+            done_before = progress.done if progress is not None else 0.0
+            em_units = EM_ITERATION_UNITS if n_bins > 1 else SINGLE_GBDT_UNITS
             start = time.perf_counter()
-            for _ in range(self.max_em_iter):
-                errors, experts = self._em_errors(X, y, bins, n_bins, validation, folds)
+            for iteration in range(self.max_em_iter):
+                step = f"EM iteration {iteration + 1}/{self.max_em_iter}, " if n_bins > 1 else ""
+                errors, experts = self._em_errors(
+                    X, y, bins, n_bins, validation, folds, progress, step, em_units
+                )
                 new_bins, rescued = self._reassign(errors)
                 share = float(np.mean(new_bins != bins))
                 moved.append(share)
@@ -483,14 +509,20 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
                 self.experts_ = experts  # nothing moved: the last experts already fit the bins
             else:
                 self.experts_ = self._fit_experts(
-                    X, y, bins, n_bins, validation, self.expert_overlap
-                )
+                    X, y, bins, n_bins, validation, self.expert_overlap, progress, "refit, ",
+                    EM_ITERATION_UNITS * (1.0 + 2.0 * self.expert_overlap),
+                )  # fmt: skip
             seconds["refit"] = time.perf_counter() - start
+            classifier_units = CLASSIFIER_UNITS_PER_BIN * n_bins if n_bins > 1 else 0.0
+            if progress is not None:  # EM converged early, or bins merged: less work left
+                progress.drop(planned - (progress.done - done_before) - classifier_units)
             start = time.perf_counter()
             self.classifier_ = self._fit_classifier(X, bins, n_bins, validation)
             self.n_bins_ = n_bins
             self.temperature_ = self._calibrate(X, bins, validation)
             seconds["classifier"] = time.perf_counter() - start
+            if progress is not None and classifier_units:
+                progress.advance("bin classifier", classifier_units)
         self.bin_edges_ = edges
         self.bins_merged_ = merged
         self.em_iterations_ = len(moved)

@@ -1,5 +1,5 @@
-"""``leap ui`` after a small demo: what the two UIs show, read through their own APIs from the
-running servers on the loopback address, and one Ctrl-C stops both."""
+"""A small demo, its summary, then ``leap ui`` on its data: what the two UIs show, read through
+their own APIs from the running servers on the loopback address, and one Ctrl-C stops both."""
 
 import json
 import os
@@ -35,6 +35,7 @@ def _answers(url: str) -> bool:
 class Servers:
     def __init__(self, data: Path, process: subprocess.Popen, dagster: int, mlflow: int):
         self.data, self.process = data, process
+        self.demo_output = self.demo_summary = ""
         self.dagster, self.mlflow = f"http://127.0.0.1:{dagster}", f"http://127.0.0.1:{mlflow}"
 
     def graphql(self, query: str) -> dict:
@@ -73,7 +74,7 @@ def servers(tmp_path_factory):
     }
     demo = subprocess.run(
         [sys.executable, "-m", "leap_pipeline.cli", "demo", "--scale", "0.02", "--days",
-         str(DAYS), "--nights", "1", "--data", str(data)],
+         str(DAYS), "--nights", "1", "--data", str(data), "--json"],
         capture_output=True, text=True, env=env, cwd=data.parent,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stderr[-3000:]
@@ -84,6 +85,7 @@ def servers(tmp_path_factory):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
     found = Servers(data, process, dagster_port, mlflow_port)
+    found.demo_output, found.demo_summary = demo.stderr, demo.stdout
     try:
         deadline = time.monotonic() + 180
         while not (_answers(f"{found.dagster}/server_info") and _answers(f"{found.mlflow}/health")):
@@ -93,6 +95,22 @@ def servers(tmp_path_factory):
         yield found
     finally:
         _stop(process)
+
+
+def test_the_demo_reports_the_published_model_beside_its_rivals(servers):
+    *lines, last = servers.demo_summary.strip().splitlines()
+    result = json.loads(last)
+    assert set(result["w20"]) == {"published", "cascade", "single_gbdt", "lookup"}
+    chosen = result["selection"]
+    assert result["published_model"] == chosen["published"] in chosen["scores"]
+    # the published model is one of those it was chosen from, scored on the same attempts
+    rival = {"single_gbdt": "single_gbdt", "cascade_mean": "cascade"}.get(chosen["published"])
+    if rival is not None:  # cascade_mean: the cascade's default gating
+        assert result["w20"]["published"] == result["w20"][rival]
+    published = result["table1"]["published_w20"]
+    assert published is None or 0 <= published <= 1
+    assert any(line.startswith("published: ") for line in lines)
+    assert result["model_uri"] == "models:/leap-throughput@production"
 
 
 def test_dagster_lists_the_assets_with_the_landed_days_as_partitions(servers):
@@ -127,6 +145,24 @@ def test_dagster_runs_the_nightly_schedule(servers):
     schedules = {s["name"]: s for r in repositories for s in r["schedules"]}
     assert schedules["nightly_schedule"]["scheduleState"]["status"] == "RUNNING"
     assert schedules["nightly_schedule"]["cronSchedule"] == "0 2 * * *"
+
+
+def test_training_progress_reaches_the_cli_and_the_dagster_run_log(servers):
+    night = f"night 2026-01-{DAYS:02d} | "
+    # stderr is not a terminal here: one plain line per step
+    lines = [line for line in servers.demo_output.splitlines() if line.startswith(night)]
+    assert any("cascade: EM iteration 1/" in line for line in lines)
+    assert "left (" in lines[0] and lines[-1].endswith("(100%)")
+    runs = servers.graphql("{ runsOrError { ... on Runs { results { runId jobName status } } } }")[
+        "runsOrError"
+    ]["results"]
+    (training,) = [r for r in runs if r.get("jobName") == "training"]
+    events = servers.graphql(
+        f'{{ logsForRun(runId: "{training["runId"]}") {{ ... on EventConnection {{'
+        " events { ... on MessageEvent { message } } } } }"
+    )["logsForRun"]["events"]
+    messages = [e.get("message") or "" for e in events]
+    assert any(m.startswith(night) and "expert" in m for m in messages)
 
 
 def test_mlflow_serves_the_model_its_alias_signature_and_the_run(servers):

@@ -1,0 +1,59 @@
+"""Training progress a person can follow: what finished, the time so far and the time left."""
+
+import io
+import logging
+
+import numpy as np
+
+from leap_serving.cascade import BinnedCascade, profile_params
+from leap_serving.progress import LOGGER_NAME, Progress, TerminalLine, cascade_units
+
+
+def _fit_with_progress(caplog, n_bins: int) -> list[logging.LogRecord]:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 5))
+    y = 2 * X[:, 0] + np.where(X[:, 1] > 0, 3.0, 0.0) + rng.normal(scale=0.1, size=3000)
+    model = BinnedCascade(**(profile_params("quick") | {"n_bins": n_bins}), random_state=0)
+    progress = Progress("night 2026-01-10", cascade_units(model.max_em_iter, n_bins))
+    progress.phase = "cascade"
+    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+        model.fit(X, y, progress=progress)
+    assert progress.done == progress.total  # EM's unneeded iterations left the estimate
+    return [r for r in caplog.records if r.name == LOGGER_NAME]
+
+
+def test_a_cascade_fit_reports_each_expert_and_the_classifier_then_finishes(caplog):
+    records = _fit_with_progress(caplog, n_bins=3)
+    messages = [r.getMessage() for r in records]
+    assert messages[0].startswith("night 2026-01-10 | cascade: EM iteration 1/")
+    assert any("expert 3/3" in m for m in messages)
+    assert any("cascade: bin classifier" in m for m in messages)
+    assert all(" elapsed, " in m for m in messages)
+    assert any("left (" in m for m in messages)
+    assert records[-1].leap_finished and not any(r.leap_finished for r in records[:-1])
+
+
+def test_a_single_gbdt_reports_one_step(caplog):
+    (record,) = _fit_with_progress(caplog, n_bins=1)
+    assert "cascade: fitted" in record.getMessage() and record.leap_finished
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _record(message: str, finished: bool) -> logging.LogRecord:
+    record = logging.LogRecord(LOGGER_NAME, logging.INFO, "", 0, message, (), None)
+    record.leap_finished = finished
+    return record
+
+
+def test_a_terminal_gets_one_line_updated_in_place_and_a_log_plain_lines():
+    terminal, log = _Terminal(), io.StringIO()
+    for stream in (terminal, log):
+        handler = TerminalLine(stream)
+        for message, finished in (("step one, longer", False), ("step two", False), ("done", True)):
+            handler.emit(_record(message, finished))
+    assert terminal.getvalue() == "\rstep one, longer\rstep two        \rdone    \n"
+    assert log.getvalue() == "step one, longer\nstep two\ndone\n"
