@@ -4,7 +4,8 @@ Materializes (or reuses) the simulated fleet's days up to the evaluation day in 
 warehouse, trains the cascade and the single GBDT on the 30 days before it with one profile, and
 scores both on the evaluation day.
 
-Run: python benchmarks/train_cascade.py [--scale 1.0] [--profile paper] [--json]
+Run: python benchmarks/train_cascade.py [--scale 1.0] [--profile paper] [--n-jobs 2]
+     [--dask local|ADDRESS] [--serial-baseline] [--json]
 """
 
 import argparse
@@ -21,6 +22,7 @@ from threadpoolctl import threadpool_limits
 from leap_pipeline.evaluation import training_window, validation_rows
 from leap_pipeline.runs import discard_stale_warehouse, materialize_days
 from leap_pipeline.simulation import SPAN_START
+from leap_pipeline.training import expert_backend
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
@@ -37,6 +39,12 @@ def main() -> None:
     parser.add_argument("--profile", default="paper", choices=("paper", "fast"))
     parser.add_argument("--day", type=dt.date.fromisoformat, default=SPAN_START + dt.timedelta(31))
     parser.add_argument("--warehouse", default="", help="default: data/bench-<scale>.duckdb")
+    parser.add_argument("--n-jobs", type=int, default=1, help="experts fitted at once (joblib)")
+    parser.add_argument("--dask", default="", help="fit the experts on this Dask scheduler "
+                        "address, or 'local' for a cluster on this machine")  # fmt: skip
+    parser.add_argument("--serial-baseline", action="store_true",
+                        help="also fit the cascade one expert at a time, in this process, and "
+                        "print the speed-up and whether the models are identical")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     warehouse = Path(args.warehouse or f"data/bench-{args.scale}.duckdb")
@@ -55,10 +63,25 @@ def main() -> None:
     X, y = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
     X_day, q_day = held_out.select(FEATURE_COLUMNS).to_numpy(), held_out["throughput"].to_numpy()
 
-    start = time.perf_counter()
     validation = validation_rows(window)
-    cascade = BinnedCascade(**profile_params(args.profile)).fit(X, y, validation=validation)
+    params = profile_params(args.profile)
+    start = time.perf_counter()
+    with expert_backend(args.dask):
+        cascade = BinnedCascade(**params, n_jobs=args.n_jobs).fit(X, y, validation=validation)
     cascade_s = time.perf_counter() - start
+    baseline = {}
+    if args.serial_baseline:
+        start = time.perf_counter()
+        serial = BinnedCascade(**params, n_jobs=1).fit(X, y, validation=validation)
+        serial_s = time.perf_counter() - start
+        baseline = {
+            "serial_wall_s": round(serial_s, 1),
+            "serial_phase_s": {k: round(v, 1) for k, v in serial.fit_seconds_.items()},
+            "speedup": round(serial_s / cascade_s, 2),
+            "identical_predictions": bool(
+                np.array_equal(serial.predict(X_day), cascade.predict(X_day))
+            ),
+        }
     start = time.perf_counter()
     with threadpool_limits(1):
         gbdt = fit_booster(single_gbdt(args.profile), X, y, validation)
@@ -80,6 +103,9 @@ def main() -> None:
         "single_gbdt_trees": int(gbdt.n_iter_),
         "w20_cascade": metrics.within(np.exp(cascade.predict(X_day)), q_day, 20),
         "w20_single_gbdt": metrics.within(np.exp(gbdt.predict(X_day)), q_day, 20),
+        "n_jobs": args.n_jobs,
+        "dask": args.dask,
+        **baseline,
     }
     if args.json:
         print(json.dumps(result))

@@ -35,7 +35,13 @@ from .evaluation import (
 from .partitions import daily_partitions
 from .resources import MlflowResource, TrainingResource, WarehouseResource
 from .sources import logged_simulator
-from .training import load_trained, models_folder, save_trained, train_night
+from .training import (
+    expert_backend,
+    load_trained,
+    models_folder,
+    save_trained,
+    train_night,
+)
 
 EVALUATION_COLUMNS = ("w5", "w10", "w15", "w20", "mdape", "median_ratio", "coverage")
 
@@ -65,11 +71,12 @@ def cascade_model(
     """The cascade, the single GBDT and the lookup table trained on the days before D, and the
     one of the first two that scored best on the window's last day, which is published."""
     per_day = []
-    with warehouse.open() as wh:
+    with warehouse.open() as wh, expert_backend(training.dask_scheduler):
         for day in partition_days(context):
             models = train_night(
-                wh, day, training.profile, training.window_days, training.lookup_min_support
-            )
+                wh, day, training.profile, training.window_days, training.lookup_min_support,
+                training.n_jobs,
+            )  # fmt: skip
             snapshot = wh.read("history_snapshot", day, day).drop("ds")
             specs = wh.read("hardware_specs", day, day).drop("ds")
             save_trained(models, models_folder(wh.path, day), snapshot, specs, training.profile)

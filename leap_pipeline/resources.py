@@ -56,6 +56,8 @@ class TrainingResource(dg.ConfigurableResource):
     gate_margin: float = 0.02  # ... and be at most this far below production on the same day
     keep_versions: int = 30  # registered versions kept; the production one always is
     lookup_min_support: int = 20  # attempts a lookup-table key needs (scale it with the fleet)
+    n_jobs: int = 1  # experts fitted at once (joblib; -1: one per core or Dask worker)
+    dask_scheduler: str = ""  # fit the experts on a Dask cluster: its address, or "local"
 
 
 class MlflowResource(dg.ConfigurableResource):

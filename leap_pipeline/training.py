@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import joblib
 import polars as pl
 from sklearn.ensemble import HistGradientBoostingRegressor
 
@@ -35,10 +38,46 @@ def train_night(
     profile: str = "fast",
     window_days: int = 30,
     lookup_min_support: int = MIN_SUPPORT,
+    n_jobs: int | None = None,
 ) -> TrainedModels:
+    """Fit the night's models on its window; ``n_jobs`` experts at once (``expert_backend``
+    says where they run)."""
     first, last = training_window(day, window_days)
     window = wh.read("feature_table", first, last)
-    return fit_models(window, day, profile=profile, lookup_min_support=lookup_min_support)
+    return fit_models(
+        window,
+        day,
+        profile=profile,
+        lookup_min_support=lookup_min_support,
+        cascade_params={"n_jobs": n_jobs},
+    )
+
+
+@contextmanager
+def expert_backend(dask_scheduler: str = "") -> Iterator[None]:
+    """Where the experts' fits run: joblib's processes on this machine, or, with
+    ``dask_scheduler`` (an address such as ``tcp://scheduler:8786``, or ``local`` for a cluster
+    on this machine), a Dask cluster through joblib's ``dask`` backend."""
+    if not dask_scheduler:
+        yield
+        return
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise ValueError(
+            f"dask_scheduler={dask_scheduler!r} needs Dask: pip install -e '.[dask]'"
+        ) from None
+    cluster = (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None)
+        if dask_scheduler == "local"
+        else None
+    )
+    try:
+        with Client(cluster or dask_scheduler), joblib.parallel_config(backend="dask"):
+            yield
+    finally:
+        if cluster is not None:
+            cluster.close()
 
 
 def save_trained(models: TrainedModels, folder: Path, snapshot: pl.DataFrame,

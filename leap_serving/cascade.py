@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator, RegressorMixin, is_classifier
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -259,6 +260,11 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         prior plus prediction, so trees learn corrections to a level they cannot extrapolate,
         as a type new to a job needs.
     random_state : int
+    n_jobs : int or None
+        Experts fitted at once, through joblib: None is one unless a ``joblib.parallel_config``
+        says otherwise, so the same code spreads the fits over a Dask or Ray cluster with
+        ``joblib.parallel_config(backend="dask")``. Every fit is seeded: the model is the same
+        whatever runs it.
 
     Attributes
     ----------
@@ -303,6 +309,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         expert_overlap: float = 0.0,
         residual_on_prior: bool = False,
         random_state: int = 0,
+        n_jobs: int | None = None,
     ) -> None:
         self.n_bins = n_bins
         self.max_em_iter = max_em_iter
@@ -323,6 +330,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         self.expert_overlap = expert_overlap
         self.residual_on_prior = residual_on_prior
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     # -- fitting ---------------------------------------------------------------------------------
 
@@ -401,11 +409,10 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             ]
             position = np.argsort(np.argsort(levels, kind="stable"), kind="stable")
             row_position = position[bins]
-        experts = []
+        fits, shares = {}, {}
         for b in range(n_bins):
             own = bins == b
             if not own.any():
-                experts.append(None)
                 continue
             weight = None
             rows = own
@@ -413,12 +420,15 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
                 rows = np.abs(row_position - position[b]) <= 1
                 weight = np.where(own[rows], 1.0, overlap)
             held_out = None if validation is None else validation[rows]
-            experts.append(fit_booster(self._expert(), X[rows], y[rows], held_out, weight))
+            fits[b] = delayed(fit_booster)(self._expert(), X[rows], y[rows], held_out, weight)
+            shares[b] = units * own.sum() / len(y)
+        experts: list[HistGradientBoostingRegressor | None] = [None] * n_bins
+        done = Parallel(n_jobs=self.n_jobs, return_as="generator")(fits.values())
+        for b, expert in zip(fits, done, strict=True):  # in bin order, as each finishes
+            experts[b] = expert
             if progress is not None:
-                share = units * own.sum() / len(y)
-                progress.advance(
-                    f"{step}expert {b + 1}/{n_bins}" if n_bins > 1 else "fitted", share
-                )
+                what = f"{step}expert {b + 1}/{n_bins}" if n_bins > 1 else "fitted"
+                progress.advance(what, shares[b])
         return experts
 
     def _errors(self, experts: list, X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -605,9 +615,10 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             )
 
     def __setstate__(self, state: dict) -> None:
-        # a model saved before gating, out-of-fold EM and calibration existed predicts as it did
+        # a model saved before gating, out-of-fold EM, calibration and n_jobs existed predicts
+        # as it did
         defaults = {"gating": "argmax", "gate_top_k": 3, "oof_folds": 0, "expert_overlap": 0.0,
-                    "residual_on_prior": False}  # fmt: skip
+                    "residual_on_prior": False, "n_jobs": None}  # fmt: skip
         if "classifier_" in state:
             defaults["temperature_"] = 1.0
         super().__setstate__(defaults | state)
