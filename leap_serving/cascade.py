@@ -265,6 +265,13 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         says otherwise, so the same code spreads the fits over a Dask or Ray cluster with
         ``joblib.parallel_config(backend="dask")``. Every fit is seeded: the model is the same
         whatever runs it.
+    em_sample : float
+        Share of the rows (a seeded random subset, the same in every iteration) the experts
+        train on during EM; every row is still reassigned, and the final experts refit on all
+        rows. 1.0: all rows (the paper).
+    classifier_sample : float
+        Share of each bin's rows the bin classifier trains on (every row of a bin that would
+        keep fewer than ``min_bin_rows``). 1.0: all rows (the paper).
 
     Attributes
     ----------
@@ -310,6 +317,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         residual_on_prior: bool = False,
         random_state: int = 0,
         n_jobs: int | None = None,
+        em_sample: float = 1.0,
+        classifier_sample: float = 1.0,
     ) -> None:
         self.n_bins = n_bins
         self.max_em_iter = max_em_iter
@@ -331,6 +340,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         self.residual_on_prior = residual_on_prior
         self.random_state = random_state
         self.n_jobs = n_jobs
+        self.em_sample = em_sample
+        self.classifier_sample = classifier_sample
 
     # -- fitting ---------------------------------------------------------------------------------
 
@@ -363,6 +374,9 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             raise ValueError(f"oof_folds={self.oof_folds!r} must be 0 (off) or at least 2")
         if not 0.0 <= self.expert_overlap <= 1.0:
             raise ValueError(f"expert_overlap={self.expert_overlap!r} must be in [0, 1]")
+        for name in ("em_sample", "classifier_sample"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be in (0, 1]")
         if n_rows < self.min_bin_rows:
             raise ValueError(
                 f"{n_rows} training rows are fewer than min_bin_rows={self.min_bin_rows}"
@@ -437,15 +451,35 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         )
 
     def _em_errors(
-        self, X, y, bins, n_bins, validation, folds, progress=None, step="", units=1.0
+        self,
+        X,
+        y,
+        bins,
+        n_bins,
+        validation,
+        folds,
+        progress=None,
+        step="",
+        units=1.0,
+        sample=None,
     ) -> tuple[np.ndarray, list | None]:
-        """Every row's error under every bin's expert, and the experts when they fit all rows."""
+        """Every row's error under every bin's expert, and the experts when they fit all rows.
+        With a ``sample`` mask the experts fit those rows only and score every row."""
+        if sample is not None and folds is None:
+            experts = self._fit_experts(
+                X[sample], y[sample], bins[sample], n_bins,
+                None if validation is None else validation[sample], 0.0, progress, step,
+                units * self.em_sample,
+            )  # fmt: skip
+            return self._errors(experts, X, y), None
         if folds is None:
             experts = self._fit_experts(X, y, bins, n_bins, validation, 0.0, progress, step, units)
             return self._errors(experts, X, y), experts
         errors = np.empty((len(y), n_bins))
         for f in range(self.oof_folds):
             train, score = folds != f, folds == f
+            if sample is not None:
+                train = train & sample
             experts = self._fit_experts(
                 X[train], y[train], bins[train], n_bins,
                 None if validation is None else validation[train], 0.0, progress,
@@ -499,10 +533,14 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             done_before = progress.done if progress is not None else 0.0
             em_units = EM_ITERATION_UNITS if n_bins > 1 else SINGLE_GBDT_UNITS
             start = time.perf_counter()
+            sample = None
+            if self.em_sample < 1.0 and n_bins > 1:
+                rng = np.random.default_rng(self.random_state)
+                sample = rng.random(len(y)) < self.em_sample
             for iteration in range(self.max_em_iter):
                 step = f"EM iteration {iteration + 1}/{self.max_em_iter}, " if n_bins > 1 else ""
                 errors, experts = self._em_errors(
-                    X, y, bins, n_bins, validation, folds, progress, step, em_units
+                    X, y, bins, n_bins, validation, folds, progress, step, em_units, sample
                 )
                 new_bins, rescued = self._reassign(errors)
                 share = float(np.mean(new_bins != bins))
@@ -548,6 +586,10 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
     ):
         if n_bins == 1:
             return None  # one bin: nothing to choose
+        if self.classifier_sample < 1.0:
+            keep = self._classifier_rows(bins, n_bins)
+            X, bins = X[keep], bins[keep]
+            validation = None if validation is None else validation[keep]
         classifier = HistGradientBoostingClassifier(
             max_iter=self.classifier_max_iter,
             max_leaf_nodes=self.classifier_max_leaf_nodes,
@@ -558,6 +600,14 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             random_state=self.random_state,
         )
         return fit_booster(classifier, X, bins, validation)
+
+    def _classifier_rows(self, bins: np.ndarray, n_bins: int) -> np.ndarray:
+        """A seeded share of each bin's rows, all of a bin that would keep too few."""
+        rng = np.random.default_rng(self.random_state + 1)
+        keep = rng.random(len(bins)) < self.classifier_sample
+        counts = np.bincount(bins, minlength=n_bins)
+        small = counts * self.classifier_sample < self.min_bin_rows
+        return keep | small[bins]
 
     def _calibrate(self, X: np.ndarray, bins: np.ndarray, validation: np.ndarray | None) -> float:
         """The temperature that minimizes the log loss of the bin probabilities on the held-out
@@ -615,10 +665,11 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             )
 
     def __setstate__(self, state: dict) -> None:
-        # a model saved before gating, out-of-fold EM, calibration and n_jobs existed predicts
-        # as it did
+        # a model saved before gating, out-of-fold EM, calibration, n_jobs and the samples
+        # existed predicts as it did
         defaults = {"gating": "argmax", "gate_top_k": 3, "oof_folds": 0, "expert_overlap": 0.0,
-                    "residual_on_prior": False, "n_jobs": None}  # fmt: skip
+                    "residual_on_prior": False, "n_jobs": None, "em_sample": 1.0,
+                    "classifier_sample": 1.0}  # fmt: skip
         if "classifier_" in state:
             defaults["temperature_"] = 1.0
         super().__setstate__(defaults | state)

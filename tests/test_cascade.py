@@ -22,6 +22,20 @@ def _regimes(n: int = 3000, seed: int = 0):
     return X, y
 
 
+def test_em_and_the_classifier_on_samples_still_find_the_regimes():
+    """The speed levers: EM's experts on 30% of the rows and the classifier on 30% of each bin.
+    Every row is still assigned and the final experts refit on all rows."""
+    X, y = _regimes(6000)
+    X_new, y_new = _regimes(seed=1)
+    full = BinnedCascade(n_bins=4, **SMALL).fit(X, y)
+    sampled = BinnedCascade(n_bins=4, em_sample=0.3, classifier_sample=0.3, **SMALL).fit(X, y)
+    assert sampled.bin_rows_.sum() == len(y)
+    assert sampled.classifier_.n_iter_ > 0
+    w5 = metrics.within(np.exp(sampled.predict(X_new)), np.exp(y_new), 5)
+    assert w5 > 0.95
+    assert not np.array_equal(sampled.predict(X_new), full.predict(X_new))  # it did sample
+
+
 def test_the_cascade_learns_obvious_regimes():
     X, y = _regimes()
     X_new, y_new = _regimes(seed=1)
@@ -269,6 +283,8 @@ def test_a_model_saved_before_gating_existed_predicts_as_before():
     ({"gate_top_k": 0}, "gate_top_k"),
     ({"oof_folds": 1}, "oof_folds"),
     ({"expert_overlap": 1.5}, "expert_overlap"),
+    ({"em_sample": 0.0}, "em_sample"),
+    ({"classifier_sample": 1.5}, "classifier_sample"),
 ])  # fmt: skip
 def test_bad_gating_and_em_parameters_are_named(params, named):
     X, y = _regimes(500)
