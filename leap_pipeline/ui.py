@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +24,22 @@ from .warehouse import WarehouseError
 
 PROJECT = Path(__file__).resolve().parents[1]
 STOP_TIMEOUT_S = 20.0
+
+
+def free_port() -> int:
+    """A port no one listens on now, on the loopback address (tests, screenshots)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def answers(url: str) -> bool:
+    """Whether ``url`` answers 200 within 2 s: a server is up."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def landed_span(warehouse: Path) -> str | None:

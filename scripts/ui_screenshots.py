@@ -15,13 +15,14 @@ import argparse
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from leap_pipeline.ui import answers, free_port
 
 PROJECT = Path(__file__).resolve().parents[1]
 MODEL = "leap-throughput"
@@ -32,20 +33,6 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 VIEWPORT = {"width": 1600, "height": 900}
 SETTLE_MS = 4000  # both UIs render after their first queries return
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def _json(url: str) -> dict:
@@ -122,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--data={args.data!r} has no MLflow store: run `leap demo` first")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    dagster_port, mlflow_port = _free_port(), _free_port()
+    dagster_port, mlflow_port = free_port(), free_port()
     dagster, mlflow = f"http://127.0.0.1:{dagster_port}", f"http://127.0.0.1:{mlflow_port}"
     server = subprocess.Popen(
         [sys.executable, "-m", "leap_pipeline.cli", "ui", "--data", str(data),
@@ -130,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 180
-        while not (_answers(f"{dagster}/server_info") and _answers(f"{mlflow}/health")):
+        while not (answers(f"{dagster}/server_info") and answers(f"{mlflow}/health")):
             if server.poll() is not None or time.monotonic() > deadline:
                 print("leap ui did not start: see its output above", file=sys.stderr)
                 return 1

@@ -4,7 +4,6 @@ their own APIs from the running servers on the loopback address, and one Ctrl-C 
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,22 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from leap_pipeline.ui import answers, free_port
+
 MODEL = "leap-throughput"
 DAYS = 10
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 class Servers:
@@ -78,7 +65,7 @@ def servers(tmp_path_factory):
         capture_output=True, text=True, env=env, cwd=data.parent,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stderr[-3000:]
-    dagster_port, mlflow_port = _free_port(), _free_port()
+    dagster_port, mlflow_port = free_port(), free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "leap_pipeline.cli", "ui", "--data", str(data),
          "--dagster-port", str(dagster_port), "--mlflow-port", str(mlflow_port)],
@@ -88,7 +75,7 @@ def servers(tmp_path_factory):
     found.demo_output, found.demo_summary = demo.stderr, demo.stdout
     try:
         deadline = time.monotonic() + 180
-        while not (_answers(f"{found.dagster}/server_info") and _answers(f"{found.mlflow}/health")):
+        while not (answers(f"{found.dagster}/server_info") and answers(f"{found.mlflow}/health")):
             assert process.poll() is None, process.stdout.read()
             assert time.monotonic() < deadline, "the UIs did not answer within 180 s"
             time.sleep(1)
@@ -196,6 +183,6 @@ def test_ctrl_c_stops_both_servers(servers):
     assert servers.dagster in output and servers.mlflow in output
     assert f"partitions: 2026-01-01..2026-01-{DAYS:02d}" in output
     time.sleep(1)
-    assert not _answers(f"{servers.dagster}/server_info")  # both stopped, children included
-    assert not _answers(f"{servers.mlflow}/health")
+    assert not answers(f"{servers.dagster}/server_info")  # both stopped, children included
+    assert not answers(f"{servers.mlflow}/health")
     assert (servers.data / "mlflow" / "mlflow.db").exists()
