@@ -438,7 +438,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             shares[b] = units * own.sum() / len(y)
         experts: list[HistGradientBoostingRegressor | None] = [None] * n_bins
         done = Parallel(n_jobs=self.n_jobs, return_as="generator")(fits.values())
-        for b, expert in zip(fits, done, strict=True):  # in bin order, as each finishes
+        for b, expert in zip(fits, done, strict=True):  # in bin order, each once it is fitted
             experts[b] = expert
             if progress is not None:
                 what = f"{step}expert {b + 1}/{n_bins}" if n_bins > 1 else "fitted"
