@@ -113,7 +113,10 @@ def fit_models(
     }
     progress = Progress(
         f"night {day}",
-        sum(cascade_units(m.max_em_iter, m.n_bins, m.expert_overlap) for m in models.values()),
+        sum(
+            cascade_units(m.max_em_iter, m.n_bins, m.expert_overlap, m.em_sample)
+            for m in models.values()
+        ),
     )
     seconds = {}
     for name, model in models.items():

@@ -529,7 +529,9 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
                 if self.oof_folds
                 else None
             )
-            planned = cascade_units(self.max_em_iter, self.n_bins, self.expert_overlap)
+            planned = cascade_units(
+                self.max_em_iter, self.n_bins, self.expert_overlap, self.em_sample
+            )
             done_before = progress.done if progress is not None else 0.0
             em_units = EM_ITERATION_UNITS if n_bins > 1 else SINGLE_GBDT_UNITS
             start = time.perf_counter()

@@ -20,12 +20,15 @@ CLASSIFIER_UNITS_PER_BIN = 0.2
 SINGLE_GBDT_UNITS = 0.75
 
 
-def cascade_units(max_em_iter: int, n_bins: int, expert_overlap: float = 0.0) -> float:
+def cascade_units(
+    max_em_iter: int, n_bins: int, expert_overlap: float = 0.0, em_sample: float = 1.0
+) -> float:
     """An upper bound on a cascade fit's work (EM may stop early: ``Progress.drop``)."""
     if n_bins == 1:
         return SINGLE_GBDT_UNITS
     refit = EM_ITERATION_UNITS * (1.0 + 2.0 * expert_overlap)
-    return max_em_iter * EM_ITERATION_UNITS + refit + CLASSIFIER_UNITS_PER_BIN * n_bins
+    em = max_em_iter * EM_ITERATION_UNITS * em_sample
+    return em + refit + CLASSIFIER_UNITS_PER_BIN * n_bins
 
 
 def _duration(seconds: float) -> str:

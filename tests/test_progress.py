@@ -9,12 +9,14 @@ from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.progress import LOGGER_NAME, Progress, TerminalLine, cascade_units
 
 
-def _fit_with_progress(caplog, n_bins: int) -> list[logging.LogRecord]:
+def _fit_with_progress(caplog, n_bins: int, em_sample: float = 1.0) -> list[logging.LogRecord]:
     rng = np.random.default_rng(0)
     X = rng.normal(size=(3000, 5))
     y = 2 * X[:, 0] + np.where(X[:, 1] > 0, 3.0, 0.0) + rng.normal(scale=0.1, size=3000)
-    model = BinnedCascade(**(profile_params("quick") | {"n_bins": n_bins}), random_state=0)
-    progress = Progress("night 2026-01-10", cascade_units(model.max_em_iter, n_bins))
+    params = profile_params("quick") | {"n_bins": n_bins, "em_sample": em_sample}
+    model = BinnedCascade(**params, random_state=0)
+    units = cascade_units(model.max_em_iter, n_bins, em_sample=em_sample)
+    progress = Progress("night 2026-01-10", units)
     progress.phase = "cascade"
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         model.fit(X, y, progress=progress)
@@ -30,6 +32,12 @@ def test_a_cascade_fit_reports_each_expert_and_the_classifier_then_finishes(capl
     assert any("cascade: bin classifier" in m for m in messages)
     assert all(" elapsed, " in m for m in messages)
     assert any("left (" in m for m in messages)
+    assert records[-1].leap_finished and not any(r.leap_finished for r in records[:-1])
+
+
+def test_em_on_a_sample_is_counted_at_its_share(caplog):
+    assert cascade_units(3, 6, em_sample=0.5) == cascade_units(3, 6) - 1.5
+    records = _fit_with_progress(caplog, n_bins=3, em_sample=0.5)
     assert records[-1].leap_finished and not any(r.leap_finished for r in records[:-1])
 
 
