@@ -18,7 +18,7 @@ import polars as pl
 from threadpoolctl import threadpool_limits
 
 from leap_pipeline.crossval import fold_features, folds, physics_predict, top1_accuracy
-from leap_pipeline.public_data import lambda_sources, sia_sources
+from leap_pipeline.public_data import public_sources
 from leap_serving import metrics
 from leap_serving.cascade import fit_booster, single_gbdt
 from leap_serving.features import FEATURE_COLUMNS, PRIOR_COLUMNS
@@ -47,8 +47,7 @@ def main() -> None:
     parser.add_argument("--path", type=Path, required=True)
     parser.add_argument("--hardware", type=Path, required=True)
     args = parser.parse_args()
-    adapter = sia_sources if args.source == "sia" else lambda_sources
-    attempts, _, specs = adapter(args.path, args.hardware)
+    attempts, _, specs = public_sources(args.source, args.path, args.hardware)
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     names = ["level", *FIRST]
     predicted = {name: np.full(rows.height, np.nan) for name in [*names, "physics"]}

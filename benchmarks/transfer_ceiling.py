@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from leap_pipeline.crossval import folds, top1_accuracy
-from leap_pipeline.public_data import lambda_sources, sia_sources
+from leap_pipeline.public_data import public_sources
 from leap_serving import metrics
 from leap_serving.history import type_ratios, with_family
 
@@ -91,8 +91,7 @@ def main() -> None:
     parser.add_argument("--path", type=Path, required=True)
     parser.add_argument("--hardware", type=Path, required=True)
     args = parser.parse_args()
-    adapter = sia_sources if args.source == "sia" else lambda_sources
-    attempts, _, specs = adapter(args.path, args.hardware)
+    attempts, _, specs = public_sources(args.source, args.path, args.hardware)
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     fleet, similar, ceiling = (np.full(rows.height, np.nan) for _ in range(3))
     for mask in folds(rows, "leave-model-hardware-out"):

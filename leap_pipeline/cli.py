@@ -223,15 +223,14 @@ def _static_source(args: argparse.Namespace):
     from leap_serving.validation import validate_attempts
 
     from .importer import _read_all
-    from .public_data import lambda_sources, sia_sources
+    from .public_data import PUBLIC_SOURCES, public_sources
     from .sources import typed_frame
 
     path = Path(args.path)
-    if args.source in ("sia", "lambda"):
+    if args.source in PUBLIC_SOURCES:
         if not args.hardware:
             raise ValueError(f"--hardware: the Epoch ml_hardware.csv is needed for {args.source}")
-        adapter = sia_sources if args.source == "sia" else lambda_sources
-        attempts, _, specs = adapter(path, Path(args.hardware))
+        attempts, _, specs = public_sources(args.source, path, Path(args.hardware))
         return attempts, specs
     specs_path = Path(args.hardware) if args.hardware else next(
         (p for p in (path / "hardware_specs.parquet", path / "hardware_specs.csv") if p.exists()),

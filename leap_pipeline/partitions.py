@@ -72,12 +72,8 @@ def nightly_tick(
             f"(${PARTITIONS_ENV}); set {PARTITIONS_ENV}={first.isoformat()}.. to run every night"
         )
     window_first = max(first, day - dt.timedelta(days=window_days))
-    have = set(landed)
-    missing = [
-        window_first + dt.timedelta(days=i)
-        for i in range((day - window_first).days)
-        if window_first + dt.timedelta(days=i) not in have
-    ]
+    window = [window_first + dt.timedelta(days=i) for i in range((day - window_first).days)]
+    missing = sorted(set(window) - set(landed))
     if not missing:
         return dg.RunRequest(run_key=f"nightly-{day.isoformat()}", partition_key=day.isoformat())
     start = missing[0]

@@ -331,3 +331,17 @@ def lambda_sources(
         server_subtype=pl.lit(None, dtype=pl.String),
     )
     return attempts, allocations, specs
+
+
+PUBLIC_SOURCES = {"sia": sia_sources, "lambda": lambda_sources}
+
+
+def public_sources(
+    source: str, path: Path, epoch_table: Path
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(job_attempts, allocations, hardware_specs) of the public data set named ``source``."""
+    try:
+        adapter = PUBLIC_SOURCES[source]
+    except KeyError:
+        raise ValueError(f"source={source!r} is not one of {sorted(PUBLIC_SOURCES)}") from None
+    return adapter(Path(path), Path(epoch_table))

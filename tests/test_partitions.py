@@ -44,7 +44,7 @@ def test_a_closed_span_holds_its_last_day_and_nothing_after():
     assert keys[0] == "2026-01-01" and keys[-1] == "2026-02-14" and len(keys) == 45
 
 
-def test_the_ui_shows_the_configured_partitions(tmp_path):
+def test_the_variable_sets_the_partitions_a_new_process_loads():
     script = "from leap_pipeline.partitions import daily_partitions as p; print(len(p.get_partition_keys()))"  # noqa: E501
     env = {"PATH": "", PARTITIONS_ENV: "2026-01-01..2026-02-14"}
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
