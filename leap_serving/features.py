@@ -336,7 +336,8 @@ def expand_candidates(launch: dict, candidates: Iterable[str]) -> pl.DataFrame:
 
 
 def _with_launch_columns(launches: pl.DataFrame) -> pl.DataFrame:
-    missing = [c for c in LAUNCH_COLUMNS if c not in launches.columns]
+    present = set(launches.columns)
+    missing = [c for c in LAUNCH_COLUMNS if c not in present]
     if not missing:  # the serving path: candidates from expand_candidates carry every column
         return launches
     return launches.with_columns(pl.lit(None, dtype=_LAUNCH_SCHEMA[c]).alias(c) for c in missing)

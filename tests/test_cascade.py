@@ -321,3 +321,36 @@ def test_a_residual_on_the_prior_reaches_levels_the_trees_never_saw():
     X_new[:10] = np.nan
     assert np.allclose(on_prior.offset(X_new)[:10], np.median(y))
     assert np.array_equal(CompiledCascade(on_prior).predict(X_new)[0], on_prior.predict(X_new))
+
+
+def test_the_compiled_trees_route_missing_values_as_scikit_learn_does():
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+
+    from leap_serving.compiled import CompiledForest
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(3000, 4))
+    # missing values that mean "high" in one column and "low" in another, so the trees learn to
+    # send them both ways
+    X[rng.random(3000) < 0.2, 0] = np.nan
+    X[rng.random(3000) < 0.2, 1] = np.nan
+    y = np.where(np.isnan(X[:, 0]), 3.0, np.nan_to_num(X[:, 0])) + np.where(
+        np.isnan(X[:, 1]), -3.0, np.nan_to_num(X[:, 1])
+    )
+    X_new = rng.normal(size=(500, 4))
+    X_new[rng.random(500) < 0.3, 0] = np.nan
+    X_new[rng.random(500) < 0.3, 1] = np.nan
+    regressor = HistGradientBoostingRegressor(max_iter=30, random_state=0).fit(X, y)
+    classifier = HistGradientBoostingClassifier(max_iter=30, random_state=0).fit(
+        X, np.digitize(y, [-2.0, 0.0, 2.0])
+    )
+    missing_left = [
+        p.nodes["missing_go_to_left"][~p.nodes["is_leaf"].astype(bool)]
+        for it in regressor._predictors
+        for p in it
+    ]
+    assert {0, 1} <= set(np.concatenate(missing_left).tolist())
+    assert np.array_equal(CompiledForest(regressor).raw_predict(X_new)[:, 0],
+                          regressor.predict(X_new))  # fmt: skip
+    assert np.array_equal(CompiledForest(classifier).raw_predict(X_new),
+                          classifier.decision_function(X_new))  # fmt: skip
