@@ -27,7 +27,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -468,7 +468,7 @@ class Ranker:
             launch.get("requested_devices_per_host"),
             [spec["devices_per_host"] for spec in specs],
         )
-        scores = []
+        fields = []
         for j, hardware_type in enumerate(types):
             spec = specs[j]
             cost = float(spec["hourly_cost_usd"] * devices[j])
@@ -477,38 +477,37 @@ class Ranker:
                     f"hardware_type {hardware_type} has no usable hourly cost ({cost})",
                     "prediction",
                 )
-            scores.append(
-                CandidateScore(
-                    hardware_type=hardware_type,
-                    predicted_throughput=float(throughput[j]),
-                    cost_per_hour=float(cost),
-                    throughput_per_cost=float(throughput[j] * 3600.0 / cost),
-                    rank=None,
-                    bin=int(bins[j]),
-                    bin_probability=float(probability[j]),
-                    history_found=bool(history_found[j]),
-                    premium=bool(spec["premium"]),
-                    roofline_throughput=(
-                        float(roofline[j]) if math.isfinite(roofline[j]) else None
-                    ),
-                )
-            )
+            fields.append({
+                "hardware_type": hardware_type,
+                "predicted_throughput": float(throughput[j]),
+                "cost_per_hour": cost,
+                "throughput_per_cost": float(throughput[j] * 3600.0 / cost),
+                "bin": int(bins[j]),
+                "bin_probability": float(probability[j]),
+                "history_found": bool(history_found[j]),
+                "premium": bool(spec["premium"]),
+                "roofline_throughput": float(roofline[j]) if math.isfinite(roofline[j]) else None,
+            })  # fmt: skip
 
         # samples per dollar as the ranking reads it: the model's, or the prior's when novel
-        def value(s: CandidateScore) -> float:
+        def value(f: dict[str, Any]) -> float:
             if by_prior:
-                return s.roofline_throughput * 3600.0 / s.cost_per_hour
-            return s.throughput_per_cost
+                return f["roofline_throughput"] * 3600.0 / f["cost_per_hour"]
+            return f["throughput_per_cost"]
 
-        bar = max((value(s) for s in scores if not s.premium), default=None)
+        bar = max((value(f) for f in fields if not f["premium"]), default=None)
         kept, removed = [], []
-        for s in scores:
-            if s.premium and bar is not None and value(s) < self.premium_min_ratio * bar:
-                removed.append(_removed(s, value(s), bar, self.premium_min_ratio))
+        for f in fields:
+            if f["premium"] and bar is not None and value(f) < self.premium_min_ratio * bar:
+                reason = (
+                    f"premium type removed: {value(f):,.0f} samples per dollar is below "
+                    f"{self.premium_min_ratio:g} x the best non-premium candidate's {bar:,.0f}"
+                )
+                removed.append(CandidateScore(**f, rank=None, removed_reason=reason))
             else:
-                kept.append(s)
-        kept.sort(key=lambda s: (-value(s), s.hardware_type))
-        ranked = [_with_rank(s, r) for r, s in enumerate(kept, start=1)]
+                kept.append(f)
+        kept.sort(key=lambda f: (-value(f), f["hardware_type"]))
+        ranked = [CandidateScore(**f, rank=r) for r, f in enumerate(kept, start=1)]
         return Ranking(
             ranked, removed, loaded.version, None, ignored,
             novelty=None if novelty is None else asdict(novelty),
@@ -519,18 +518,6 @@ class Ranker:
                 "the roofline prior's throughput per dollar"
             ) if by_prior else None,
         )  # fmt: skip
-
-
-def _with_rank(score: CandidateScore, rank: int) -> CandidateScore:
-    return replace(score, rank=rank)
-
-
-def _removed(score: CandidateScore, value: float, bar: float, ratio: float) -> CandidateScore:
-    reason = (
-        f"premium type removed: {value:,.0f} samples per dollar is below "
-        f"{ratio:g} x the best non-premium candidate's {bar:,.0f}"
-    )
-    return replace(score, removed_reason=reason)
 
 
 def _empty(exc: Exception, version: str | None, job: Any) -> Ranking:
