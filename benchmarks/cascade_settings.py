@@ -25,8 +25,9 @@ from pathlib import Path
 import numpy as np
 from joblib import Parallel, delayed
 
+from leap_pipeline.definitions import materialize_days
 from leap_pipeline.evaluation import WINDOW_DAYS, training_window, validation_rows
-from leap_pipeline.runs import discard_stale_warehouse, materialize_days
+from leap_pipeline.feature_table import discard_stale_warehouse
 from leap_pipeline.simulation import SPAN_START
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics

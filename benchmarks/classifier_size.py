@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from leap_pipeline.definitions import materialize_days
 from leap_pipeline.evaluation import training_window, validation_rows
-from leap_pipeline.runs import materialize_days
 from leap_pipeline.simulation import SPAN_START
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics

@@ -61,8 +61,8 @@ class PerBinArgmax:
 def paper_model(scale: float, cascade: str) -> Path:
     """A paper-profile model trained on a 30-day window of a small fleet, cached. ``cascade``:
     ``default`` (the cascade the pipeline trains) or ``paper`` (the paper's 13 bins, argmax)."""
+    from leap_pipeline.definitions import materialize_days
     from leap_pipeline.evaluation import fit_models, training_window
-    from leap_pipeline.runs import materialize_days
     from leap_pipeline.simulation import SPAN_START
     from leap_pipeline.training import save_trained
     from leap_pipeline.warehouse import open_warehouse

@@ -248,3 +248,6 @@ def _snapshot_before(wh, day: dt.date) -> pl.DataFrame:
             "materialize history_snapshot for the day before first"
         )
     return empty_snapshot()
+
+
+DATA_ASSETS = [source_tables, history_snapshot_asset, feature_table]

@@ -80,7 +80,7 @@ def fleet_stats(args: argparse.Namespace) -> int:
 
 
 def materialize(args: argparse.Namespace) -> int:
-    from .runs import materialize_days
+    from .definitions import materialize_days
 
     end = args.end or args.start
     print(f"materializing {args.start} .. {end}", file=sys.stderr)
@@ -121,6 +121,7 @@ def model_command(args: argparse.Namespace) -> int:
 
 def report(args: argparse.Namespace) -> int:
     from .report import ReportSettings, build_report
+    from .runs import land_days
 
     settings = (
         ReportSettings.quick_mode(Path(args.data))
@@ -129,7 +130,8 @@ def report(args: argparse.Namespace) -> int:
             scale=args.scale, nights=args.nights, seed=args.seed, data=Path(args.data)
         )
     )
-    result = build_report(settings, log=lambda line: print(line, file=sys.stderr))
+
+    result = build_report(settings, land_days, log=lambda line: print(line, file=sys.stderr))
     if args.json:
         keys = ("nightly_w20", "nightly_w20_median", "oracle_w20_median",
                 "single_gbdt_w20_median", "table1", "ablation", "holdout_hardware_delta_w20",
@@ -141,8 +143,8 @@ def report(args: argparse.Namespace) -> int:
 
 
 def import_logs(args: argparse.Namespace) -> int:
+    from .definitions import materialize_days
     from .importer import stage_import
-    from .runs import materialize_days
     from .warehouse import open_warehouse
 
     staging = Path(args.data) / "imports" / "staging"

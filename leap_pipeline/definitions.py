@@ -4,13 +4,13 @@ import datetime as dt
 
 import dagster as dg
 
-from .assets import feature_table, history_snapshot_asset, source_tables
+from .assets import DATA_ASSETS
 from .model_assets import cascade_model, model_evaluation, paper_report, production_model
 from .partitions import daily_partitions, nightly_tick
 from .resources import MlflowResource, SourceResource, TrainingResource, WarehouseResource
+from .runs import run_days
 from .warehouse import WarehouseError
 
-DATA_ASSETS = [source_tables, history_snapshot_asset, feature_table]
 MODEL_ASSETS = [cascade_model, model_evaluation, production_model]
 
 daily_pipeline = dg.define_asset_job(
@@ -61,3 +61,11 @@ defs = dg.Definitions(
     # one DuckDB writer: every asset of a run executes in the run's own process, one at a time
     executor=dg.in_process_executor,
 )
+
+
+def materialize_days(
+    first: dt.date, last: dt.date, *, job_name: str = "daily_pipeline", **options
+) -> dg.ExecuteInProcessResult:
+    """Materialize the job ``job_name`` for days ``first`` .. ``last`` in one run, in this
+    process (``runs.run_days`` takes the options: source, warehouse, training, ...)."""
+    return run_days(defs.resolve_job_def(job_name), first, last, **options)

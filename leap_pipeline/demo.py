@@ -12,10 +12,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .definitions import materialize_days
 from .evaluation import MODELS
 from .lookup_table import MIN_SUPPORT
 from .registry import configure_tracking, model_uri, production_version
-from .runs import ensure_dagster_home, materialize_days
+from .runs import ensure_dagster_home
 from .simulation import SPAN_START
 from .training import models_folder
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
+from leap_serving.contract import schema
 from leap_serving.features import FEATURE_COLUMNS, build_features
 from leap_serving.history import SNAPSHOT_SCHEMA, history_features, with_family
 from leap_serving.validation import validate_attempts
 
 from .sources import SourceDay, typed_frame
+from .warehouse import open_warehouse, remove_warehouse
 
 ID_COLUMNS: tuple[str, ...] = (
     "attempt_id",
@@ -106,3 +109,24 @@ def build_feature_table(
     history = history_features(attempts, snapshot, hardware_specs)
     features = build_features(attempts, hardware_specs, history)
     return pl.concat([ids, features], how="horizontal").select(FEATURE_TABLE_COLUMNS)
+
+
+def discard_stale_warehouse(path: Path) -> bool:
+    """Delete a warehouse whose feature table, attempts or history snapshots were written with
+    other columns than today's code writes.
+
+    Only for a warehouse a command owns and re-lands whole from the simulator (the report's, the
+    benchmarks'), so an upgrade re-runs instead of failing; a user's warehouse is never passed.
+    """
+    if not path.exists():
+        return False
+    expected = {
+        "feature_table": list(FEATURE_TABLE_COLUMNS),
+        "job_attempts": [*schema("job_attempts"), "family"],
+        "history_snapshot": [*SNAPSHOT_SCHEMA, "ds"],
+    }
+    with open_warehouse(path, read_only=True) as wh:
+        stale = any(wh.has(t) and wh.columns(t) != columns for t, columns in expected.items())
+    if stale:
+        remove_warehouse(path)
+    return stale

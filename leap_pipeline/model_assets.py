@@ -34,6 +34,7 @@ from .evaluation import (
 )
 from .partitions import daily_partitions
 from .resources import MlflowResource, TrainingResource, WarehouseResource
+from .runs import land_days
 from .sources import logged_simulator
 from .training import (
     expert_backend,
@@ -351,7 +352,7 @@ def paper_report(context: dg.AssetExecutionContext, config: ReportConfig) -> dg.
         if config.quick
         else ReportSettings(scale=config.scale, nights=config.nights, data=Path(config.data))
     )
-    report = build_report(settings, log=context.log.info)
+    report = build_report(settings, land_days, log=context.log.info)
     root = Path(config.data) / "reports"
     return dg.MaterializeResult(
         metadata={

@@ -31,8 +31,8 @@ from leap_serving.ranking import Ranker
 
 from . import routing
 from .evaluation import evaluate, fit_models, novelty_scores, training_window, validation_rows
+from .feature_table import discard_stale_warehouse
 from .lookup_table import MIN_SUPPORT
-from .runs import discard_stale_warehouse, materialize_days
 from .simulation import SPAN_START
 from .sources import source_from_uri
 from .training import save_trained
@@ -64,7 +64,16 @@ class ReportSettings:
         return 8 if self.quick else WINDOW_DAYS
 
 
-def build_report(settings: ReportSettings, log: Callable[[str], None] = print) -> dict:
+# lands days first .. last of a source URI in a warehouse file: a run of the data assets
+LandDays = Callable[[dt.date, dt.date, str, str], object]
+
+
+def build_report(
+    settings: ReportSettings, land_days: LandDays, log: Callable[[str], None] = print
+) -> dict:
+    """The paper's evaluation over ``settings.nights`` nights of the simulated fleet, in a
+    warehouse of its own that ``land_days`` fills (``runs.land_days``: a run of the data
+    assets). The report itself runs no Dagster."""
     start = time.perf_counter()
     root = settings.data / "reports"
     root.mkdir(parents=True, exist_ok=True)
@@ -76,7 +85,7 @@ def build_report(settings: ReportSettings, log: Callable[[str], None] = print) -
     if discard_stale_warehouse(warehouse):
         log(f"removed {warehouse}: it was built with other features; landing it again")
     log(f"landing {days} days of {source}")
-    materialize_days(SPAN_START, last, source=source, warehouse=str(warehouse), log_level="WARNING")
+    land_days(SPAN_START, last, source, str(warehouse))
     oracle = source_from_uri(source).fleet().oracle()
 
     nightly, selections, final = [], [], None

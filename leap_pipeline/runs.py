@@ -1,4 +1,4 @@
-"""Run the Dagster job for a range of days from Python or the CLI, in this process.
+"""Run a Dagster job for a range of days from Python or the CLI, in this process.
 
 One run covers the whole range (the assets' single-run backfill policy), so it costs one process
 start, and it is recorded in ``$DAGSTER_HOME`` when that is set, visible in the UI like any other.
@@ -50,33 +50,6 @@ def dagster_instance() -> dg.DagsterInstance:
     return dg.DagsterInstance.ephemeral()
 
 
-def discard_stale_warehouse(path: Path) -> bool:
-    """Delete a warehouse whose feature table, attempts or history snapshots were written with
-    other columns than today's code writes.
-
-    Only for a warehouse a command owns and re-lands whole from the simulator (the report's, the
-    benchmarks'), so an upgrade re-runs instead of failing; a user's warehouse is never passed.
-    """
-    from leap_serving.contract import schema
-    from leap_serving.history import SNAPSHOT_SCHEMA
-
-    from .feature_table import FEATURE_TABLE_COLUMNS
-    from .warehouse import open_warehouse, remove_warehouse
-
-    if not path.exists():
-        return False
-    expected = {
-        "feature_table": list(FEATURE_TABLE_COLUMNS),
-        "job_attempts": [*schema("job_attempts"), "family"],
-        "history_snapshot": [*SNAPSHOT_SCHEMA, "ds"],
-    }
-    with open_warehouse(path, read_only=True) as wh:
-        stale = any(wh.has(t) and wh.columns(t) != columns for t, columns in expected.items())
-    if stale:
-        remove_warehouse(path)
-    return stale
-
-
 def check_range(first: dt.date, last: dt.date) -> None:
     start = daily_partitions.start.date()
     if first > last:
@@ -91,11 +64,11 @@ def check_range(first: dt.date, last: dt.date) -> None:
             )
 
 
-def materialize_days(
+def run_days(
+    job: dg.JobDefinition,
     first: dt.date,
     last: dt.date,
     *,
-    job_name: str = "daily_pipeline",
     source: str = "",
     warehouse: str = "",
     mlflow_store: str = "",
@@ -103,16 +76,14 @@ def materialize_days(
     log_level: str = "INFO",
     raise_on_error: bool = True,
 ) -> dg.ExecuteInProcessResult:
-    """Materialize ``job_name`` for days ``first`` .. ``last`` in one run; raises if it fails
-    (unless ``raise_on_error`` is False: then the result says what ran).
+    """Run ``job`` for days ``first`` .. ``last`` in one run; raises if it fails (unless
+    ``raise_on_error`` is False: then the result says what ran).
 
     ``training`` sets fields of the training resource (profile, promote, gate_floor, ...).
+    ``definitions.materialize_days`` runs the project's jobs by name through it.
     """
-    from .definitions import defs
-
     check_range(first, last)
-    job = defs.resolve_job_def(job_name)
-    result = job.execute_in_process(
+    return job.execute_in_process(
         instance=dagster_instance(),
         tags={
             "dagster/asset_partition_range_start": first.isoformat(),
@@ -129,4 +100,26 @@ def materialize_days(
         },
         raise_on_error=raise_on_error,
     )
-    return result
+
+
+def land_days(first: dt.date, last: dt.date, source: str, warehouse: str) -> None:
+    """Run the data assets for days ``first`` .. ``last`` of ``source`` into the warehouse file
+    ``warehouse``, in one run: the report's ``LandDays``, for the CLI and the report's asset
+    alike (an asset cannot reach the definitions it belongs to)."""
+    from .assets import DATA_ASSETS
+    from .resources import SourceResource, WarehouseResource
+
+    check_range(first, last)
+    dg.materialize(
+        DATA_ASSETS,
+        instance=dagster_instance(),
+        resources={
+            "source": SourceResource(uri=source),
+            "warehouse": WarehouseResource(path=warehouse),
+        },
+        tags={
+            "dagster/asset_partition_range_start": first.isoformat(),
+            "dagster/asset_partition_range_end": last.isoformat(),
+        },
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from leap_pipeline.cli import main
+from leap_pipeline.definitions import materialize_days
 from leap_pipeline.evaluation import fit_models
-from leap_pipeline.runs import materialize_days
 from leap_pipeline.simulation import SimulatedFleet
 from leap_pipeline.training import save_trained
 from leap_pipeline.warehouse import open_warehouse

@@ -6,8 +6,8 @@ import datetime as dt
 import numpy as np
 import pytest
 
+from leap_pipeline.definitions import materialize_days
 from leap_pipeline.evaluation import fit_models
-from leap_pipeline.runs import materialize_days
 from leap_pipeline.training import expert_backend
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving.features import FEATURE_COLUMNS

@@ -7,7 +7,7 @@ import sys
 import dagster as dg
 import pytest
 
-from leap_pipeline.definitions import defs, nightly_schedule
+from leap_pipeline.definitions import defs, materialize_days, nightly_schedule
 from leap_pipeline.partitions import (
     PARTITIONS_ENV,
     daily_partitions_for,
@@ -15,7 +15,6 @@ from leap_pipeline.partitions import (
     partition_span,
 )
 from leap_pipeline.resources import TrainingResource, WarehouseResource
-from leap_pipeline.runs import materialize_days
 from leap_pipeline.simulation import SPAN_START
 
 SOURCE = "simulator:seed=3,scale=0.02"

@@ -8,8 +8,8 @@ import sys
 import polars as pl
 import pytest
 
+from leap_pipeline.definitions import materialize_days
 from leap_pipeline.feature_table import FEATURE_TABLE_COLUMNS, land_day
-from leap_pipeline.runs import materialize_days
 from leap_pipeline.sources import FileSource, SimulatorSource, source_from_uri
 from leap_pipeline.warehouse import WarehouseError, open_warehouse
 from leap_serving.features import FEATURE_COLUMNS, expand_candidates, launch_features
@@ -78,8 +78,7 @@ def test_warehouse_refuses_unknown_tables_and_changed_columns(tmp_path):
 
 
 def test_only_a_warehouse_with_other_feature_columns_is_discarded(tmp_path):
-    from leap_pipeline.feature_table import FEATURE_TABLE_COLUMNS
-    from leap_pipeline.runs import discard_stale_warehouse
+    from leap_pipeline.feature_table import FEATURE_TABLE_COLUMNS, discard_stale_warehouse
 
     current = {c: [FIRST] if c == "ds" else [1.0] for c in FEATURE_TABLE_COLUMNS}
     for name, columns, stale in (("old", {"attempt_id": ["a"]}, True), ("new", current, False)):

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leap_pipeline import registry
+from leap_pipeline.definitions import materialize_days
 from leap_pipeline.evaluation import fit_models
-from leap_pipeline.runs import materialize_days
 from leap_pipeline.training import save_trained
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving.compiled import CompiledCascade

@@ -7,7 +7,6 @@ import polars as pl
 import pytest
 
 from leap_pipeline import routing
-from leap_pipeline.report import ReportSettings, build_report
 
 
 def _jobs(n: int) -> pl.DataFrame:
@@ -59,7 +58,19 @@ def test_capacity_is_the_logged_peak_with_headroom():
 
 
 def test_the_quick_report_has_every_section(tmp_path):
-    report = build_report(ReportSettings.quick_mode(tmp_path), log=lambda _: None)
+    """Through the report's asset, which lands its own warehouse's days with the data assets."""
+    import dagster as dg
+
+    from leap_pipeline.definitions import defs
+
+    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        asset_selection=[dg.AssetKey("paper_report")],
+        run_config={"ops": {"paper_report": {"config": {"quick": True, "data": str(tmp_path)}}}},
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    metadata = result.asset_materializations_for_node("paper_report")[0].metadata
+    report = json.loads((tmp_path / "reports" / "report.json").read_text())
+    assert metadata["nightly_w20_median"].value == report["nightly_w20_median"]
     for key in ("nightly_w20", "nightly_w20_median", "oracle_w20_median", "single_gbdt_w20_median",
                 "table1", "ablation", "holdout_hardware_delta_w20", "holdout_family_delta_w20",
                 "routing", "routing_capture"):  # fmt: skip

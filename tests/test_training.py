@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from leap_pipeline import registry
+from leap_pipeline.definitions import materialize_days
 from leap_pipeline.evaluation import (
     check_window,
     evaluate,
@@ -17,7 +18,6 @@ from leap_pipeline.evaluation import (
     frequency_band,
     training_window,
 )
-from leap_pipeline.runs import materialize_days
 from leap_pipeline.training import load_trained, models_folder, train_night
 from leap_pipeline.warehouse import open_warehouse
 
