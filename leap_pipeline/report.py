@@ -30,15 +30,20 @@ from leap_serving.publish import write_atomic
 from leap_serving.ranking import Ranker
 
 from . import routing
-from .evaluation import evaluate, fit_models, novelty_scores, training_window, validation_rows
+from .evaluation import (
+    WINDOW_DAYS,
+    evaluate,
+    fit_models,
+    novelty_scores,
+    training_window,
+    validation_rows,
+)
 from .feature_table import discard_stale_warehouse
 from .lookup_table import MIN_SUPPORT
 from .simulation import SPAN_START
 from .sources import source_from_uri
 from .training import save_trained
 from .warehouse import open_warehouse
-
-WINDOW_DAYS = 30
 
 
 @dataclass(frozen=True)
