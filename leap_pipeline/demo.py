@@ -17,7 +17,7 @@ from .evaluation import MODELS
 from .lookup_table import MIN_SUPPORT
 from .registry import configure_tracking, model_uri, production_version
 from .runs import ensure_dagster_home
-from .simulation import SPAN_START
+from .sources import source_from_uri
 from .training import models_folder
 
 
@@ -44,7 +44,8 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
     warehouse = settings.data / "leap.duckdb"
     store = settings.data / "mlflow"
     source = f"simulator:seed={settings.seed},scale={settings.scale}"
-    first, last = SPAN_START, SPAN_START + dt.timedelta(days=settings.days - 1)
+    first = source_from_uri(source).first_day()
+    last = first + dt.timedelta(days=settings.days - 1)
     first_night = last - dt.timedelta(days=settings.nights - 1)
     start = time.perf_counter()
     log(f"[1/2] landing {settings.days} days of {source} and building features ({first}..{last})")

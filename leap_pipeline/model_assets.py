@@ -35,7 +35,7 @@ from .evaluation import (
 from .partitions import daily_partitions
 from .resources import MlflowResource, TrainingResource, WarehouseResource
 from .runs import land_days
-from .sources import logged_simulator
+from .sources import logged_source
 from .training import (
     expert_backend,
     load_trained,
@@ -279,10 +279,9 @@ def _run_kind(context: dg.AssetExecutionContext, training: TrainingResource) -> 
 
 def _oracle_medians(wh, day: dt.date, rows: pl.DataFrame) -> pl.DataFrame | None:
     """The true medians of the day's attempts, when the day came from the simulator."""
-    source = logged_simulator(wh.read("source_log", day, day)["source"].to_list())
-    if source is None:
-        return None
-    return source.fleet().oracle().true_medians(rows["attempt_id"].to_list())
+    source = logged_source(wh.read("source_log", day, day)["source"].to_list())
+    oracle = source.oracle() if source is not None else None
+    return None if oracle is None else oracle.true_medians(rows["attempt_id"].to_list())
 
 
 def _production_model(context: dg.AssetExecutionContext):

@@ -2,8 +2,8 @@
 
 The span comes from ``$LEAP_PARTITIONS``: ``FIRST..LAST`` for a fixed set of days (``leap ui``
 sets the days landed in the warehouse, so the UI shows missing only what is), or ``FIRST..``
-for a set that grows by one partition a day. Unset, it is the simulated span's first day
-onwards.
+for a set that grows by one partition a day. Unset, it is the configured source's first day
+onwards (``$LEAP_SOURCE``; the simulated fleet's by default).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import dagster as dg
 
-from .simulation import SPAN_START
+from .sources import SimulatorSource, source_from_uri
 
 PARTITIONS_ENV = "LEAP_PARTITIONS"
 
@@ -24,7 +24,7 @@ def partition_span(text: str | None = None) -> tuple[dt.date, dt.date | None]:
     """(first day, last day or None for open-ended) from ``FIRST..LAST`` or ``FIRST..``."""
     text = os.environ.get(PARTITIONS_ENV, "") if text is None else text
     if not text.strip():
-        return SPAN_START, None
+        return default_first_day(), None
     first_text, dots, last_text = text.strip().partition("..")
     try:
         if not dots:
@@ -39,6 +39,16 @@ def partition_span(text: str | None = None) -> tuple[dt.date, dt.date | None]:
     if last is not None and last < first:
         raise ValueError(f"{PARTITIONS_ENV}={text!r}: the last day is before the first")
     return first, last
+
+
+def default_first_day() -> dt.date:
+    """The configured source's first day (``$LEAP_SOURCE``), or the simulated fleet's when the
+    source cannot tell."""
+    try:
+        first = source_from_uri().first_day()
+    except ValueError:  # a malformed $LEAP_SOURCE: the resource reports it when a run reads it
+        first = None
+    return first or SimulatorSource().first_day()
 
 
 def daily_partitions_for(first: dt.date, last: dt.date | None) -> dg.DailyPartitionsDefinition:

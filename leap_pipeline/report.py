@@ -40,7 +40,6 @@ from .evaluation import (
 )
 from .feature_table import discard_stale_warehouse
 from .lookup_table import MIN_SUPPORT
-from .simulation import SPAN_START
 from .sources import source_from_uri
 from .training import save_trained
 from .warehouse import open_warehouse
@@ -84,14 +83,16 @@ def build_report(
     root.mkdir(parents=True, exist_ok=True)
     warehouse = settings.data / f"report-{settings.scale}-{settings.seed}.duckdb"
     source = f"simulator:seed={settings.seed},scale={settings.scale}"
+    fleet = source_from_uri(source)
+    first = fleet.first_day()
     days = settings.window_days + settings.nights
-    first_night = SPAN_START + dt.timedelta(days=settings.window_days)
-    last = SPAN_START + dt.timedelta(days=days - 1)
+    first_night = first + dt.timedelta(days=settings.window_days)
+    last = first + dt.timedelta(days=days - 1)
     if discard_stale_warehouse(warehouse):
         log(f"removed {warehouse}: it was built with other features; landing it again")
     log(f"landing {days} days of {source}")
-    land_days(SPAN_START, last, source, str(warehouse))
-    oracle = source_from_uri(source).fleet().oracle()
+    land_days(first, last, source, str(warehouse))
+    oracle = fleet.oracle()
 
     nightly, selections, final = [], [], None
     with open_warehouse(warehouse, read_only=True) as wh:

@@ -25,7 +25,7 @@ import polars as pl
 from leap_serving.contract import schema
 from leap_serving.validation import ContractError, convert, with_contract_columns
 
-from .simulation import SimulatedFleet
+from .simulation import SPAN_START, SimulatedFleet
 
 SOURCE_ENV = "LEAP_SOURCE"
 DEFAULT_SOURCE = "simulator:seed=0,scale=0.05"
@@ -39,10 +39,24 @@ class SourceDay:
     hardware_specs: pl.DataFrame
 
 
+class Oracle(Protocol):
+    """The hidden truth of a simulated fleet: what evaluation scores predictions against."""
+
+    def true_medians(self, attempt_ids: list[str]) -> pl.DataFrame: ...
+
+
 class Source(Protocol):
     description: str
 
     def read_day(self, day: dt.date) -> SourceDay: ...
+
+    def first_day(self) -> dt.date | None:
+        """The first day the source holds, when it can tell."""
+        ...
+
+    def oracle(self) -> Oracle | None:
+        """The true medians behind the measurements: a simulated source has them, logs do not."""
+        ...
 
 
 @functools.lru_cache(maxsize=4)
@@ -67,6 +81,12 @@ class SimulatorSource:
         simulated = fleet.day(day)
         return SourceDay(simulated.attempts, simulated.allocations, fleet.hardware_specs())
 
+    def first_day(self) -> dt.date:
+        return SPAN_START
+
+    def oracle(self) -> Oracle:
+        return self.fleet().oracle()
+
 
 @dataclass(frozen=True)
 class FileSource:
@@ -90,6 +110,21 @@ class FileSource:
             [read_file(p, "hardware_specs") for p in specs_files], how="diagonal_relaxed"
         )
         return SourceDay(attempts, allocations, specs)
+
+    def first_day(self) -> dt.date | None:
+        """The earliest day with a job_attempts file (``ds=DAY/`` or ``DAY.<ext>``)."""
+        folder = self.root / "job_attempts"
+        days = []
+        for path in folder.iterdir() if folder.is_dir() else ():
+            text = path.name.removeprefix("ds=") if path.is_dir() else path.stem
+            try:
+                days.append(dt.date.fromisoformat(text))
+            except ValueError:
+                continue
+        return min(days, default=None)
+
+    def oracle(self) -> None:
+        return None
 
     def _day_files(self, source: str, day: dt.date) -> list[Path]:
         folder = self.root / source / f"ds={day.isoformat()}"
@@ -156,9 +191,14 @@ def source_from_uri(uri: str | None = None) -> Source:
     return FileSource(Path(path))
 
 
-def logged_simulator(logged_sources: list[str]) -> SimulatorSource | None:
-    """The simulator that produced days whose ``source_log`` holds ``logged_sources``, or None
-    when they came from files or from more than one source (no oracle then)."""
+def logged_source(logged_sources: list[str]) -> Source | None:
+    """The source that produced days whose ``source_log`` holds ``logged_sources``, or None when
+    they came from more than one."""
     distinct = set(logged_sources)
-    source = source_from_uri(distinct.pop()) if len(distinct) == 1 else None
+    return source_from_uri(distinct.pop()) if len(distinct) == 1 else None
+
+
+def logged_simulator(logged_sources: list[str]) -> SimulatorSource | None:
+    """``logged_source`` when it is the simulator (its scale sets the fleet's accepted ranges)."""
+    source = logged_source(logged_sources)
     return source if isinstance(source, SimulatorSource) else None

@@ -170,6 +170,24 @@ def _write_day(root, day_data, day, layout, fmt):
     day_data.hardware_specs.write_parquet(root / "hardware_specs.parquet")
 
 
+def test_a_source_tells_its_first_day_and_only_the_simulator_has_an_oracle(tmp_path, monkeypatch):
+    from leap_pipeline.partitions import partition_span
+
+    day = dt.date(2026, 1, 3)
+    simulator = SimulatorSource(seed=3, scale=0.02)
+    simulated = simulator.read_day(day)
+    assert simulator.first_day() == dt.date(2026, 1, 1)
+    ids = simulated.attempts["attempt_id"].to_list()[:5]
+    assert simulator.oracle().true_medians(ids)["attempt_id"].to_list() == ids
+    files = FileSource(tmp_path)
+    assert files.first_day() is None and files.oracle() is None
+    _write_day(tmp_path, simulated, day, "daily", "csv")
+    assert files.first_day() == day
+    # the partitions start where the configured source does
+    monkeypatch.setenv("LEAP_SOURCE", f"files:{tmp_path}")
+    assert partition_span("") == (day, None)
+
+
 @pytest.mark.parametrize(("layout", "fmt"), [("hive", "parquet"), ("daily", "csv")])
 def test_a_folder_of_files_lands_like_the_simulator(tmp_path, layout, fmt):
     day = dt.date(2026, 1, 3)
