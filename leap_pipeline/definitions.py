@@ -7,7 +7,13 @@ import dagster as dg
 from .assets import DATA_ASSETS
 from .model_assets import cascade_model, model_evaluation, paper_report, production_model
 from .partitions import daily_partitions, nightly_tick
-from .resources import MlflowResource, SourceResource, TrainingResource, WarehouseResource
+from .resources import (
+    MlflowResource,
+    NightRecords,
+    SourceResource,
+    TrainingResource,
+    WarehouseResource,
+)
 from .runs import run_days
 from .warehouse import WarehouseError
 
@@ -57,6 +63,7 @@ defs = dg.Definitions(
         "warehouse": WarehouseResource(),
         "training": TrainingResource(),
         "mlflow_tracking": MlflowResource(),
+        "night_records": NightRecords(),
     },
     # one DuckDB writer: every asset of a run executes in the run's own process, one at a time
     executor=dg.in_process_executor,

@@ -16,9 +16,8 @@ from .definitions import materialize_days
 from .evaluation import MODELS
 from .lookup_table import MIN_SUPPORT
 from .registry import configure_tracking, model_uri, production_version
-from .runs import ensure_dagster_home
+from .runs import ensure_dagster_home, night_record
 from .sources import source_from_uri
-from .training import models_folder
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
     materialize_days(first, last, source=source, warehouse=str(warehouse), log_level="INFO")
     log(f"      done in {time.perf_counter() - start:.0f} s")
     log(f"[2/2] training, evaluating and registering {settings.nights} nights")
-    materialize_days(
+    trained = materialize_days(
         first_night,
         last,
         job_name="training",
@@ -67,11 +66,11 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
         log_level="WARNING",  # the progress line says what runs; the run's log keeps the rest
     )
     tracking_uri = configure_tracking(store)
-    folder = models_folder(warehouse, last)
-    evaluation = json.loads((folder / "evaluation.json").read_text())
-    registered = json.loads((folder / "registered.json").read_text())
+    registered = night_record(trained, "model_evaluation", last)
+    evaluation = registered["evaluation"]
     # the selection travels with the published model, as the registry version shows it
-    selection = json.loads((folder / "cascade" / "metadata.json").read_text())["selection"]
+    metadata = Path(registered["folder"]) / "cascade" / "metadata.json"
+    selection = json.loads(metadata.read_text())["selection"]
     current = production_version()
     overall, table1 = evaluation["overall"], evaluation["table1"]
     return {

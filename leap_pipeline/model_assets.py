@@ -20,7 +20,6 @@ import polars as pl
 
 from leap_serving.features import FEATURE_COLUMNS
 from leap_serving.model import ModelArtifactError, load_registered
-from leap_serving.publish import write_atomic
 
 from . import registry
 from .assets import SINGLE_RUN, partition_days, per_day_table
@@ -65,13 +64,15 @@ def _image(path: str) -> str:
     partitions_def=daily_partitions,
     backfill_policy=SINGLE_RUN,
     group_name="model",
+    io_manager_key="night_records",
 )
 def cascade_model(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, training: TrainingResource
-) -> dg.MaterializeResult:
+) -> dg.Output[dict[str, dict]]:
     """The cascade, the single GBDT and the lookup table trained on the days before D, and the
-    one of the first two that scored best on the window's last day, which is published."""
-    per_day = []
+    one of the first two that scored best on the window's last day, which is published. Each
+    day's record names the folder the night was published to."""
+    per_day, records = [], {}
     with warehouse.open() as wh, expert_backend(training.dask_scheduler):
         for day in partition_days(context):
             models = train_night(
@@ -80,7 +81,9 @@ def cascade_model(
             )  # fmt: skip
             snapshot = wh.read("history_snapshot", day, day).drop("ds")
             specs = wh.read("hardware_specs", day, day).drop("ds")
-            save_trained(models, models_folder(wh.path, day), snapshot, specs, training.profile)
+            folder = models_folder(wh.path, day)
+            save_trained(models, folder, snapshot, specs, training.profile)
+            records[day.isoformat()] = {"folder": str(folder.resolve())}
             cascade = models.cascade
             per_day.append(
                 {
@@ -97,19 +100,20 @@ def cascade_model(
             )
             context.log.info(f"trained {day}: {per_day[-1]}")
     last = per_day[-1]
-    return dg.MaterializeResult(
+    return dg.Output(
+        records,
         metadata={
             "training_rows": last["rows"],
             "training_seconds": last["seconds"],
             "em_iterations": last["em_iterations"],
             "profile": training.profile,
             "per_day": per_day_table(per_day),
-        }
+        },
     )
 
 
 @dg.asset(
-    deps=["cascade_model", "feature_table"],
+    deps=["feature_table"],
     check_specs=[
         dg.AssetCheckSpec(
             "evaluation_gate",
@@ -122,22 +126,25 @@ def cascade_model(
     partitions_def=daily_partitions,
     backfill_policy=SINGLE_RUN,
     group_name="model",
+    io_manager_key="night_records",
 )
 def model_evaluation(
     context: dg.AssetExecutionContext,
+    cascade_model: dict[str, dict],
     warehouse: WarehouseResource,
     training: TrainingResource,
     mlflow_tracking: MlflowResource,
-) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
-    """Day D scored for every model; the run logged to MLflow and registered as a new version."""
+) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    """Day D scored for every model; the run logged to MLflow and registered as a new version.
+    Each day's record carries the version, the gate's decision and the evaluation's summary."""
     tracking_uri = mlflow_tracking.configure()
     run_kind = _run_kind(context, training)
-    decisions, per_day = [], []
+    decisions, per_day, records = [], [], {}
     last = None
     production = _production_model(context)
     with warehouse.open() as wh:
         for day in partition_days(context):
-            folder = models_folder(wh.path, day)
+            folder = Path(cascade_model[day.isoformat()]["folder"])
             models, _ = load_trained(folder)
             rows = wh.read("feature_table", day, day)
             evaluation = evaluate(models, rows, _oracle_medians(wh, day, rows))
@@ -166,19 +173,15 @@ def model_evaluation(
                     selection=models.selection,
                 )
                 scatter = _image(str(Path(tmp) / "predicted_vs_measured.png"))
-            write_atomic(folder / "evaluation.json", json.dumps(_summary(evaluation), indent=2))
-            write_atomic(
-                folder / "registered.json",
-                json.dumps(
-                    {
-                        "version": version,
-                        "run_id": run_id,
-                        "gate_passed": gate.passed,
-                        "gate_reason": gate.reason,
-                        "run_kind": run_kind,
-                    }
-                ),
-            )
+            records[day.isoformat()] = {
+                "folder": str(folder),
+                "version": version,
+                "run_id": run_id,
+                "gate_passed": gate.passed,
+                "gate_reason": gate.reason,
+                "run_kind": run_kind,
+                "evaluation": _summary(evaluation),
+            }
             decisions.append((day, gate))
             overall = evaluation["overall"]
             per_day.append(
@@ -201,7 +204,8 @@ def model_evaluation(
             registry.MlflowClient().log_artifact(run_id, str(path))
         nightly = _image(figure8)
     overall = pl.DataFrame([{"model": m} | v for m, v in evaluation["overall"].items()])
-    yield dg.MaterializeResult(
+    yield dg.Output(
+        records,
         metadata={
             **{k: v for k, v in headline(evaluation).items() if v is not None},
             "tracking_uri": tracking_uri,
@@ -216,7 +220,7 @@ def model_evaluation(
                 + "\n\n"
                 + nightly
             ),
-        }
+        },
     )
     failed = [f"{day}: {gate.reason}" for day, gate in decisions if not gate.passed]
     yield dg.AssetCheckResult(
@@ -227,14 +231,13 @@ def model_evaluation(
 
 
 @dg.asset(
-    deps=["model_evaluation"],
     partitions_def=daily_partitions,
     backfill_policy=SINGLE_RUN,
     group_name="model",
 )
 def production_model(
     context: dg.AssetExecutionContext,
-    warehouse: WarehouseResource,
+    model_evaluation: dict[str, dict],
     training: TrainingResource,
     mlflow_tracking: MlflowResource,
 ) -> dg.MaterializeResult:
@@ -242,8 +245,7 @@ def production_model(
     passed (or when promotion is asked for); old versions past retention removed."""
     mlflow_tracking.configure()
     day = partition_days(context)[-1]
-    with warehouse.open() as wh:
-        registered = json.loads((models_folder(wh.path, day) / "registered.json").read_text())
+    registered = model_evaluation[day.isoformat()]
     moved = None
     if not registered["gate_passed"]:
         note = f"not promoted: gate failed ({registered['gate_reason']})"

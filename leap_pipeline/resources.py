@@ -1,7 +1,9 @@
-"""Dagster resources: where the sources come from and where the warehouse lives.
+"""Dagster resources: where the sources come from and where the warehouse lives, the training's
+settings, the MLflow store, and the IO manager that hands a night from one model asset to the next.
 
-Both are set in one place: run config (``resources: {source: {config: {uri: ...}}}``) or, when
-left empty, the environment (``LEAP_SOURCE``, ``LEAP_WAREHOUSE``), read when a run starts.
+The first two are set in one place: run config (``resources: {source: {config: {uri: ...}}}``)
+or, when left empty, the environment (``LEAP_SOURCE``, ``LEAP_WAREHOUSE``), read when a run
+starts.
 """
 
 import datetime as dt
@@ -69,3 +71,40 @@ class MlflowResource(dg.ConfigurableResource):
         from .registry import configure_tracking
 
         return configure_tracking(self.store or None)
+
+
+class NightRecords(dg.ConfigurableIOManager):
+    """Hands each model asset's per-day record (the trained night's folder, the registered
+    version, the gate's decision) to the assets downstream through Dagster itself.
+
+    An asset returns ``{partition key: record}`` for the days of its run; the records are the
+    output's metadata, stored with each partition's materialization in the event log, whole or
+    not at all. An input reads the latest materialization of each partition it needs, so an
+    asset materialized alone uses what its upstream last recorded for that day, or fails saying
+    which asset and day to materialize first: it never acts on files an older run left behind.
+    """
+
+    def handle_output(self, context: dg.OutputContext, obj: dict[str, dict]) -> None:
+        keys = context.asset_partition_keys if context.has_asset_partitions else []
+        missing = sorted(set(keys) - set(obj))
+        if missing:
+            raise dg.Failure(
+                f"{context.asset_key.to_user_string()} recorded no result for {missing}"
+            )
+        context.add_output_metadata({"records": dg.MetadataValue.json(obj)})
+
+    def load_input(self, context: dg.InputContext) -> dict[str, dict]:
+        upstream = context.asset_key
+        records = {}
+        for key in context.asset_partition_keys:
+            found = context.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=upstream, asset_partitions=[key]), limit=1
+            ).records
+            recorded = found[0].asset_materialization.metadata.get("records") if found else None
+            if recorded is None or key not in recorded.value:
+                raise dg.Failure(
+                    f"{upstream.to_user_string()} has no recorded result for {key} in this Dagster "
+                    f"instance: materialize {upstream.to_user_string()} for {key} first"
+                )
+            records[key] = recorded.value[key]
+        return records

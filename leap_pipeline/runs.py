@@ -123,3 +123,12 @@ def land_days(first: dt.date, last: dt.date, source: str, warehouse: str) -> Non
         },
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
     )
+
+
+def night_record(result: dg.ExecuteInProcessResult, asset: str, day: dt.date) -> dict:
+    """What a model asset recorded for ``day`` in a finished run (``resources.NightRecords``)."""
+    for materialization in reversed(result.asset_materializations_for_node(asset)):
+        records = materialization.metadata.get("records")
+        if records is not None and day.isoformat() in records.value:
+            return records.value[day.isoformat()]
+    raise KeyError(f"the run recorded no {asset} for {day}")

@@ -1,7 +1,6 @@
 """Nightly training, next-day evaluation, the registry and the production pointer."""
 
 import datetime as dt
-import json
 import subprocess
 import sys
 
@@ -18,6 +17,7 @@ from leap_pipeline.evaluation import (
     frequency_band,
     training_window,
 )
+from leap_pipeline.runs import night_record
 from leap_pipeline.training import load_trained, models_folder, train_night
 from leap_pipeline.warehouse import open_warehouse
 
@@ -103,10 +103,11 @@ def test_pointer_moves_only_when_asked_and_the_gate_passes_and_rollback_works(fl
     result = _train(fleet, run_kind="test")
     assert result.success
     assert registry.production_version() is None
-    first = json.loads((models_folder(fleet["warehouse"], NIGHT) / "registered.json").read_text())
+    first = night_record(result, "model_evaluation", NIGHT)
     # an ad-hoc run asked to promote moves it
-    assert _train(fleet, promote=True).success
-    second = json.loads((models_folder(fleet["warehouse"], NIGHT) / "registered.json").read_text())
+    promoted = _train(fleet, promote=True)
+    assert promoted.success
+    second = night_record(promoted, "model_evaluation", NIGHT)
     assert str(registry.production_version().version) == second["version"] != first["version"]
     # a failed gate blocks promotion, even when asked
     failed = _train(fleet, promote=True, gate_floor=0.99)
@@ -163,3 +164,46 @@ assert not any(m.split(".")[0] in ("leap_pipeline", "dagster") for m in sys.modu
     assert run.returncode == 0, run.stderr[-2000:]
     got = pl.read_parquet(tmp_path / "predicted.parquet")["p"].to_numpy()
     np.testing.assert_array_equal(got, expected)
+
+
+def test_an_asset_materialized_alone_uses_its_upstreams_record_or_says_what_to_run(
+    fleet, tmp_path, monkeypatch
+):
+    """The model assets hand a night over through Dagster (``NightRecords``): production_model
+    alone acts on what model_evaluation recorded for that day in this instance, never on files
+    an older run left, and without such a record it fails saying what to materialize."""
+    import dagster as dg
+
+    from leap_pipeline.definitions import defs
+    from leap_pipeline.runs import DAGSTER_YAML
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    (tmp_path / "dagster.yaml").write_text(DAGSTER_YAML)
+
+    def production_alone():
+        return defs.resolve_implicit_global_asset_job_def().execute_in_process(
+            asset_selection=[dg.AssetKey("production_model")],
+            partition_key=NIGHT.isoformat(),
+            run_config={"resources": {
+                "warehouse": {"config": {"path": str(fleet["warehouse"])}},
+                "mlflow_tracking": {"config": {"store": str(fleet["store"])}},
+                "training": {"config": {"promote": True}},
+            }},
+            instance=dg.DagsterInstance.get(),
+            raise_on_error=False,
+        )  # fmt: skip
+
+    # the night's files exist from earlier tests, but this instance recorded no evaluation
+    assert (models_folder(fleet["warehouse"], NIGHT) / "cascade").exists()
+    alone = production_alone()
+    assert not alone.success
+    failure = next(e for e in alone.all_events if e.is_step_failure)
+    message = failure.step_failure_data.error.message
+    assert f"materialize model_evaluation for {NIGHT.isoformat()} first" in message
+    # a test run records a new version without moving the pointer; alone, production_model
+    # then promotes exactly that version
+    trained = _train(fleet, run_kind="test")
+    assert trained.success
+    recorded = night_record(trained, "model_evaluation", NIGHT)
+    assert production_alone().success
+    assert str(registry.production_version().version) == recorded["version"]
