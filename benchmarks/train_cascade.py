@@ -12,8 +12,10 @@ Run: python benchmarks/train_cascade.py [--scale 1.0] [--profile paper] [--n-job
 import argparse
 import datetime as dt
 import json
+import os
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +35,41 @@ from leap_serving.features import FEATURE_COLUMNS
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class TreeMemory:
+    """The peak resident memory of this process and every process under it (joblib's workers
+    hold copies of the rows), sampled each ``interval_s`` from /proc."""
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(interval_s,), daemon=True)
+
+    def __enter__(self) -> "TreeMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self, interval_s: float) -> None:
+        page_mb = resource.getpagesize() / 2**20
+        while not self._stop.wait(interval_s):
+            parents, pages = {}, {}
+            for entry in Path("/proc").iterdir():
+                try:
+                    stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    pages[int(entry.name)] = int((entry / "statm").read_text().split()[1])
+                    parents[int(entry.name)] = int(stat[1])
+                except (ValueError, OSError, IndexError):
+                    continue
+            tree, frontier = set(), {os.getpid()}
+            while frontier:
+                tree |= frontier
+                frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - tree
+            self.peak_mb = max(self.peak_mb, sum(pages.get(pid, 0) for pid in tree) * page_mb)
 
 
 def main() -> None:
@@ -88,7 +125,7 @@ def main() -> None:
     validation = validation_rows(window)
     params = profile_params(args.profile)
     start = time.perf_counter()
-    with expert_backend(args.dask):
+    with expert_backend(args.dask), TreeMemory() as memory:
         cascade = BinnedCascade(
             **params, n_jobs=args.n_jobs, em_sample=args.em_sample,
             classifier_sample=args.classifier_sample,
@@ -122,6 +159,7 @@ def main() -> None:
         "phase_s": {k: round(v, 1) for k, v in cascade.fit_seconds_.items()},
         "single_gbdt_s": round(gbdt_s, 1),
         "peak_rss_mb": round(peak_rss_mb()),
+        "peak_tree_rss_mb": round(memory.peak_mb),  # with the workers, during the cascade's fit
         "em_iterations": cascade.em_iterations_,
         "rows_moved": [round(m, 4) for m in cascade.rows_moved_],
         "trees_per_expert": cascade.n_trees_per_expert_,
