@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -336,6 +338,24 @@ def evaluate(
             "attempt_id", "hardware_type", "throughput", *names, "cascade_bin", "band", "history"
         ),
     }
+
+
+def evaluation_summary(evaluation: dict) -> dict:
+    """The JSON part of ``evaluate``'s result: the day, the window, every model's metrics and
+    Table 1."""
+    return {k: evaluation[k] for k in ("day", "window", "overall", "table1")}
+
+
+EVALUATION_FILES = ("breakdown.csv", "evaluation.json", "predicted_vs_measured.png")
+
+
+def write_evaluation_files(evaluation: dict, folder: Path) -> list[Path]:
+    """The evaluation as the files a registry run carries (``EVALUATION_FILES``)."""
+    files = [Path(folder) / name for name in EVALUATION_FILES]
+    evaluation["breakdown"].write_csv(files[0])
+    files[1].write_text(json.dumps(evaluation_summary(evaluation), indent=2))
+    plot_predicted_vs_measured(evaluation["scored"], str(files[2]))
+    return files
 
 
 def headline(evaluation: dict) -> dict[str, float | None]:

@@ -9,7 +9,6 @@ asked for) and the gate passed. Work lives in ``evaluation``, ``training`` and `
 
 import base64
 import datetime as dt
-import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,24 +23,17 @@ from leap_serving.model import ModelArtifactError, load_registered
 from . import registry
 from .assets import SINGLE_RUN, partition_days, per_day_table
 from .evaluation import (
+    EVALUATION_FILES,
     WINDOW_DAYS,
-    evaluate,
     headline,
     markdown_table,
     plot_nightly_w20,
-    plot_predicted_vs_measured,
 )
 from .partitions import daily_partitions
 from .resources import MlflowResource, TrainingResource, WarehouseResource
 from .runs import land_days
-from .sources import logged_source
-from .training import (
-    expert_backend,
-    load_trained,
-    models_folder,
-    save_trained,
-    train_night,
-)
+from .sources import Oracle, logged_source
+from .training import expert_backend, models_folder, run_night, save_trained
 
 EVALUATION_COLUMNS = ("w5", "w10", "w15", "w20", "mdape", "median_ratio", "coverage")
 
@@ -69,21 +61,24 @@ def _image(path: str) -> str:
 def cascade_model(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, training: TrainingResource
 ) -> dg.Output[dict[str, dict]]:
-    """The cascade, the single GBDT and the lookup table trained on the days before D, and the
-    one of the first two that scored best on the window's last day, which is published. Each
-    day's record names the folder the night was published to."""
+    """Night D (``training.run_night``): the cascade, the single GBDT and the lookup table
+    trained on the days before D, the one of the first two that scored best on the window's
+    last day published, and every model scored on D. Each day's record names the folder the
+    night was published to, with what the registry needs of it."""
     per_day, records = [], {}
     with warehouse.open() as wh, expert_backend(training.dask_scheduler):
         for day in partition_days(context):
-            models = train_night(
-                wh, day, training.profile, training.window_days, training.lookup_min_support,
-                training.n_jobs,
+            night = run_night(
+                wh, day, profile=training.profile, window_days=training.window_days,
+                lookup_min_support=training.lookup_min_support, n_jobs=training.n_jobs,
+                oracle=_oracle(wh, day),
             )  # fmt: skip
+            models = night.models
             snapshot = wh.read("history_snapshot", day, day).drop("ds")
             specs = wh.read("hardware_specs", day, day).drop("ds")
             folder = models_folder(wh.path, day)
-            save_trained(models, folder, snapshot, specs, training.profile)
-            records[day.isoformat()] = {"folder": str(folder.resolve())}
+            save_trained(models, folder, snapshot, specs, training.profile, night.evaluation)
+            records[day.isoformat()] = {"folder": str(folder.resolve()), **night.record()}
             cascade = models.cascade
             per_day.append(
                 {
@@ -135,8 +130,9 @@ def model_evaluation(
     training: TrainingResource,
     mlflow_tracking: MlflowResource,
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """Day D scored for every model; the run logged to MLflow and registered as a new version.
-    Each day's record carries the version, the gate's decision and the evaluation's summary."""
+    """Night D's evaluation logged to MLflow with its files, the published model registered as a
+    new version, and the gate decided against the production model on the same rows. Each
+    day's record carries the version, the gate's decision and the evaluation's summary."""
     tracking_uri = mlflow_tracking.configure()
     run_kind = _run_kind(context, training)
     decisions, per_day, records = [], [], {}
@@ -144,10 +140,9 @@ def model_evaluation(
     production = _production_model(context)
     with warehouse.open() as wh:
         for day in partition_days(context):
-            folder = Path(cascade_model[day.isoformat()]["folder"])
-            models, _ = load_trained(folder)
+            night = cascade_model[day.isoformat()]
+            folder, evaluation = Path(night["folder"]), night["evaluation"]
             rows = wh.read("feature_table", day, day)
-            evaluation = evaluate(models, rows, _oracle_medians(wh, day, rows))
             production_w20 = _production_w20(production, rows)
             gate = registry.evaluation_gate(
                 evaluation["overall"]["published"]["w20"],
@@ -156,23 +151,22 @@ def model_evaluation(
                 training.gate_margin,
             )
             wh.replace_partition("evaluation", day, _evaluation_rows(evaluation))
-            with tempfile.TemporaryDirectory() as tmp:
-                files = _report_files(evaluation, Path(tmp))
-                run_id, version = registry.log_candidate(
-                    artifact_folder=folder / "cascade",
-                    day=day,
-                    window=models.window,
-                    run_kind=run_kind,
-                    params={
-                        "profile": training.profile,
-                        "window_days": training.window_days,
-                        "training_rows": models.training_rows,
-                    },
-                    metrics={**headline(evaluation), "gate_passed": float(gate.passed)},
-                    files=files,
-                    selection=models.selection,
-                )
-                scatter = _image(str(Path(tmp) / "predicted_vs_measured.png"))
+            run_id, version = registry.log_candidate(
+                artifact_folder=folder / "cascade",
+                day=day,
+                window=tuple(dt.date.fromisoformat(d) for d in night["window"]),
+                run_kind=run_kind,
+                params={
+                    "profile": training.profile,
+                    "window_days": training.window_days,
+                    "training_rows": night["training_rows"],
+                },
+                metrics={**headline(evaluation), "gate_passed": float(gate.passed)},
+                files=[folder / name for name in EVALUATION_FILES],
+                selection=night["selection"],
+            )
+            scatter = _image(str(folder / "predicted_vs_measured.png"))
+            breakdown = pl.read_csv(folder / "breakdown.csv")
             records[day.isoformat()] = {
                 "folder": str(folder),
                 "version": version,
@@ -180,7 +174,7 @@ def model_evaluation(
                 "gate_passed": gate.passed,
                 "gate_reason": gate.reason,
                 "run_kind": run_kind,
-                "evaluation": _summary(evaluation),
+                "evaluation": evaluation,
             }
             decisions.append((day, gate))
             overall = evaluation["overall"]
@@ -193,9 +187,9 @@ def model_evaluation(
                 }
             )
             context.log.info(f"evaluated {day}: {per_day[-1]} ({gate.reason})")
-            last = (evaluation, scatter, run_id)
+            last = (evaluation, breakdown, scatter, run_id)
         series = wh.read("evaluation", columns=["ds", "model", "w20"])
-    evaluation, scatter, run_id = last
+    evaluation, breakdown, scatter, run_id = last
     with tempfile.TemporaryDirectory() as tmp:
         figure8 = plot_nightly_w20(series, str(Path(tmp) / "nightly_w20.png"))
         table = Path(tmp) / "nightly_w20.csv"
@@ -212,7 +206,7 @@ def model_evaluation(
             "run_kind": run_kind,
             "registered_versions": per_day_table(per_day),
             "overall": dg.MetadataValue.md(markdown_table(overall)),
-            "breakdown": dg.MetadataValue.md(markdown_table(evaluation["breakdown"])),
+            "breakdown": dg.MetadataValue.md(markdown_table(breakdown)),
             "table1": dg.MetadataValue.json(evaluation["table1"]),
             "predicted_vs_measured": dg.MetadataValue.md(scatter),
             "nightly_w20 (Figure 8)": dg.MetadataValue.md(
@@ -279,11 +273,10 @@ def _run_kind(context: dg.AssetExecutionContext, training: TrainingResource) -> 
     return "nightly" if context.run.tags.get("dagster/schedule_name") else "adhoc"
 
 
-def _oracle_medians(wh, day: dt.date, rows: pl.DataFrame) -> pl.DataFrame | None:
-    """The true medians of the day's attempts, when the day came from the simulator."""
+def _oracle(wh, day: dt.date) -> Oracle | None:
+    """The truth behind the day's measurements when its source has one (the simulator)."""
     source = logged_source(wh.read("source_log", day, day)["source"].to_list())
-    oracle = source.oracle() if source is not None else None
-    return None if oracle is None else oracle.true_medians(rows["attempt_id"].to_list())
+    return source.oracle() if source is not None else None
 
 
 def _production_model(context: dg.AssetExecutionContext):
@@ -316,24 +309,6 @@ def _evaluation_rows(evaluation: dict) -> pl.DataFrame:
             for m, v in evaluation["overall"].items()
         ]
     )
-
-
-def _summary(evaluation: dict) -> dict:
-    return {k: evaluation[k] for k in ("day", "window", "overall", "table1")}
-
-
-def _report_files(evaluation: dict, folder: Path) -> list[Path]:
-    files = [folder / "breakdown.csv", folder / "evaluation.json"]
-    evaluation["breakdown"].write_csv(files[0])
-    files[1].write_text(json.dumps(_summary(evaluation), indent=2))
-    files.append(
-        Path(
-            plot_predicted_vs_measured(
-                evaluation["scored"], str(folder / "predicted_vs_measured.png")
-            )
-        )
-    )
-    return files
 
 
 class ReportConfig(dg.Config):

@@ -32,16 +32,13 @@ from leap_serving.ranking import Ranker
 from . import routing
 from .evaluation import (
     WINDOW_DAYS,
-    evaluate,
-    fit_models,
     novelty_scores,
-    training_window,
     validation_rows,
 )
 from .feature_table import discard_stale_warehouse
 from .lookup_table import MIN_SUPPORT
 from .sources import source_from_uri
-from .training import save_trained
+from .training import run_night, save_trained
 from .warehouse import open_warehouse
 
 
@@ -98,16 +95,12 @@ def build_report(
     with open_warehouse(warehouse, read_only=True) as wh:
         for i in range(settings.nights):
             day = first_night + dt.timedelta(days=i)
-            window = wh.read("feature_table", *training_window(day, settings.window_days))
-            rows = wh.read("feature_table", day, day)
-            models = fit_models(
-                window,
-                day,
-                profile=settings.profile,
-                lookup_min_support=settings.lookup_min_support,
-            )
-            medians = oracle.true_medians(rows["attempt_id"].to_list())
-            evaluation = evaluate(models, rows, medians)
+            night = run_night(
+                wh, day, profile=settings.profile, window_days=settings.window_days,
+                lookup_min_support=settings.lookup_min_support, oracle=oracle,
+            )  # fmt: skip
+            window, rows = night.window, night.rows
+            models, evaluation = night.models, night.evaluation
             nightly.append(
                 {"ds": day.isoformat(), **{m: v["w20"] for m, v in evaluation["overall"].items()}}
             )

@@ -13,6 +13,7 @@ import datetime as dt
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import joblib
@@ -23,8 +24,16 @@ from leap_serving.cascade import BinnedCascade
 from leap_serving.model import LeapModel, dump_skops, load_skops
 from leap_serving.publish import PublicationError, publish_folder, verify_folder
 
-from .evaluation import TrainedModels, fit_models, training_window
+from .evaluation import (
+    TrainedModels,
+    evaluate,
+    evaluation_summary,
+    fit_models,
+    training_window,
+    write_evaluation_files,
+)
 from .lookup_table import MIN_SUPPORT, LookupTable
+from .sources import Oracle
 from .warehouse import Warehouse
 
 
@@ -32,25 +41,52 @@ def models_folder(warehouse_path: Path, day: dt.date) -> Path:
     return Path(warehouse_path).parent / "models" / day.isoformat()
 
 
-def train_night(
+@dataclass(frozen=True)
+class Night:
+    """Night D computed: the models fitted on the window before D, and their evaluation on D."""
+
+    day: dt.date
+    window: pl.DataFrame  # the feature rows of the training window
+    rows: pl.DataFrame  # day D's feature rows
+    models: TrainedModels
+    evaluation: dict  # ``evaluation.evaluate``'s result
+
+    def record(self) -> dict:
+        """What a registry needs of the night, as JSON: window, rows, selection, summary."""
+        return {
+            "day": self.day.isoformat(),
+            "window": [d.isoformat() for d in self.models.window],
+            "training_rows": self.models.training_rows,
+            "selection": self.models.selection,
+            "evaluation": evaluation_summary(self.evaluation),
+        }
+
+
+def run_night(
     wh: Warehouse,
     day: dt.date,
+    *,
     profile: str = "fast",
     window_days: int = 30,
     lookup_min_support: int = MIN_SUPPORT,
     n_jobs: int | None = None,
-) -> TrainedModels:
-    """Fit the night's models on its window; ``n_jobs`` experts at once (``expert_backend``
-    says where they run)."""
+    oracle: Oracle | None = None,
+) -> Night:
+    """The one computation of a night, for the assets and the report alike: fit on the
+    ``window_days`` before ``day`` (``n_jobs`` experts at once; ``expert_backend`` says where),
+    score on ``day``, against the source's ``oracle`` when it has one. No Dagster, no MLflow."""
     first, last = training_window(day, window_days)
     window = wh.read("feature_table", first, last)
-    return fit_models(
+    rows = wh.read("feature_table", day, day)
+    models = fit_models(
         window,
         day,
         profile=profile,
         lookup_min_support=lookup_min_support,
         cascade_params={"n_jobs": n_jobs},
     )
+    medians = oracle.true_medians(rows["attempt_id"].to_list()) if oracle is not None else None
+    return Night(day, window, rows, models, evaluate(models, rows, medians))
 
 
 @contextmanager
@@ -80,11 +116,20 @@ def expert_backend(dask_scheduler: str = "") -> Iterator[None]:
             cluster.close()
 
 
-def save_trained(models: TrainedModels, folder: Path, snapshot: pl.DataFrame,
-                 specs: pl.DataFrame, profile: str) -> None:  # fmt: skip
-    """Publish a night's models; the cascade folder is the artifact a model version ships."""
+def save_trained(
+    models: TrainedModels,
+    folder: Path,
+    snapshot: pl.DataFrame,
+    specs: pl.DataFrame,
+    profile: str,
+    evaluation: dict | None = None,
+) -> None:
+    """Publish a night's models, and its evaluation's files when given; the cascade folder is
+    the artifact a model version ships."""
 
     def write(version: Path) -> dict:
+        if evaluation is not None:
+            write_evaluation_files(evaluation, version)
         LeapModel(
             cascade=models.published,
             history_snapshot=snapshot,

@@ -18,7 +18,7 @@ from leap_pipeline.evaluation import (
     training_window,
 )
 from leap_pipeline.runs import night_record
-from leap_pipeline.training import load_trained, models_folder, train_night
+from leap_pipeline.training import load_trained, models_folder, run_night
 from leap_pipeline.warehouse import open_warehouse
 
 SOURCE = "simulator:seed=3,scale=0.02"
@@ -62,16 +62,15 @@ def test_evaluation_never_sees_a_training_day(fleet):
         )
         wh.replace_partition("feature_table", NIGHT, pl.concat([day_rows, marker]))
         try:
-            models = train_night(wh, NIGHT, lookup_min_support=2)
-            rows = wh.read("feature_table", NIGHT, NIGHT)
+            night = run_night(wh, NIGHT, lookup_min_support=2)
         finally:
             wh.replace_partition("feature_table", NIGHT, day_rows)
         window_rows = wh.read("feature_table", FIRST, NIGHT - dt.timedelta(days=1)).height
+    models, rows = night.models, night.rows
     assert models.window == (FIRST, NIGHT - dt.timedelta(days=1))
-    assert models.training_rows == window_rows
+    assert models.training_rows == window_rows == night.window.height
     assert MARKER not in models.model_type_ranks["model_type"].to_list()
-    scored = evaluate(models, rows)["scored"]
-    assert "marker" in scored["attempt_id"].to_list()
+    assert "marker" in night.evaluation["scored"]["attempt_id"].to_list()
     assert (
         frequency_band(rows.filter(pl.col("attempt_id") == "marker"), models.model_type_ranks)[0]
         == "tail"
