@@ -32,8 +32,9 @@ from .evaluation import (
 from .partitions import daily_partitions
 from .resources import MlflowResource, TrainingResource, WarehouseResource
 from .runs import land_days
+from .settings import RegistrySettings
 from .sources import Oracle, logged_source
-from .training import expert_backend, models_folder, run_night, save_trained
+from .training import models_folder, run_night, save_trained
 
 EVALUATION_COLUMNS = ("w5", "w10", "w15", "w20", "mdape", "median_ratio", "coverage")
 
@@ -66,13 +67,10 @@ def cascade_model(
     last day published, and every model scored on D. Each day's record names the folder the
     night was published to, with what the registry needs of it."""
     per_day, records = [], {}
-    with warehouse.open() as wh, expert_backend(training.dask_scheduler):
+    settings = training.training_settings()
+    with warehouse.open() as wh:
         for day in partition_days(context):
-            night = run_night(
-                wh, day, profile=training.profile, window_days=training.window_days,
-                lookup_min_support=training.lookup_min_support, n_jobs=training.n_jobs,
-                oracle=_oracle(wh, day),
-            )  # fmt: skip
+            night = run_night(wh, day, settings, _oracle(wh, day))
             models = night.models
             snapshot = wh.read("history_snapshot", day, day).drop("ds")
             specs = wh.read("hardware_specs", day, day).drop("ds")
@@ -134,7 +132,8 @@ def model_evaluation(
     new version, and the gate decided against the production model on the same rows. Each
     day's record carries the version, the gate's decision and the evaluation's summary."""
     tracking_uri = mlflow_tracking.configure()
-    run_kind = _run_kind(context, training)
+    run_kind = _run_kind(context, training.registry_settings())
+    gate_settings = training.gate_settings()
     decisions, per_day, records = [], [], {}
     last = None
     production = _production_model(context)
@@ -147,8 +146,8 @@ def model_evaluation(
             gate = registry.evaluation_gate(
                 evaluation["overall"]["published"]["w20"],
                 production_w20,
-                training.gate_floor,
-                training.gate_margin,
+                gate_settings.floor,
+                gate_settings.margin,
             )
             wh.replace_partition("evaluation", day, _evaluation_rows(evaluation))
             run_id, version = registry.log_candidate(
@@ -243,7 +242,7 @@ def production_model(
     moved = None
     if not registered["gate_passed"]:
         note = f"not promoted: gate failed ({registered['gate_reason']})"
-    elif registered["run_kind"] == "nightly" or training.promote:
+    elif registered["run_kind"] == "nightly" or training.registry_settings().promote:
         why = "nightly run" if registered["run_kind"] == "nightly" else "promotion asked for"
         moved = registry.promote(
             registered["version"],
@@ -253,7 +252,7 @@ def production_model(
         note = f"promoted version {registered['version']}"
     else:
         note = f"not promoted: a {registered['run_kind']} run moves the pointer only when asked"
-    deleted = registry.enforce_retention(training.keep_versions)
+    deleted = registry.enforce_retention(training.registry_settings().keep_versions)
     current = registry.production_version()
     context.log.info(note)
     return dg.MaterializeResult(
@@ -267,9 +266,9 @@ def production_model(
     )
 
 
-def _run_kind(context: dg.AssetExecutionContext, training: TrainingResource) -> str:
-    if training.run_kind:
-        return training.run_kind
+def _run_kind(context: dg.AssetExecutionContext, settings: RegistrySettings) -> str:
+    if settings.run_kind:
+        return settings.run_kind
     return "nightly" if context.run.tags.get("dagster/schedule_name") else "adhoc"
 
 

@@ -37,6 +37,7 @@ from .evaluation import (
 )
 from .feature_table import discard_stale_warehouse
 from .lookup_table import MIN_SUPPORT
+from .settings import TrainingSettings
 from .sources import source_from_uri
 from .training import run_night, save_trained
 from .warehouse import open_warehouse
@@ -91,14 +92,15 @@ def build_report(
     land_days(first, last, source, str(warehouse))
     oracle = fleet.oracle()
 
+    training = TrainingSettings(
+        profile=settings.profile, window_days=settings.window_days,
+        lookup_min_support=settings.lookup_min_support, n_jobs=None,
+    )  # fmt: skip
     nightly, selections, final = [], [], None
     with open_warehouse(warehouse, read_only=True) as wh:
         for i in range(settings.nights):
             day = first_night + dt.timedelta(days=i)
-            night = run_night(
-                wh, day, profile=settings.profile, window_days=settings.window_days,
-                lookup_min_support=settings.lookup_min_support, oracle=oracle,
-            )  # fmt: skip
+            night = run_night(wh, day, training, oracle)
             window, rows = night.window, night.rows
             models, evaluation = night.models, night.evaluation
             nightly.append(

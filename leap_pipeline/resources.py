@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from .settings import GateSettings, RegistrySettings, TrainingSettings
 from .sources import Source, source_from_uri
 from .warehouse import Warehouse, default_path, open_warehouse
 
@@ -48,18 +49,31 @@ class WarehouseResource(dg.ConfigurableResource):
 
 
 class TrainingResource(dg.ConfigurableResource):
-    """Settings of the nightly training, evaluation gate and promotion, in one place."""
+    """The training, gate and registry settings as Dagster config, flat; each concern's typed
+    object (``settings.py``, where every knob is documented) comes from one method."""
 
-    profile: str = "fast"  # "paper" for the paper's hyperparameters
-    window_days: int = 30  # at most 30: the assets' partition mapping declares 30 days
-    run_kind: str = ""  # empty: "nightly" when a schedule launched the run, else "adhoc"
-    promote: bool = False  # also move the pointer on an ad-hoc run (the gate still applies)
-    gate_floor: float = 0.30  # the cascade's w20 must reach this
-    gate_margin: float = 0.02  # ... and be at most this far below production on the same day
-    keep_versions: int = 30  # registered versions kept; the production one always is
-    lookup_min_support: int = 20  # attempts a lookup-table key needs (scale it with the fleet)
-    n_jobs: int = 1  # experts fitted at once (joblib; -1: one per core or Dask worker)
-    dask_scheduler: str = ""  # fit the experts on a Dask cluster: its address, or "local"
+    profile: str = TrainingSettings.profile
+    window_days: int = TrainingSettings.window_days
+    lookup_min_support: int = TrainingSettings.lookup_min_support
+    n_jobs: int = 1
+    dask_scheduler: str = TrainingSettings.dask_scheduler
+    gate_floor: float = GateSettings.floor
+    gate_margin: float = GateSettings.margin
+    run_kind: str = RegistrySettings.run_kind
+    promote: bool = RegistrySettings.promote
+    keep_versions: int = RegistrySettings.keep_versions
+
+    def training_settings(self) -> TrainingSettings:
+        return TrainingSettings(
+            self.profile, self.window_days, self.lookup_min_support, self.n_jobs,
+            self.dask_scheduler,
+        )  # fmt: skip
+
+    def gate_settings(self) -> GateSettings:
+        return GateSettings(self.gate_floor, self.gate_margin)
+
+    def registry_settings(self) -> RegistrySettings:
+        return RegistrySettings(self.run_kind, self.promote, self.keep_versions)
 
 
 class MlflowResource(dg.ConfigurableResource):

@@ -32,7 +32,8 @@ from .evaluation import (
     training_window,
     write_evaluation_files,
 )
-from .lookup_table import MIN_SUPPORT, LookupTable
+from .lookup_table import LookupTable
+from .settings import TrainingSettings
 from .sources import Oracle
 from .warehouse import Warehouse
 
@@ -65,26 +66,24 @@ class Night:
 def run_night(
     wh: Warehouse,
     day: dt.date,
-    *,
-    profile: str = "fast",
-    window_days: int = 30,
-    lookup_min_support: int = MIN_SUPPORT,
-    n_jobs: int | None = None,
+    settings: TrainingSettings | None = None,
     oracle: Oracle | None = None,
 ) -> Night:
     """The one computation of a night, for the assets and the report alike: fit on the
-    ``window_days`` before ``day`` (``n_jobs`` experts at once; ``expert_backend`` says where),
-    score on ``day``, against the source's ``oracle`` when it has one. No Dagster, no MLflow."""
-    first, last = training_window(day, window_days)
+    ``settings.window_days`` before ``day`` (experts where ``settings`` says), score on ``day``,
+    against the source's ``oracle`` when it has one. No Dagster, no MLflow."""
+    settings = settings or TrainingSettings()
+    first, last = training_window(day, settings.window_days)
     window = wh.read("feature_table", first, last)
     rows = wh.read("feature_table", day, day)
-    models = fit_models(
-        window,
-        day,
-        profile=profile,
-        lookup_min_support=lookup_min_support,
-        cascade_params={"n_jobs": n_jobs},
-    )
+    with expert_backend(settings.dask_scheduler):
+        models = fit_models(
+            window,
+            day,
+            profile=settings.profile,
+            lookup_min_support=settings.lookup_min_support,
+            cascade_params={"n_jobs": settings.n_jobs},
+        )
     medians = oracle.true_medians(rows["attempt_id"].to_list()) if oracle is not None else None
     return Night(day, window, rows, models, evaluate(models, rows, medians))
 

@@ -1,6 +1,7 @@
 """Nightly training, next-day evaluation, the registry and the production pointer."""
 
 import datetime as dt
+import re
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from leap_pipeline.evaluation import (
     training_window,
 )
 from leap_pipeline.runs import night_record
+from leap_pipeline.settings import GateSettings, RegistrySettings, TrainingSettings
 from leap_pipeline.training import load_trained, models_folder, run_night
 from leap_pipeline.warehouse import open_warehouse
 
@@ -62,7 +64,7 @@ def test_evaluation_never_sees_a_training_day(fleet):
         )
         wh.replace_partition("feature_table", NIGHT, pl.concat([day_rows, marker]))
         try:
-            night = run_night(wh, NIGHT, lookup_min_support=2)
+            night = run_night(wh, NIGHT, TrainingSettings(lookup_min_support=2))
         finally:
             wh.replace_partition("feature_table", NIGHT, day_rows)
         window_rows = wh.read("feature_table", FIRST, NIGHT - dt.timedelta(days=1)).height
@@ -206,3 +208,18 @@ def test_an_asset_materialized_alone_uses_its_upstreams_record_or_says_what_to_r
     recorded = night_record(trained, "model_evaluation", NIGHT)
     assert production_alone().success
     assert str(registry.production_version().version) == recorded["version"]
+
+
+@pytest.mark.parametrize(
+    ("make", "names"),
+    [
+        (lambda: TrainingSettings(profile="slow"), "profile='slow'"),
+        (lambda: TrainingSettings(window_days=31), "window_days=31"),
+        (lambda: TrainingSettings(n_jobs=0), "n_jobs=0"),
+        (lambda: GateSettings(floor=1.5), "gate_floor=1.5"),
+        (lambda: RegistrySettings(keep_versions=0), "keep_versions=0"),
+    ],
+)
+def test_a_bad_setting_is_an_error_naming_the_field_and_value(make, names):
+    with pytest.raises(ValueError, match=re.escape(names)):
+        make()
