@@ -19,6 +19,7 @@ import polars as pl
 
 from leap_serving.features import FEATURE_COLUMNS
 from leap_serving.model import ModelArtifactError, load_registered
+from leap_serving.publish import PublicationError, verify_folder
 
 from . import registry
 from .assets import SINGLE_RUN, partition_days, per_day_table
@@ -141,6 +142,10 @@ def model_evaluation(
         for day in partition_days(context):
             night = cascade_model[day.isoformat()]
             folder, evaluation = Path(night["folder"]), night["evaluation"]
+            try:  # what is registered is what cascade_model published, byte for byte
+                verify_folder(folder)
+            except PublicationError as exc:
+                raise dg.Failure(f"{exc}: materialize cascade_model for {day} again") from exc
             rows = wh.read("feature_table", day, day)
             production_w20 = _production_w20(production, rows)
             gate = registry.evaluation_gate(

@@ -178,6 +178,9 @@ def test_an_asset_materialized_alone_uses_its_upstreams_record_or_says_what_to_r
     from leap_pipeline.definitions import defs
     from leap_pipeline.runs import DAGSTER_YAML
 
+    # a night trained in a throwaway instance: its files exist, the instance below has no record
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert _train(fleet, run_kind="test").success
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     (tmp_path / "dagster.yaml").write_text(DAGSTER_YAML)
 
@@ -194,7 +197,6 @@ def test_an_asset_materialized_alone_uses_its_upstreams_record_or_says_what_to_r
             raise_on_error=False,
         )  # fmt: skip
 
-    # the night's files exist from earlier tests, but this instance recorded no evaluation
     assert (models_folder(fleet["warehouse"], NIGHT) / "cascade").exists()
     alone = production_alone()
     assert not alone.success
@@ -208,6 +210,28 @@ def test_an_asset_materialized_alone_uses_its_upstreams_record_or_says_what_to_r
     recorded = night_record(trained, "model_evaluation", NIGHT)
     assert production_alone().success
     assert str(registry.production_version().version) == recorded["version"]
+    # model_evaluation alone registers what cascade_model recorded, and only if its files are
+    # still what cascade_model published
+    lookup = models_folder(fleet["warehouse"], NIGHT) / "lookup_entries.parquet"
+    original = lookup.read_bytes()
+    lookup.write_bytes(original + b"tampered")
+    try:
+        evaluation_alone = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+            asset_selection=[dg.AssetKey("model_evaluation")],
+            partition_key=NIGHT.isoformat(),
+            run_config={"resources": {
+                "warehouse": {"config": {"path": str(fleet["warehouse"])}},
+                "mlflow_tracking": {"config": {"store": str(fleet["store"])}},
+            }},
+            instance=dg.DagsterInstance.get(),
+            raise_on_error=False,
+        )  # fmt: skip
+    finally:
+        lookup.write_bytes(original)
+    assert not evaluation_alone.success
+    failure = next(e for e in evaluation_alone.all_events if e.is_step_failure)
+    message = failure.step_failure_data.error.message
+    assert f"materialize cascade_model for {NIGHT} again" in message
 
 
 @pytest.mark.parametrize(
