@@ -123,12 +123,8 @@ def report(args: argparse.Namespace) -> int:
     from .report import ReportSettings, build_report
     from .runs import land_days
 
-    settings = (
-        ReportSettings.quick_mode(Path(args.data))
-        if args.quick
-        else ReportSettings(
-            scale=args.scale, nights=args.nights, seed=args.seed, data=Path(args.data)
-        )
+    settings = ReportSettings.from_options(
+        args.scale, args.nights, args.seed, args.data, args.quick
     )
 
     result = build_report(settings, land_days, log=lambda line: print(line, file=sys.stderr))

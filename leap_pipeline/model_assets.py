@@ -31,6 +31,7 @@ from .evaluation import (
     plot_nightly_w20,
 )
 from .partitions import daily_partitions
+from .report import ReportSettings, build_report
 from .resources import MlflowResource, TrainingResource, WarehouseResource
 from .runs import land_days
 from .settings import RegistrySettings
@@ -316,21 +317,20 @@ def _evaluation_rows(evaluation: dict) -> pl.DataFrame:
 
 
 class ReportConfig(dg.Config):
-    scale: float = 0.05
-    nights: int = 30
-    quick: bool = False
-    data: str = "data"
+    """``ReportSettings`` as the asset's run config."""
+
+    scale: float = ReportSettings.scale
+    nights: int = ReportSettings.nights
+    seed: int = ReportSettings.seed
+    quick: bool = ReportSettings.quick
+    data: str = str(ReportSettings.data)
 
 
 @dg.asset(group_name="report")
 def paper_report(context: dg.AssetExecutionContext, config: ReportConfig) -> dg.MaterializeResult:
     """``leap report`` as an asset: the paper's evaluation and the routing value, with figures."""
-    from .report import ReportSettings, build_report
-
-    settings = (
-        ReportSettings.quick_mode(Path(config.data))
-        if config.quick
-        else ReportSettings(scale=config.scale, nights=config.nights, data=Path(config.data))
+    settings = ReportSettings.from_options(
+        config.scale, config.nights, config.seed, config.data, config.quick
     )
     report = build_report(settings, land_days, log=context.log.info)
     root = Path(config.data) / "reports"

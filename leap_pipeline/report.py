@@ -53,9 +53,32 @@ class ReportSettings:
     data: Path = Path("data")
     quick: bool = False
 
+    def __post_init__(self) -> None:
+        if not self.scale > 0:
+            raise ValueError(f"scale={self.scale!r} must be positive")
+        if self.nights < 1:
+            raise ValueError(f"nights={self.nights!r} must be at least 1")
+
     @classmethod
     def quick_mode(cls, data: Path = Path("data")) -> ReportSettings:
         return cls(scale=0.02, nights=2, profile="quick", shuffles=2, data=data, quick=True)
+
+    @classmethod
+    def from_options(
+        cls, scale: float, nights: int, seed: int, data: str | Path, quick: bool
+    ) -> ReportSettings:
+        """The settings the CLI flags and the asset's config name, read the same way."""
+        if quick:
+            return cls.quick_mode(Path(data))
+        return cls(scale=scale, nights=nights, seed=seed, data=Path(data))
+
+    def training(self) -> TrainingSettings:
+        """Each night's training: the report's profile, its window, a lookup-table support
+        that shrinks with the fleet."""
+        return TrainingSettings(
+            profile=self.profile, window_days=self.window_days,
+            lookup_min_support=self.lookup_min_support, n_jobs=None,
+        )  # fmt: skip
 
     @property
     def lookup_min_support(self) -> int:
@@ -92,10 +115,7 @@ def build_report(
     land_days(first, last, source, str(warehouse))
     oracle = fleet.oracle()
 
-    training = TrainingSettings(
-        profile=settings.profile, window_days=settings.window_days,
-        lookup_min_support=settings.lookup_min_support, n_jobs=None,
-    )  # fmt: skip
+    training = settings.training()
     nightly, selections, final = [], [], None
     with open_warehouse(warehouse, read_only=True) as wh:
         for i in range(settings.nights):
