@@ -53,7 +53,8 @@ class Night:
     evaluation: dict  # ``evaluation.evaluate``'s result
 
     def record(self) -> dict:
-        """What a registry needs of the night, as JSON: window, rows, selection, summary."""
+        """What a registry needs of the night, as JSON: the window, its row count, the selection
+        and the evaluation's summary."""
         return {
             "day": self.day.isoformat(),
             "window": [d.isoformat() for d in self.models.window],
