@@ -55,7 +55,7 @@ class TrainingResource(dg.ConfigurableResource):
     profile: str = TrainingSettings.profile
     window_days: int = TrainingSettings.window_days
     lookup_min_support: int = TrainingSettings.lookup_min_support
-    n_jobs: int = 1
+    n_jobs: int = TrainingSettings.n_jobs
     dask_scheduler: str = TrainingSettings.dask_scheduler
     gate_floor: float = GateSettings.floor
     gate_margin: float = GateSettings.margin
