@@ -1,8 +1,10 @@
-"""Train one night of the cascade on a full-scale window and print where the time goes.
+"""Train one night on a full-scale window and print where the time goes.
 
 Materializes the simulated fleet's days up to the evaluation day that a benchmark warehouse
-lacks, trains the cascade and the single GBDT on the 30 days before it with one profile, and
-scores both on the evaluation day.
+lacks, then runs a night's training (``evaluation.fit_models``: the cascade, the single GBDT,
+the single GBDT on the prior, the lookup table and the selection) on the 30 days before it with
+one profile, and scores the models on the evaluation day. ``--serial-baseline`` then fits the
+night's cascade again the slow way (one expert at a time, every row) to compare.
 
 Run: python benchmarks/train_cascade.py [--scale 1.0] [--profile paper] [--n-jobs 2]
      [--dask local|ADDRESS] [--em-sample 0.25] [--classifier-sample 0.25] [--serial-baseline]
@@ -20,16 +22,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+import polars as pl
 
 from leap_pipeline.definitions import materialize_days
-from leap_pipeline.evaluation import training_window, validation_rows
+from leap_pipeline.evaluation import fit_models, training_window, validation_rows
 from leap_pipeline.feature_table import discard_stale_warehouse
 from leap_pipeline.simulation import SPAN_START
 from leap_pipeline.training import expert_backend
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
-from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
+from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS
 
 
@@ -119,58 +121,58 @@ def main() -> None:
     with open_warehouse(warehouse, read_only=True) as wh:
         window = wh.read("feature_table", first, last)
         held_out = wh.read("feature_table", args.day, args.day)
-    X, y = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
     X_day, q_day = held_out.select(FEATURE_COLUMNS).to_numpy(), held_out["throughput"].to_numpy()
 
-    validation = validation_rows(window)
     params = profile_params(args.profile)
+    levers = {"n_jobs": args.n_jobs, "em_sample": args.em_sample,
+              "classifier_sample": args.classifier_sample}  # fmt: skip
     start = time.perf_counter()
     with expert_backend(args.dask), TreeMemory() as memory:
-        cascade = BinnedCascade(
-            **params, n_jobs=args.n_jobs, em_sample=args.em_sample,
-            classifier_sample=args.classifier_sample,
-        ).fit(X, y, validation=validation)  # fmt: skip
-    cascade_s = time.perf_counter() - start
+        night = fit_models(window, args.day, profile=args.profile, cascade_params=levers)
+    night_s = time.perf_counter() - start
+    cascade = night.cascade
+
+    def w20(model) -> float:
+        return metrics.within(np.exp(model.predict(X_day)), q_day, 20)
+
     baseline = {}
-    if args.serial_baseline:
+    if args.serial_baseline:  # the night's cascade again, the slow way, on the same rows
+        training = window.filter(pl.col("ds") < window["ds"].max())
+        X, y = training.select(FEATURE_COLUMNS).to_numpy(), training["log_q"].to_numpy()
         start = time.perf_counter()
-        serial = BinnedCascade(**params, n_jobs=1).fit(X, y, validation=validation)
+        serial = BinnedCascade(**params, n_jobs=1).fit(X, y, validation=validation_rows(training))
         serial_s = time.perf_counter() - start
         baseline = {
             "serial_wall_s": round(serial_s, 1),
             "serial_phase_s": {k: round(v, 1) for k, v in serial.fit_seconds_.items()},
-            "speedup": round(serial_s / cascade_s, 2),
-            "serial_w20_cascade": metrics.within(np.exp(serial.predict(X_day)), q_day, 20),
+            "speedup": round(serial_s / night.seconds["cascade"], 2),
+            "serial_w20_cascade": w20(serial),
             "identical_predictions": bool(
                 np.array_equal(serial.predict(X_day), cascade.predict(X_day))
             ),
         }
-    start = time.perf_counter()
-    with threadpool_limits(1):
-        gbdt = fit_booster(single_gbdt(args.profile), X, y, validation)
-    gbdt_s = time.perf_counter() - start
     result = {
         "scale": args.scale,
         "profile": args.profile,
-        "training_rows": len(y),
+        "training_rows": night.training_rows,
         "evaluation_rows": len(q_day),
         "materialize_s": round(materialize_s, 1),
-        "wall_s": round(cascade_s, 1),
+        "wall_s": round(night_s, 1),  # the whole night: the three models, lookup, selection
+        "model_s": {k: round(v, 1) for k, v in night.seconds.items()},
         "phase_s": {k: round(v, 1) for k, v in cascade.fit_seconds_.items()},
-        "single_gbdt_s": round(gbdt_s, 1),
         "peak_rss_mb": round(peak_rss_mb()),
-        "peak_tree_rss_mb": round(memory.peak_mb),  # with the workers, during the cascade's fit
+        "peak_tree_rss_mb": round(memory.peak_mb),  # with the workers, during the night's fits
         "em_iterations": cascade.em_iterations_,
         "rows_moved": [round(m, 4) for m in cascade.rows_moved_],
         "trees_per_expert": cascade.n_trees_per_expert_,
         "classifier_rounds": int(cascade.classifier_.n_iter_) if cascade.classifier_ else 0,
-        "single_gbdt_trees": int(gbdt.n_iter_),
-        "w20_cascade": metrics.within(np.exp(cascade.predict(X_day)), q_day, 20),
-        "w20_single_gbdt": metrics.within(np.exp(gbdt.predict(X_day)), q_day, 20),
-        "n_jobs": args.n_jobs,
+        "single_gbdt_trees": int(night.single_gbdt.n_iter_),
+        "published": night.selection["published"],
+        "w20_cascade": w20(cascade),
+        "w20_single_gbdt": w20(night.single_gbdt),
+        "w20_published": w20(night.published),
+        **levers,
         "dask": args.dask,
-        "em_sample": args.em_sample,
-        "classifier_sample": args.classifier_sample,
         **baseline,
     }
     if args.json:

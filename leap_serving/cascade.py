@@ -9,12 +9,13 @@ prediction is the argmax bin's expert. Plain scikit-learn: no Dagster or MLflow 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from joblib import Parallel, delayed
+from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.base import BaseEstimator, RegressorMixin, is_classifier
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -28,6 +29,7 @@ from .progress import (
     Progress,
     cascade_units,
 )
+from .trees import CompiledForest
 
 # The defaults are the best cascade of the backtest (`benchmarks/cascade_settings.py`, 10 nights,
 # docs/results.md): 6 bins and probability-weighted mean gating. The paper's own choices are one
@@ -242,7 +244,9 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
     validation_fraction, n_iter_no_change : early stopping of every booster (the fraction only
         when ``fit`` is given no ``validation`` rows).
     n_threads : int or None
-        OpenMP threads per fit (None: the library default). One is fastest on a shared 2-core box.
+        OpenMP threads per fit (None: the library default). One is fastest on a shared 2-core box
+        when ``n_jobs`` experts fit at once; a fit that runs alone (one bin, the classifier)
+        and EM's scoring take ``n_jobs`` threads.
     gating : {"argmax", "mean", "median"}
         How experts combine at prediction: the most probable bin's expert (the paper), or the
         probability-weighted mean or median of the ``gate_top_k`` most probable bins' experts.
@@ -269,8 +273,10 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         whatever runs it.
     em_sample : float
         Share of the rows (a seeded random subset, the same in every iteration) the experts
-        train on during EM; every row is still reassigned, and the final experts refit on all
-        rows. 1.0: all rows (the paper).
+        train on during EM. Until EM ends only those rows are scored and moved (bins that
+        would keep fewer than ``min_bin_rows * em_sample`` of them close); the last iteration
+        scores and moves every row, and the final experts refit on all rows. 1.0: all rows
+        (the paper).
     classifier_sample : float
         Share of each bin's rows the bin classifier trains on (every row of a bin that would
         keep fewer than ``min_bin_rows``). 1.0: all rows (the paper).
@@ -281,7 +287,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
     n_bins_ : number of bins holding an expert.
     bins_merged_ : initial bins merged away for having fewer than ``min_bin_rows`` rows.
     em_iterations_ : EM iterations run.
-    rows_moved_ : share of rows that changed bin, per iteration.
+    rows_moved_ : share of rows that changed bin, per iteration (of the sampled rows with
+        ``em_sample``).
     rows_rescued_ : rows moved out of bins that EM left too small, per iteration.
     bin_rows_ : rows per final bin.
     experts_ : the fitted median regressor of each bin.
@@ -439,7 +446,12 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             fits[b] = delayed(fit_booster)(self._expert(), X[rows], y[rows], held_out, weight)
             shares[b] = units * own.sum() / len(y)
         experts: list[HistGradientBoostingRegressor | None] = [None] * n_bins
-        done = Parallel(n_jobs=self.n_jobs, return_as="generator")(fits.values())
+        if len(fits) == 1:  # nothing to run beside it: the fit gets every thread n_jobs allows
+            function, args, kwargs = next(iter(fits.values()))
+            with threadpool_limits(self._threads()):
+                done = [function(*args, **kwargs)]
+        else:
+            done = Parallel(n_jobs=self.n_jobs, return_as="generator")(fits.values())
         for b, expert in zip(fits, done, strict=True):  # in bin order, each once it is fitted
             experts[b] = expert
             if progress is not None:
@@ -447,10 +459,23 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
                 progress.advance(what, shares[b])
         return experts
 
+    def _threads(self) -> int | None:
+        """Threads for work that runs alone (a lone fit, the classifier, EM's scoring): as
+        many as ``n_jobs`` experts would take, at least ``n_threads``."""
+        if self.n_threads is None:
+            return None
+        return max(self.n_threads, min(effective_n_jobs(self.n_jobs), os.cpu_count() or 1))
+
     def _errors(self, experts: list, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return np.column_stack(
-            [np.full(len(y), np.inf) if e is None else np.abs(e.predict(X) - y) for e in experts]
-        )
+        """Every row's absolute error under every expert (inf for a bin without one), through
+        the packed trees on ``n_jobs`` threads: scikit-learn's predictions, several times
+        faster (docs/results.md)."""
+        threads = self._threads() or os.cpu_count() or 1
+        errors = np.full((len(y), len(experts)), np.inf)
+        for b, expert in enumerate(experts):
+            if expert is not None:
+                errors[:, b] = np.abs(CompiledForest(expert).predict_many(X, threads) - y)
+        return errors
 
     def _em_errors(
         self,
@@ -466,14 +491,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         sample=None,
     ) -> tuple[np.ndarray, list | None]:
         """Every row's error under every bin's expert, and the experts when they fit all rows.
-        With a ``sample`` mask the experts fit those rows only and score every row."""
-        if sample is not None and folds is None:
-            experts = self._fit_experts(
-                X[sample], y[sample], bins[sample], n_bins,
-                None if validation is None else validation[sample], 0.0, progress, step,
-                units * self.em_sample,
-            )  # fmt: skip
-            return self._errors(experts, X, y), None
+        With a ``sample`` mask (out-of-fold EM) the experts fit the sampled rows of the other
+        folds."""
         if folds is None:
             experts = self._fit_experts(X, y, bins, n_bins, validation, 0.0, progress, step, units)
             return self._errors(experts, X, y), experts
@@ -490,15 +509,44 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             errors[score] = self._errors(experts, X[score], y[score])
         return errors, None
 
-    def _reassign(self, errors: np.ndarray) -> tuple[np.ndarray, int]:
-        """Each row to its best expert; rows of bins left too small go to their next best."""
+    def _sampled_em_step(
+        self, X, y, bins, n_bins, validation, sample, last, progress, step, units
+    ) -> tuple[np.ndarray, int, float, int, bool]:
+        """One EM iteration with the experts fitted on the ``sample`` rows. Only those rows are
+        scored and moved until EM ends (``last``, or fewer than ``move_tol`` of them moved):
+        then every row is scored once, under these experts, and moved to its best one. Returns
+        the bins, their number, the share of sampled rows moved, the rows rescued and whether
+        EM has ended."""
+        experts = self._fit_experts(
+            X[sample], y[sample], bins[sample], n_bins,
+            None if validation is None else validation[sample], 0.0, progress, step,
+            units * self.em_sample,
+        )  # fmt: skip
+        if not last:
+            min_rows = max(2, round(self.min_bin_rows * self.em_sample))
+            moved, rescued = self._reassign(self._errors(experts, X[sample], y[sample]), min_rows)
+            share = float(np.mean(moved != bins[sample]))
+            if share >= self.move_tol:
+                bins = bins.copy()
+                bins[sample] = moved
+                return bins, n_bins, share, rescued, False
+        new_bins, rescued = self._reassign(self._errors(experts, X, y))
+        if last:
+            share = float(np.mean(new_bins[sample] != bins[sample]))
+        bins, n_bins, _ = _compact(new_bins, n_bins)
+        return bins, n_bins, share, rescued, True
+
+    def _reassign(self, errors: np.ndarray, min_rows: int | None = None) -> tuple[np.ndarray, int]:
+        """Each row to its best expert; rows of bins left with fewer than ``min_rows`` (default
+        ``min_bin_rows``) go to their next best."""
+        min_rows = self.min_bin_rows if min_rows is None else min_rows
         n_bins = errors.shape[1]
         errors = errors.copy()
         bins = np.argmin(errors, axis=1)
         rescued = 0
         while True:
             counts = np.bincount(bins, minlength=n_bins)
-            small = np.flatnonzero((counts > 0) & (counts < self.min_bin_rows))
+            small = np.flatnonzero((counts > 0) & (counts < min_rows))
             if not len(small):
                 return bins, rescued
             b = small[np.argmin(counts[small])]
@@ -543,6 +591,16 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
                 sample = rng.random(len(y)) < self.em_sample
             for iteration in range(self.max_em_iter):
                 step = f"EM iteration {iteration + 1}/{self.max_em_iter}, " if n_bins > 1 else ""
+                if sample is not None and folds is None:
+                    bins, n_bins, share, rescued, ended = self._sampled_em_step(
+                        X, y, bins, n_bins, validation, sample,
+                        iteration == self.max_em_iter - 1, progress, step, em_units,
+                    )  # fmt: skip
+                    moved.append(share)
+                    rescued_log.append(rescued)
+                    if ended:
+                        break
+                    continue
                 errors, experts = self._em_errors(
                     X, y, bins, n_bins, validation, folds, progress, step, em_units, sample
                 )
@@ -603,7 +661,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             n_iter_no_change=self.n_iter_no_change,
             random_state=self.random_state,
         )
-        return fit_booster(classifier, X, bins, validation)
+        with threadpool_limits(self._threads()):
+            return fit_booster(classifier, X, bins, validation)
 
     def _classifier_rows(self, bins: np.ndarray, n_bins: int) -> np.ndarray:
         """A seeded share of each bin's rows, all of a bin that would keep too few."""

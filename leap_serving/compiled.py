@@ -2,9 +2,8 @@
 
 scikit-learn's histogram-GBDT ``predict`` costs about 7 microseconds per tree whatever the batch
 size, and starts an OpenMP pool per call: a paper-profile cascade holds thousands of trees, so one
-ranking of 20 rows would take tens of milliseconds. Here each model's trees are packed once into
-one array of 16-byte nodes, and a numba-compiled walk sums leaf values in scikit-learn's order
-(baseline, then tree by tree), which gives the same float64 results; tests hold it to equality.
+ranking of 20 rows would take tens of milliseconds. Here the classifier and the experts walk their
+packed trees (``trees``), and each row walks only the experts its gating needs.
 """
 
 from __future__ import annotations
@@ -13,64 +12,7 @@ import numba
 import numpy as np
 
 from .cascade import BinnedCascade, bin_probabilities, combine, gate_bins
-
-# One node in 16 bytes, so a tree's walk touches one cache line per level: the split threshold
-# (or, at a leaf, the leaf's value), the right child (the left child is always the next node:
-# scikit-learn stores trees depth first), the split feature and two flags.
-NODE = np.dtype(
-    [("value", np.float64), ("right", np.int32), ("feature", np.int16), ("flags", np.uint8),
-     ("pad", np.uint8)]
-)  # fmt: skip
-LEAF, MISSING_LEFT = 1, 2
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _leaf_value(X, r, root, nodes):
-    """The leaf value row r of X reaches in the tree starting at ``root`` (scikit-learn's
-    routing: missing values go where the split learned to send them)."""
-    node = root
-    while True:
-        n = nodes[node]
-        if n.flags & LEAF:
-            return n.value
-        x = X[r, n.feature]
-        if x <= n.value or (x != x and n.flags & MISSING_LEFT):
-            node += 1
-        else:
-            node = root + n.right
-
-
-@numba.njit(cache=True, nogil=True)
-def _raw_predict(X, nodes, roots, columns, baseline):
-    """Every row through every tree, summed in scikit-learn's order (baseline, then tree by
-    tree). The rows walk each tree in lockstep, a level at a time (routed as in
-    ``_leaf_value``): their loads are independent, so the processor overlaps them."""
-    n_rows = X.shape[0]
-    out = np.empty((n_rows, baseline.shape[0]))
-    for r in range(n_rows):
-        for c in range(baseline.shape[0]):
-            out[r, c] = 0.0 + baseline[c]
-    at = np.empty(n_rows, dtype=np.int64)
-    for t in range(roots.shape[0]):
-        root = roots[t]
-        at[:] = root
-        walking = n_rows
-        while walking:
-            walking = 0
-            for r in range(n_rows):
-                n = nodes[at[r]]
-                if n.flags & LEAF:
-                    continue
-                x = X[r, n.feature]
-                if x <= n.value or (x != x and n.flags & MISSING_LEFT):
-                    at[r] += 1
-                else:
-                    at[r] = root + n.right
-                walking += 1
-        column = columns[t]
-        for r in range(n_rows):
-            out[r, column] += nodes[at[r]].value
-    return out
+from .trees import CompiledForest, leaf_value
 
 
 @numba.njit(cache=True, nogil=True)
@@ -94,50 +36,9 @@ def _expert_predict(X, top, nodes, roots, tree_start, tree_end, baseline):
             root = roots[t]
             for p in range(first, last):
                 r = pairs[p] // k
-                out[r, pairs[p] % k] += _leaf_value(X, r, root, nodes)
+                out[r, pairs[p] % k] += leaf_value(X, r, root, nodes)
         first = last
     return out
-
-
-def _packed(tree: np.ndarray) -> np.ndarray:
-    """One scikit-learn predictor's nodes as ``NODE`` rows."""
-    leaf = tree["is_leaf"].astype(bool)
-    inner = np.flatnonzero(~leaf)
-    if not np.array_equal(tree["left"][inner], inner + 1):
-        raise ValueError("a tree is not stored depth first: the compiled path cannot walk it")
-    if tree["is_categorical"].any():
-        raise ValueError("categorical splits are not supported by the compiled path")
-    nodes = np.zeros(len(tree), dtype=NODE)
-    nodes["value"] = np.where(leaf, tree["value"], tree["num_threshold"])
-    nodes["right"] = tree["right"]
-    nodes["feature"] = tree["feature_idx"]
-    nodes["flags"] = leaf * LEAF + tree["missing_go_to_left"].astype(bool) * MISSING_LEFT
-    return nodes
-
-
-class CompiledForest:
-    """The trees of one fitted HistGradientBoosting model, packed for ``_raw_predict``."""
-
-    def __init__(self, model) -> None:
-        nodes, roots, columns = [], [], []
-        offset = 0
-        for iteration in model._predictors:
-            for column, predictor in enumerate(iteration):
-                nodes.append(_packed(predictor.nodes))
-                roots.append(offset)
-                columns.append(column)
-                offset += len(predictor.nodes)
-        self.nodes = np.concatenate(nodes) if nodes else np.zeros(0, dtype=NODE)
-        self.roots = np.asarray(roots, dtype=np.int64)
-        self.columns = np.asarray(columns, dtype=np.int64)
-        self.baseline = np.ascontiguousarray(model._baseline_prediction, dtype=np.float64).ravel()
-        self.n_trees = len(roots)
-
-    def raw_predict(self, X: np.ndarray) -> np.ndarray:
-        return _raw_predict(
-            np.ascontiguousarray(X, dtype=np.float64), self.nodes, self.roots, self.columns,
-            self.baseline,
-        )  # fmt: skip
 
 
 class CompiledExperts:
