@@ -36,6 +36,46 @@ def test_em_and_the_classifier_on_samples_still_find_the_regimes():
     assert not np.array_equal(sampled.predict(X_new), full.predict(X_new))  # it did sample
 
 
+def test_sampled_em_scores_only_the_sampled_rows_until_its_last_iteration(monkeypatch):
+    """Scoring every row under every expert was most of EM's time at full scale: with a
+    sample, the rows outside it are scored once, by the last iteration's experts."""
+    X, y = _regimes(6000)
+    scored = []
+    errors = BinnedCascade._errors
+
+    def spy(self, experts, X_scored, y_scored):
+        scored.append(len(y_scored))
+        return errors(self, experts, X_scored, y_scored)
+
+    monkeypatch.setattr(BinnedCascade, "_errors", spy)
+    model = BinnedCascade(n_bins=4, max_em_iter=3, move_tol=0.0, em_sample=0.3, **SMALL)
+    model.fit(X, y)
+    sampled = int(np.sum(np.random.default_rng(0).random(len(y)) < 0.3))
+    assert scored == [sampled, sampled, len(y)]
+    assert model.em_iterations_ == 3 and model.bin_rows_.sum() == len(y)
+
+
+def test_a_lone_fit_takes_the_threads_n_jobs_allows(monkeypatch):
+    """One bin (the single GBDT) has no expert to fit beside it, so it uses n_jobs' threads."""
+    import os
+
+    from threadpoolctl import threadpool_info
+
+    from leap_serving import cascade
+
+    seen = []
+    fit = cascade.fit_booster
+
+    def spy(*args, **kwargs):
+        seen.append({p["user_api"]: p["num_threads"] for p in threadpool_info()}.get("openmp"))
+        return fit(*args, **kwargs)
+
+    monkeypatch.setattr(cascade, "fit_booster", spy)
+    X, y = _regimes(1000)
+    BinnedCascade(n_bins=1, n_jobs=2, **SMALL).fit(X, y)
+    assert seen == [min(2, os.cpu_count())]
+
+
 def test_the_cascade_learns_obvious_regimes():
     X, y = _regimes()
     X_new, y_new = _regimes(seed=1)
@@ -326,7 +366,7 @@ def test_a_residual_on_the_prior_reaches_levels_the_trees_never_saw():
 def test_the_compiled_trees_route_missing_values_as_scikit_learn_does():
     from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
-    from leap_serving.compiled import CompiledForest
+    from leap_serving.trees import CompiledForest
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(3000, 4))
@@ -354,3 +394,8 @@ def test_the_compiled_trees_route_missing_values_as_scikit_learn_does():
                           regressor.predict(X_new))  # fmt: skip
     assert np.array_equal(CompiledForest(classifier).raw_predict(X_new),
                           classifier.decision_function(X_new))  # fmt: skip
+    X_many = rng.normal(size=(5000, 4))  # enough rows for two threads' blocks
+    X_many[rng.random(5000) < 0.3, 0] = np.nan
+    for threads in (1, 2):
+        assert np.array_equal(CompiledForest(regressor).predict_many(X_many, threads),
+                              regressor.predict(X_many))  # fmt: skip
