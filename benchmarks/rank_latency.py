@@ -43,7 +43,8 @@ class PerBinArgmax:
     row chose, that bin's expert on those rows. The baseline each gating is compared with."""
 
     def __init__(self, cascade) -> None:
-        from leap_serving.compiled import CompiledCascade, CompiledForest
+        from leap_serving.compiled import CompiledCascade
+        from leap_serving.trees import CompiledForest
 
         self.compiled = CompiledCascade(copy.copy(cascade).set_params(gating="argmax"))
         self.experts = [CompiledForest(expert) for expert in cascade.experts_]
