@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from leap_pipeline.cli import progress_on_stderr
 from leap_pipeline.definitions import materialize_days
 from leap_pipeline.evaluation import fit_models, training_window, validation_rows
 from leap_pipeline.feature_table import discard_stale_warehouse
@@ -127,7 +128,7 @@ def main() -> None:
     levers = {"n_jobs": args.n_jobs, "em_sample": args.em_sample,
               "classifier_sample": args.classifier_sample}  # fmt: skip
     start = time.perf_counter()
-    with expert_backend(args.dask), TreeMemory() as memory:
+    with progress_on_stderr(), expert_backend(args.dask), TreeMemory() as memory:
         night = fit_models(window, args.day, profile=args.profile, cascade_params=levers)
     night_s = time.perf_counter() - start
     cascade = night.cascade
