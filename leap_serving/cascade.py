@@ -524,11 +524,12 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         )  # fmt: skip
         if not last:
             min_rows = max(2, round(self.min_bin_rows * self.em_sample))
-            moved, rescued = self._reassign(self._errors(experts, X[sample], y[sample]), min_rows)
-            share = float(np.mean(moved != bins[sample]))
+            errors = self._errors(experts, X[sample], y[sample])
+            sample_bins, rescued = self._reassign(errors, min_rows)
+            share = float(np.mean(sample_bins != bins[sample]))
             if share >= self.move_tol:
                 bins = bins.copy()
-                bins[sample] = moved
+                bins[sample] = sample_bins
                 return bins, n_bins, share, rescued, False
         new_bins, rescued = self._reassign(self._errors(experts, X, y))
         if last:
