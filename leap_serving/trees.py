@@ -110,7 +110,8 @@ def _packed(tree: np.ndarray) -> np.ndarray:
 
 
 class CompiledForest:
-    """The trees of one fitted HistGradientBoosting model, packed for ``_raw_predict``."""
+    """The trees of one fitted HistGradientBoosting model, packed once for the walks: a few rows
+    (``raw_predict``, serving) or many (``predict_many``, EM's scoring)."""
 
     def __init__(self, model) -> None:
         nodes, roots, columns = [], [], []
