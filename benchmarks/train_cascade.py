@@ -75,6 +75,38 @@ class TreeMemory:
             self.peak_mb = max(self.peak_mb, sum(pages.get(pid, 0) for pid in tree) * page_mb)
 
 
+def early_stop_trees(scores: np.ndarray, n_iter_no_change: int, tol: float) -> int:
+    """Trees a fit would have kept had early stopping used ``tol``: scikit-learn's stopping rule
+    replayed on the held-out scores (higher is better, the first before any tree) it recorded."""
+    for length in range(n_iter_no_change + 1, len(scores) + 1):
+        reference = scores[length - n_iter_no_change - 1]
+        if not np.any(scores[length - n_iter_no_change : length] > reference + tol):
+            return length - 1
+    return len(scores) - 1
+
+
+def tree_curve(booster, X: np.ndarray, q: np.ndarray, every: int = 100) -> dict:
+    """Where a booster's trees go: its held-out loss and the evaluation day's w20 every
+    ``every`` trees, and the trees it would keep under larger early-stopping tolerances."""
+    scores = booster.validation_score_
+    if not len(scores):  # trained without early stopping: no held-out loss was recorded
+        return {}
+    trees, w20 = [], []
+    for n, log_q in enumerate(booster.staged_predict(X), 1):
+        if n % every == 0 or n == booster.n_iter_:
+            trees.append(n)
+            w20.append(round(metrics.within(np.exp(log_q), q, 20), 4))
+    return {
+        "trees": trees,
+        "validation_loss": [round(-float(scores[n]), 5) for n in trees],
+        "w20": w20,
+        "trees_at_tol": {
+            tol: early_stop_trees(scores, booster.n_iter_no_change, tol)
+            for tol in (1e-5, 5e-5, 1e-4, 2e-4, 5e-4)
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
@@ -172,6 +204,7 @@ def main() -> None:
         "w20_cascade": w20(cascade),
         "w20_single_gbdt": w20(night.single_gbdt),
         "w20_published": w20(night.published),
+        "single_gbdt_curve": tree_curve(night.single_gbdt, X_day, q_day),
         **levers,
         "dask": args.dask,
         **baseline,
