@@ -77,7 +77,7 @@ class ReportSettings:
         that shrinks with the fleet."""
         return TrainingSettings(
             profile=self.profile, window_days=self.window_days,
-            lookup_min_support=self.lookup_min_support, n_jobs=None,
+            lookup_min_support=self.lookup_min_support, n_jobs=-1,
         )  # fmt: skip
 
     @property
@@ -338,8 +338,8 @@ def first_choice_shares(attempts: pl.DataFrame, lists: dict[str, list]) -> list[
         .group_by("model_type", "first")
         .len()
         .with_columns(share=pl.col("len") / pl.col("len").sum().over("model_type"))
-        .sort(["model_type", "share"], descending=[False, True])
-    )
+        .sort(["model_type", "share", "first"], descending=[False, True, False], nulls_last=True)
+    )  # ties in share are ordered by type name, so the report is the same run to run
     return shares.select("model_type", "first", "share").to_dicts()
 
 

@@ -111,3 +111,14 @@ def test_the_quick_report_has_every_section(tmp_path):
     assert saved["nightly_w20"] == report["nightly_w20"]
     for figure in report["figures"]:
         assert (tmp_path / "reports" / figure.split("/")[-1]).stat().st_size > 0
+
+
+def test_first_choice_ties_are_ordered_by_type_name():
+    from leap_pipeline.report import first_choice_shares
+
+    attempts = pl.DataFrame({"attempt_id": list("abcdef"), "model_type": ["m"] * 6})
+    lists = {"a": ["T4"], "b": ["T4"], "c": ["L4"], "d": ["A10G"], "e": ["H100"], "f": []}
+    shares = first_choice_shares(attempts, lists)
+    # T4 leads; L4, A10G, H100 and the empty list (None) tie at one launch each
+    assert [s["first"] for s in shares] == ["T4", "A10G", "H100", "L4", None]
+    assert sum(s["share"] for s in shares) == pytest.approx(1.0)
