@@ -379,8 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     ui.set_defaults(handler=user_interfaces)
 
     paper = commands.add_parser("report", help="the paper's evaluation and routing value")
-    paper.add_argument("--scale", type=float, default=0.05)
-    paper.add_argument("--nights", type=int, default=30)
+    paper.add_argument("--scale", type=float, help="fleet scale (default: the largest at which "
+                       "30 nights take about an hour on 2 cores; see README)")  # fmt: skip
+    paper.add_argument("--nights", type=int, help="nightly retrains to score (default: 30)")
     paper.add_argument("--seed", type=int, default=0)
     paper.add_argument("--data", default="data", help="warehouse and data/reports/ go here")
     paper.add_argument("--quick", action="store_true", help="a one-minute run for tests")

@@ -65,12 +65,18 @@ class ReportSettings:
 
     @classmethod
     def from_options(
-        cls, scale: float, nights: int, seed: int, data: str | Path, quick: bool
+        cls, scale: float | None, nights: int | None, seed: int, data: str | Path, quick: bool
     ) -> ReportSettings:
-        """The settings the CLI flags and the asset's config name, read the same way."""
+        """The settings the CLI flags and the asset's config name, read the same way (a flag
+        left out, None, takes the default here)."""
         if quick:
             return cls.quick_mode(Path(data))
-        return cls(scale=scale, nights=nights, seed=seed, data=Path(data))
+        return cls(
+            scale=cls.scale if scale is None else scale,
+            nights=cls.nights if nights is None else nights,
+            seed=seed,
+            data=Path(data),
+        )
 
     def training(self) -> TrainingSettings:
         """Each night's training: the report's profile, its window, a lookup-table support

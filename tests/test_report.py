@@ -122,3 +122,15 @@ def test_first_choice_ties_are_ordered_by_type_name():
     # T4 leads; L4, A10G, H100 and the empty list (None) tie at one launch each
     assert [s["first"] for s in shares] == ["T4", "A10G", "H100", "L4", None]
     assert sum(s["share"] for s in shares) == pytest.approx(1.0)
+
+
+def test_flags_left_out_take_the_report_settings_defaults():
+    from leap_pipeline.cli import build_parser
+    from leap_pipeline.report import ReportSettings
+
+    args = build_parser().parse_args(["report"])
+    settings = ReportSettings.from_options(args.scale, args.nights, args.seed, args.data, False)
+    assert settings == ReportSettings()
+    args = build_parser().parse_args(["report", "--scale", "0.3", "--nights", "2"])
+    settings = ReportSettings.from_options(args.scale, args.nights, args.seed, args.data, False)
+    assert (settings.scale, settings.nights) == (0.3, 2)
