@@ -80,7 +80,7 @@ class ReportSettings:
 
     def training(self) -> TrainingSettings:
         """Each night's training: the report's profile, its window, a lookup-table support
-        that shrinks with the fleet."""
+        that shrinks with the fleet, every core (the models are the same on any count)."""
         return TrainingSettings(
             profile=self.profile, window_days=self.window_days,
             lookup_min_support=self.lookup_min_support, n_jobs=-1,
