@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -64,6 +68,24 @@ def check_range(first: dt.date, last: dt.date) -> None:
             )
 
 
+@contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Put SIGINT's and SIGTERM's handlers back after an in-process Dagster run.
+
+    Dagster maps SIGTERM to whatever handles SIGINT and leaves it so. A process started in the
+    background (a script's ``&``, nohup, cron) ignores SIGINT, so it would then ignore SIGTERM
+    too: ``kill`` could no longer stop a report or a demo after its first run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread can set handlers
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def run_days(
     job: dg.JobDefinition,
     first: dt.date,
@@ -83,23 +105,24 @@ def run_days(
     ``definitions.materialize_days`` runs the project's jobs by name through it.
     """
     check_range(first, last)
-    return job.execute_in_process(
-        instance=dagster_instance(),
-        tags={
-            "dagster/asset_partition_range_start": first.isoformat(),
-            "dagster/asset_partition_range_end": last.isoformat(),
-        },
-        run_config={
-            "resources": {
-                "source": {"config": {"uri": source}},
-                "warehouse": {"config": {"path": warehouse}},
-                "mlflow_tracking": {"config": {"store": mlflow_store}},
-                "training": {"config": dict(training or {})},
+    with signal_handlers_kept():
+        return job.execute_in_process(
+            instance=dagster_instance(),
+            tags={
+                "dagster/asset_partition_range_start": first.isoformat(),
+                "dagster/asset_partition_range_end": last.isoformat(),
             },
-            "loggers": {"console": {"config": {"log_level": log_level}}},
-        },
-        raise_on_error=raise_on_error,
-    )
+            run_config={
+                "resources": {
+                    "source": {"config": {"uri": source}},
+                    "warehouse": {"config": {"path": warehouse}},
+                    "mlflow_tracking": {"config": {"store": mlflow_store}},
+                    "training": {"config": dict(training or {})},
+                },
+                "loggers": {"console": {"config": {"log_level": log_level}}},
+            },
+            raise_on_error=raise_on_error,
+        )
 
 
 def land_days(first: dt.date, last: dt.date, source: str, warehouse: str) -> None:
@@ -110,19 +133,20 @@ def land_days(first: dt.date, last: dt.date, source: str, warehouse: str) -> Non
     from .resources import SourceResource, WarehouseResource
 
     check_range(first, last)
-    dg.materialize(
-        DATA_ASSETS,
-        instance=dagster_instance(),
-        resources={
-            "source": SourceResource(uri=source),
-            "warehouse": WarehouseResource(path=warehouse),
-        },
-        tags={
-            "dagster/asset_partition_range_start": first.isoformat(),
-            "dagster/asset_partition_range_end": last.isoformat(),
-        },
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-    )
+    with signal_handlers_kept():
+        dg.materialize(
+            DATA_ASSETS,
+            instance=dagster_instance(),
+            resources={
+                "source": SourceResource(uri=source),
+                "warehouse": WarehouseResource(path=warehouse),
+            },
+            tags={
+                "dagster/asset_partition_range_start": first.isoformat(),
+                "dagster/asset_partition_range_end": last.isoformat(),
+            },
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        )
 
 
 def night_record(result: dg.ExecuteInProcessResult, asset: str, day: dt.date) -> dict:

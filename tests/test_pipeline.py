@@ -336,3 +336,22 @@ def test_a_missing_snapshot_for_the_day_before_stops_the_feature_table(tmp_path)
             warehouse=str(path), log_level="CRITICAL",
         )  # fmt: skip
     assert _table_contents(path, "feature_table")["ds"].unique().to_list() == [FIRST]
+
+
+def test_kill_still_stops_a_background_process_after_an_in_process_run(tmp_path):
+    """A process started with SIGINT ignored (a script's ``&``, nohup) must still obey SIGTERM
+    after Dagster's in-process run, which maps SIGTERM to SIGINT's handler."""
+    script = f"""
+import datetime as dt, os, signal, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+from leap_pipeline.runs import land_days
+day = dt.date(2026, 1, 1)
+land_days(day, day, "simulator:seed=0,scale=0.01", {str(tmp_path / "w.duckdb")!r})
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(5)
+print("still running")
+"""
+    command = [sys.executable, "-c", script]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == -15, done.stdout + done.stderr[-2000:]
+    assert "still running" not in done.stdout
