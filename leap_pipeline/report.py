@@ -45,7 +45,9 @@ from .warehouse import open_warehouse
 
 @dataclass(frozen=True)
 class ReportSettings:
-    scale: float = 0.05
+    # the largest scale at which 30 nights take about an hour on 2 cores: 0.2 took 3,633 s
+    # (docs/results.md), and a night's fits grow with the rows
+    scale: float = 0.2
     nights: int = 30
     seed: int = 0
     profile: str = "fast"
