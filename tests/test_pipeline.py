@@ -341,12 +341,16 @@ def test_a_missing_snapshot_for_the_day_before_stops_the_feature_table(tmp_path)
 def test_kill_still_stops_a_background_process_after_an_in_process_run(tmp_path):
     """A process started with SIGINT ignored (a script's ``&``, nohup) must still obey SIGTERM
     after Dagster's in-process run, which maps SIGTERM to SIGINT's handler."""
+    # SIGTERM starts at its default: an ignored disposition is inherited, and this test process
+    # may itself have run Dagster in the background
     script = f"""
 import datetime as dt, os, signal, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 from leap_pipeline.runs import land_days
 day = dt.date(2026, 1, 1)
 land_days(day, day, "simulator:seed=0,scale=0.01", {str(tmp_path / "w.duckdb")!r})
+print("SIGTERM handler after the run:", signal.getsignal(signal.SIGTERM), flush=True)
 os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(5)
 print("still running")
