@@ -12,32 +12,49 @@ import numba
 import numpy as np
 
 from .cascade import BinnedCascade, bin_probabilities, combine, gate_bins
-from .trees import CompiledForest, leaf_value
+from .trees import GROUP_ROWS, CompiledForest, bit_index, group_width, sort_group, walk_group
 
 
 @numba.njit(cache=True, nogil=True)
-def _expert_predict(X, top, nodes, roots, tree_start, tree_end, baseline):
+def _expert_predict(X, top, nodes, roots, tree_start, tree_end, baseline, width, stack_size):
     """ln q of expert ``top[r, j]`` on row r, walking only that expert's trees, summed in
-    scikit-learn's order (baseline, then tree by tree). Tree-major: each tree is walked by all
-    the rows that need it while its nodes are in cache."""
+    scikit-learn's order (baseline, then tree by tree). A group of rows at a time
+    (``trees.walk_group``): each expert's trees are walked once by all the group's rows that
+    need it."""
     n_rows, k = top.shape
+    n_features = X.shape[1]
     out = np.empty((n_rows, k))
-    flat = top.ravel()
-    pairs = np.argsort(flat, kind="mergesort")
-    for p in range(pairs.shape[0]):
-        out[pairs[p] // k, pairs[p] % k] = 0.0 + baseline[flat[pairs[p]]]
-    first = 0
-    while first < pairs.shape[0]:
-        b = flat[pairs[first]]
-        last = first
-        while last < pairs.shape[0] and flat[pairs[last]] == b:
-            last += 1
-        for t in range(tree_start[b], tree_end[b]):
-            root = roots[t]
-            for p in range(first, last):
-                r = pairs[p] // k
-                out[r, pairs[p] % k] += leaf_value(X, r, root, nodes)
-        first = last
+    ordered = np.empty((n_features, width))
+    below = np.empty((n_features, width), dtype=np.uint64)
+    missing = np.empty(n_features, dtype=np.uint64)
+    counts = np.empty(n_features, dtype=np.int64)
+    values = np.empty(GROUP_ROWS)
+    stack_node = np.empty(stack_size, dtype=np.int64)
+    stack_rows = np.empty(stack_size, dtype=np.uint64)
+    n_experts = baseline.shape[0]
+    rows_of = np.zeros(n_experts, dtype=np.uint64)  # per expert, the mask of rows needing it
+    slot = np.empty((GROUP_ROWS, n_experts), dtype=np.int64)  # where row r keeps expert b
+    for first in range(0, n_rows, GROUP_ROWS):
+        n = min(GROUP_ROWS, n_rows - first)
+        sort_group(X, first, n, ordered, below, missing, counts)
+        rows_of[:] = 0
+        for r in range(n):
+            for j in range(k):
+                b = top[first + r, j]
+                rows_of[b] |= np.uint64(1) << np.uint64(r)
+                slot[r, b] = j
+                out[first + r, j] = 0.0 + baseline[b]
+        for b in range(n_experts):
+            if rows_of[b] == 0:
+                continue
+            for t in range(tree_start[b], tree_end[b]):
+                walk_group(X, first, nodes, roots[t], rows_of[b], ordered, below, missing,
+                           counts, values, stack_node, stack_rows)  # fmt: skip
+                rows = rows_of[b]
+                while rows:
+                    r = bit_index(rows)
+                    out[first + r, slot[r, b]] += values[r]
+                    rows &= rows - np.uint64(1)
     return out
 
 
@@ -55,11 +72,13 @@ class CompiledExperts:
         self.tree_start = self.tree_end - counts
         self.baseline = np.array([f.baseline[0] for f in forests], dtype=np.float64)
         self.n_trees = int(counts.sum())
+        self.stack_size = max([f.stack_size for f in forests], default=1)
 
     def predict(self, X: np.ndarray, top: np.ndarray) -> np.ndarray:
         return _expert_predict(
-            X, np.ascontiguousarray(top, dtype=np.int64), self.nodes, self.roots,
-            self.tree_start, self.tree_end, self.baseline,
+            np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(top, dtype=np.int64),
+            self.nodes, self.roots, self.tree_start, self.tree_end, self.baseline,
+            group_width(len(X)), self.stack_size,
         )  # fmt: skip
 
 

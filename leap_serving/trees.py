@@ -5,8 +5,9 @@ every row through a tree before the next tree, so a large batch streams the whol
 from memory once per tree. Here a model's trees are packed once into one array of 16-byte nodes,
 and numba-compiled walks sum leaf values in scikit-learn's order (baseline, then tree by tree),
 which gives the same float64 results; tests hold them to equality. The serving path
-(``compiled``) walks a few rows; EM scores every training row under every expert
-(``CompiledForest.predict_many``), a block of rows at a time on several threads.
+(``compiled``) walks a ranking's few rows as one group (``walk_group``); EM scores every
+training row under every expert (``CompiledForest.predict_many``), a block of rows at a time on
+several threads.
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ LEAF, MISSING_LEFT = 1, 2
 ROW_BLOCK = 2048
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def leaf_value(X, r, root, nodes):
-    """The leaf value row r of X reaches in the tree starting at ``root`` (scikit-learn's
-    routing: missing values go where the split learned to send them)."""
-    node = root
+@numba.njit(cache=True, nogil=True)
+def leaf_from(X, r, root, node, nodes):
+    """The leaf value row r of X reaches from ``node`` of the tree starting at ``root``
+    (scikit-learn's routing: missing values go where the split learned to send them)."""
     while True:
         n = nodes[node]
         if n.flags & LEAF:
@@ -45,36 +45,159 @@ def leaf_value(X, r, root, nodes):
             node = root + n.right
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def leaf_value(X, r, root, nodes):
+    """The leaf value row r of X reaches in the tree starting at ``root``."""
+    return leaf_from(X, r, root, root, nodes)
+
+
+# The serving walk takes a ranking's rows as one group: a node is read once for every row that
+# reaches it, and which of those go left is a search among their sorted values, not a
+# comparison per row. A launch's candidates share most features (the launch's own), so their
+# paths share most nodes: on a paper-profile classifier, 20 rows visit 11x fewer nodes as a
+# group than one by one. A group is at most 64 rows, one bit each in a mask.
+GROUP_ROWS = 64
+_ONE = np.uint64(1)
+_DEBRUIJN = 0x03F79D71B4CB0A89  # the lowest set bit's index of a mask by one multiply
+_BIT_INDEX = np.zeros(64, dtype=np.int64)
+for _bit in range(64):
+    _BIT_INDEX[(((1 << _bit) * _DEBRUIJN) % 2**64) >> 58] = _bit
+
+
+def group_width(n_rows: int) -> int:
+    """Slots per feature of a group's sorted values: a power of two above its row count, so
+    the search takes a fixed number of halvings."""
+    width = 2
+    while width < min(n_rows, GROUP_ROWS) + 1:
+        width *= 2
+    return width
+
+
 @numba.njit(cache=True, nogil=True)
-def _raw_predict(X, nodes, roots, columns, baseline):
-    """Every row through every tree, summed in scikit-learn's order (baseline, then tree by
-    tree). The rows walk each tree in lockstep, a level at a time (routed as in
-    ``leaf_value``): their loads are independent, so the processor overlaps them."""
-    n_rows = X.shape[0]
+def sort_group(X, first, n, ordered, below, missing, counts):
+    """Rows ``first`` to ``first + n`` (n <= 64) as a group: per feature f, its present values
+    ascending in ``ordered[f]`` (then +inf), ``counts[f]`` of them (at least 1), ``below[f, k]``
+    the mask of the rows holding the k smallest and ``missing[f]`` the mask of rows missing it."""
+    width = ordered.shape[1]
+    values = np.empty(n)
+    rows = np.empty(n, dtype=np.int64)
+    for f in range(X.shape[1]):
+        m = 0
+        nan_rows = np.uint64(0)
+        for r in range(n):
+            x = X[first + r, f]
+            if x != x:
+                nan_rows |= _ONE << np.uint64(r)
+            else:
+                values[m] = x
+                rows[m] = r
+                m += 1
+        missing[f] = nan_rows
+        order = np.argsort(values[:m], kind="mergesort")
+        mask = np.uint64(0)
+        below[f, 0] = mask
+        for k in range(m):
+            ordered[f, k] = values[order[k]]
+            mask |= _ONE << np.uint64(rows[order[k]])
+            below[f, k + 1] = mask
+        for k in range(m, width):
+            ordered[f, k] = np.inf
+        for k in range(m + 1, width):
+            below[f, k] = mask
+        counts[f] = max(m, 1)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def bit_index(mask):
+    """The index of the lowest set bit of a nonzero mask."""
+    lowest = mask & (~mask + _ONE)
+    return _BIT_INDEX[(lowest * np.uint64(_DEBRUIJN)) >> np.uint64(58)]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def walk_group(
+    X, first, nodes, root, rows, ordered, below, missing, counts, values, stack_node, stack_rows
+):
+    """The tree at ``root`` for the group's rows in mask ``rows``: ``values[r]`` becomes the
+    value of the leaf row ``first + r`` of X reaches (scikit-learn's routing, as in
+    ``leaf_from``). At a node, the rows going left are those whose value is at most its
+    threshold, counted by halving among the sorted values, and the missing ones if missing
+    values go left there. A row left alone walks on by itself, one comparison a node."""
+    halving = ordered.shape[1] >> 1
+    stack_node[0] = root
+    stack_rows[0] = rows
+    top = 1
+    while top:
+        top -= 1
+        i = stack_node[top]
+        group = stack_rows[top]
+        if not group & (group - _ONE):  # one row
+            r = bit_index(group)
+            values[r] = leaf_from(X, first + r, root, i, nodes)
+            continue
+        node = nodes[i]
+        while not (node.flags & LEAF):
+            f = node.feature
+            t = node.value
+            if ordered[f, 0] > t:
+                k = 0
+            elif ordered[f, counts[f] - 1] <= t:
+                k = counts[f]
+            else:
+                k = 0
+                step = halving
+                while step:
+                    if ordered[f, k + step - 1] <= t:
+                        k += step
+                    step >>= 1
+            left = below[f, k]
+            if node.flags & MISSING_LEFT:
+                left |= missing[f]
+            going_left = group & left
+            going_right = group & ~left
+            if going_left and going_right:
+                stack_node[top] = root + node.right
+                stack_rows[top] = going_right
+                top += 1
+                i += 1
+                group = going_left
+            elif going_left:
+                i += 1
+            else:
+                i = root + node.right
+            node = nodes[i]
+        value = node.value
+        while group:
+            values[bit_index(group)] = value
+            group &= group - _ONE
+
+
+@numba.njit(cache=True, nogil=True)
+def _raw_predict(X, nodes, roots, columns, baseline, width, stack_size):
+    """Every row through every tree, a group of rows at a time (``walk_group``), summed in
+    scikit-learn's order (baseline, then tree by tree)."""
+    n_rows, n_features = X.shape
     out = np.empty((n_rows, baseline.shape[0]))
     for r in range(n_rows):
         for c in range(baseline.shape[0]):
             out[r, c] = 0.0 + baseline[c]
-    at = np.empty(n_rows, dtype=np.int64)
-    for t in range(roots.shape[0]):
-        root = roots[t]
-        at[:] = root
-        walking = n_rows
-        while walking:
-            walking = 0
-            for r in range(n_rows):
-                n = nodes[at[r]]
-                if n.flags & LEAF:
-                    continue
-                x = X[r, n.feature]
-                if x <= n.value or (x != x and n.flags & MISSING_LEFT):
-                    at[r] += 1
-                else:
-                    at[r] = root + n.right
-                walking += 1
-        column = columns[t]
-        for r in range(n_rows):
-            out[r, column] += nodes[at[r]].value
+    ordered = np.empty((n_features, width))
+    below = np.empty((n_features, width), dtype=np.uint64)
+    missing = np.empty(n_features, dtype=np.uint64)
+    counts = np.empty(n_features, dtype=np.int64)
+    values = np.empty(GROUP_ROWS)
+    stack_node = np.empty(stack_size, dtype=np.int64)
+    stack_rows = np.empty(stack_size, dtype=np.uint64)
+    for first in range(0, n_rows, GROUP_ROWS):
+        n = min(GROUP_ROWS, n_rows - first)
+        sort_group(X, first, n, ordered, below, missing, counts)
+        everyone = ~np.uint64(0) >> np.uint64(GROUP_ROWS - n)
+        for t in range(roots.shape[0]):
+            walk_group(X, first, nodes, roots[t], everyone, ordered, below, missing, counts,
+                       values, stack_node, stack_rows)  # fmt: skip
+            column = columns[t]
+            for r in range(n):
+                out[first + r, column] += values[r]
     return out
 
 
@@ -127,11 +250,18 @@ class CompiledForest:
         self.columns = np.asarray(columns, dtype=np.int64)
         self.baseline = np.ascontiguousarray(model._baseline_prediction, dtype=np.float64).ravel()
         self.n_trees = len(roots)
+        # a group's walk keeps one pending branch per level at most: fewer than a tree's nodes
+        self.stack_size = max(
+            [len(predictor.nodes) for iteration in model._predictors for predictor in iteration],
+            default=1,
+        )
 
     def raw_predict(self, X: np.ndarray) -> np.ndarray:
+        """scikit-learn's raw prediction (``decision_function`` for a classifier), the rows
+        walked as groups: for the few rows of a ranking."""
         return _raw_predict(
             np.ascontiguousarray(X, dtype=np.float64), self.nodes, self.roots, self.columns,
-            self.baseline,
+            self.baseline, group_width(len(X)), self.stack_size,
         )  # fmt: skip
 
     def predict_many(self, X: np.ndarray, n_threads: int = 1) -> np.ndarray:

@@ -399,3 +399,45 @@ def test_the_compiled_trees_route_missing_values_as_scikit_learn_does():
     for threads in (1, 2):
         assert np.array_equal(CompiledForest(regressor).predict_many(X_many, threads),
                               regressor.predict(X_many))  # fmt: skip
+
+
+def test_a_group_of_rows_walks_the_trees_as_scikit_learn_routes_each_row():
+    """The serving walk routes a ranking's rows as one group: rows sharing most values (a
+    launch's candidates), values exactly on a threshold, missing values sent both ways, a lone
+    row and groups past 64 rows all give scikit-learn's numbers."""
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+
+    from leap_serving.compiled import CompiledExperts
+    from leap_serving.trees import CompiledForest
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(4000, 6))
+    X[rng.random(4000) < 0.15, 2] = np.nan
+    y = X[:, 0] + np.nan_to_num(X[:, 2], nan=2.0) * X[:, 1] + 0.3 * X[:, 3]
+    regressor = HistGradientBoostingRegressor(max_iter=40, max_leaf_nodes=63, random_state=0)
+    regressor.fit(X, y)
+    classifier = HistGradientBoostingClassifier(max_iter=15, random_state=0)
+    classifier.fit(X, np.digitize(y, [-1.0, 0.0, 1.0]))
+    splits = np.concatenate([p.nodes for it in regressor._predictors for p in it])
+    on_three = splits[(splits["is_leaf"] == 0) & (splits["feature_idx"] == 3)]["num_threshold"]
+    other = HistGradientBoostingRegressor(max_iter=10, random_state=0).fit(X, -y)
+    experts = CompiledExperts([regressor, other])
+    launch = rng.normal(size=6)
+    for n in (1, 2, 20, 64, 65, 130):
+        rows = np.tile(launch, (n, 1))  # columns 0-2 shared, as a launch's are
+        rows[:, 3:] = rng.normal(size=(n, 3))
+        rows[: n // 2, 3] = rng.choice(on_three, n // 2)  # exactly on a split
+        rows[rng.random(n) < 0.3, 4] = np.nan
+        if n % 2:
+            rows[:, 2] = np.nan  # missing in every row of the group
+        assert np.array_equal(CompiledForest(regressor).raw_predict(rows)[:, 0],
+                              regressor.predict(rows))  # fmt: skip
+        assert np.array_equal(CompiledForest(classifier).raw_predict(rows),
+                              classifier.decision_function(rows))  # fmt: skip
+        # two experts, each row needing both, in either order
+        top = rng.integers(0, 2, size=(n, 1))
+        top = np.hstack([top, 1 - top])
+        by_expert = np.column_stack([regressor.predict(rows), other.predict(rows)])
+        expected = np.take_along_axis(by_expert, top, axis=1)
+        assert np.array_equal(experts.predict(rows, top), expected)
+        assert np.array_equal(experts.predict(rows, top[:, :1]), expected[:, :1])
