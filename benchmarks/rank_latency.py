@@ -8,8 +8,11 @@ scikit-learn's own ``predict`` of the cascade; and, for 20 candidates, ``rank`` 
 under each gating of the same cascade against the path before soft gating (``gating_20``, with
 each gating's ``rank`` as a ratio of that baseline's).
 
-Run: python benchmarks/rank_latency.py [--model FOLDER] [--cascade default|paper] [--calls 3000]
-     [--json]
+``--cascade single`` measures the one-bin model, the single GBDT, which is what a night publishes
+when the selection keeps it.
+
+Run: python benchmarks/rank_latency.py [--model FOLDER] [--cascade default|paper|single]
+     [--calls 3000] [--json]
 """
 
 import argparse
@@ -61,7 +64,8 @@ class PerBinArgmax:
 
 def paper_model(scale: float, cascade: str) -> Path:
     """A paper-profile model trained on a 30-day window of a small fleet, cached. ``cascade``:
-    ``default`` (the cascade the pipeline trains) or ``paper`` (the paper's 13 bins, argmax)."""
+    ``default`` (the cascade the pipeline trains), ``paper`` (the paper's 13 bins, argmax) or
+    ``single`` (one bin: the single GBDT)."""
     from leap_pipeline.definitions import materialize_days
     from leap_pipeline.evaluation import fit_models, training_window
     from leap_pipeline.simulation import SPAN_START
@@ -71,7 +75,7 @@ def paper_model(scale: float, cascade: str) -> Path:
     from leap_serving.features import FEATURE_COLUMNS
 
     root = Path("data") / "bench-models" / f"paper-{scale}" / cascade
-    settings = PAPER_CASCADE if cascade == "paper" else {}
+    settings = {"paper": PAPER_CASCADE, "single": {"n_bins": 1}}.get(cascade, {})
     night = root / "night"
     # the cache holds while the features and the paper profile's cascade are what the code has
     key = {"feature_columns": list(FEATURE_COLUMNS),
@@ -104,8 +108,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="", help="a model folder (default: train one)")
     parser.add_argument("--scale", type=float, default=0.05, help="fleet scale to train on")
-    parser.add_argument("--cascade", choices=("default", "paper"), default="default",
-                        help="ours, or the paper's (13 bins, argmax)")  # fmt: skip
+    parser.add_argument(
+        "--cascade", choices=("default", "paper", "single"), default="default",
+        help="ours, the paper's (13 bins, argmax), or one bin: the single GBDT",
+    )  # fmt: skip
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
