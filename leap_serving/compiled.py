@@ -55,6 +55,9 @@ def _expert_predict(X, top, nodes, roots, tree_start, tree_end, baseline, width,
                     r = bit_index(rows)
                     out[first + r, slot[r, b]] += values[r]
                     rows &= rows - np.uint64(1)
+        for r in range(n):  # an expert a row names twice was walked into one of its slots
+            for j in range(k):
+                out[first + r, j] = out[first + r, slot[r, top[first + r, j]]]
     return out
 
 

@@ -441,3 +441,5 @@ def test_a_group_of_rows_walks_the_trees_as_scikit_learn_routes_each_row():
         expected = np.take_along_axis(by_expert, top, axis=1)
         assert np.array_equal(experts.predict(rows, top), expected)
         assert np.array_equal(experts.predict(rows, top[:, :1]), expected[:, :1])
+        twice = np.hstack([top, top[:, :1]])  # one expert named twice in a row
+        assert np.array_equal(experts.predict(rows, twice), expected[:, [0, 1, 0]])
