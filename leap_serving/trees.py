@@ -30,7 +30,7 @@ LEAF, MISSING_LEFT = 1, 2
 ROW_BLOCK = 2048
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def leaf_from(X, r, root, node, nodes):
     """The leaf value row r of X reaches from ``node`` of the tree starting at ``root``
     (scikit-learn's routing: missing values go where the split learned to send them)."""
@@ -49,6 +49,12 @@ def leaf_from(X, r, root, node, nodes):
 def leaf_value(X, r, root, nodes):
     """The leaf value row r of X reaches in the tree starting at ``root``."""
     return leaf_from(X, r, root, root, nodes)
+
+
+@numba.njit(cache=True, nogil=True)
+def _walk_alone(X, r, root, node, nodes):
+    """``leaf_from`` as a call: the group walk's rare path, kept out of its loop's code."""
+    return leaf_from(X, r, root, node, nodes)
 
 
 # The serving walk takes a ranking's rows as one group: a node is read once for every row that
@@ -133,7 +139,7 @@ def walk_group(
         group = stack_rows[top]
         if not group & (group - _ONE):  # one row
             r = bit_index(group)
-            values[r] = leaf_from(X, first + r, root, i, nodes)
+            values[r] = _walk_alone(X, first + r, root, i, nodes)
             continue
         node = nodes[i]
         while not (node.flags & LEAF):
