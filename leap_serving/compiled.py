@@ -12,7 +12,15 @@ import numba
 import numpy as np
 
 from .cascade import BinnedCascade, bin_probabilities, combine, gate_bins
-from .trees import GROUP_ROWS, CompiledForest, bit_index, group_width, sort_group, walk_group
+from .trees import (
+    GROUP_ROWS,
+    CompiledForest,
+    bit_index,
+    group_buffers,
+    group_width,
+    sort_group,
+    walk_group,
+)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -24,13 +32,9 @@ def _expert_predict(X, top, nodes, roots, tree_start, tree_end, baseline, width,
     n_rows, k = top.shape
     n_features = X.shape[1]
     out = np.empty((n_rows, k))
-    ordered = np.empty((n_features, width))
-    below = np.empty((n_features, width), dtype=np.uint64)
-    missing = np.empty(n_features, dtype=np.uint64)
-    counts = np.empty(n_features, dtype=np.int64)
-    values = np.empty(GROUP_ROWS)
-    stack_node = np.empty(stack_size, dtype=np.int64)
-    stack_rows = np.empty(stack_size, dtype=np.uint64)
+    ordered, below, missing, counts, values, stack_node, stack_rows = group_buffers(
+        n_features, width, stack_size
+    )
     n_experts = baseline.shape[0]
     rows_of = np.zeros(n_experts, dtype=np.uint64)  # per expert, the mask of rows needing it
     slot = np.empty((GROUP_ROWS, n_experts), dtype=np.int64)  # where row r keeps expert b

@@ -80,6 +80,22 @@ def group_width(n_rows: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
+def group_buffers(n_features, width, stack_size):
+    """The arrays a group walk fills and reads (``sort_group``, ``walk_group``): the sorted
+    values, the masks below each count, the missing rows' masks, the counts, the leaf values
+    reached and the pending branches."""
+    return (
+        np.empty((n_features, width)),
+        np.empty((n_features, width), dtype=np.uint64),
+        np.empty(n_features, dtype=np.uint64),
+        np.empty(n_features, dtype=np.int64),
+        np.empty(GROUP_ROWS),
+        np.empty(stack_size, dtype=np.int64),
+        np.empty(stack_size, dtype=np.uint64),
+    )
+
+
+@numba.njit(cache=True, nogil=True)
 def sort_group(X, first, n, ordered, below, missing, counts):
     """Rows ``first`` to ``first + n`` (n <= 64) as a group: per feature f, its present values
     ascending in ``ordered[f]`` (then +inf), ``counts[f]`` of them (at least 1), ``below[f, k]``
@@ -187,13 +203,9 @@ def _raw_predict(X, nodes, roots, columns, baseline, width, stack_size):
     for r in range(n_rows):
         for c in range(baseline.shape[0]):
             out[r, c] = 0.0 + baseline[c]
-    ordered = np.empty((n_features, width))
-    below = np.empty((n_features, width), dtype=np.uint64)
-    missing = np.empty(n_features, dtype=np.uint64)
-    counts = np.empty(n_features, dtype=np.int64)
-    values = np.empty(GROUP_ROWS)
-    stack_node = np.empty(stack_size, dtype=np.int64)
-    stack_rows = np.empty(stack_size, dtype=np.uint64)
+    ordered, below, missing, counts, values, stack_node, stack_rows = group_buffers(
+        n_features, width, stack_size
+    )
     for first in range(0, n_rows, GROUP_ROWS):
         n = min(GROUP_ROWS, n_rows - first)
         sort_group(X, first, n, ordered, below, missing, counts)
