@@ -22,6 +22,7 @@ import polars as pl
 from .architecture import ARCHITECTURE_SUMMARY_KEYS, ModelDefinitionError, summarize
 from .contract import HARDWARE_SPEC_COLUMNS, job_devices, schema
 from .history import HISTORY_FEATURES, HistoryIndex, history_columns
+from .rows import LAUNCH_COLUMNS, LaunchRows, launch_rows
 from .specs import SpecTable, category_code, spec_table
 
 JOB_FEATURES: tuple[str, ...] = (
@@ -87,31 +88,6 @@ ALWAYS_PRESENT_FEATURES: tuple[str, ...] = (
     "hist_hw_count",
 )
 
-# Launch-config columns extraction reads; anything else a caller passes is ignored.
-LAUNCH_COLUMNS: tuple[str, ...] = (
-    "job_name",
-    "model_type",
-    "ds",
-    "hardware_type",
-    "num_trainers",
-    "batch_size",
-    "requested_devices_per_host",
-    "num_readers",
-    "precision",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "embedding_sharding",
-    "num_sparse_features",
-    "num_dense_features",
-    "hash_size",
-    "seq_len",
-    "training_days",
-    "optimizer",
-    "activation_checkpointing",
-    "package_version",
-    "model_definition",
-)
-
 # built once: a polars Schema costs tens of microseconds, and serving builds rows on every launch
 _LAUNCH_SCHEMA: dict[str, pl.DataType] = {c: schema("job_attempts")[c] for c in LAUNCH_COLUMNS}
 
@@ -168,17 +144,13 @@ def _codes(values: list, mapping: dict | None = None, code=None) -> np.ndarray:
     return out
 
 
-def _number(launches: pl.DataFrame, name: str) -> np.ndarray:
-    return launches[name].cast(pl.Float64).to_numpy()
-
-
 def _safe_log(values: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(values > 0, np.log(np.where(values > 0, values, 1.0)), np.nan)
 
 
 def build_features(
-    launches: pl.DataFrame,
+    launches: pl.DataFrame | LaunchRows,
     hardware_specs: pl.DataFrame | SpecTable,
     history: pl.DataFrame | dict[str, np.ndarray],
 ) -> pl.DataFrame:
@@ -191,7 +163,7 @@ def build_features(
 
 
 def feature_matrix(
-    launches: pl.DataFrame,
+    launches: pl.DataFrame | LaunchRows,
     hardware_specs: pl.DataFrame | SpecTable,
     history: pl.DataFrame | dict[str, np.ndarray],
 ) -> np.ndarray:
@@ -202,14 +174,14 @@ def feature_matrix(
     ``history_columns`` arrays. Column arithmetic in numpy: the same code costs microseconds for
     one launch's candidates and seconds for a month of attempts.
     """
-    launches = _with_launch_columns(launches)
+    rows = launch_rows(launches)
     history_rows = history.height if isinstance(history, pl.DataFrame) else (
         len(history[HISTORY_FEATURES[0]])
     )  # fmt: skip
-    if history_rows != launches.height:
-        raise ValueError(f"history has {history_rows} rows for {launches.height} launches")
+    if history_rows != rows.height:
+        raise ValueError(f"history has {history_rows} rows for {rows.height} launches")
     specs = spec_table(hardware_specs)
-    hardware = launches["hardware_type"].to_list()
+    hardware = rows.values("hardware_type")
     unknown = sorted({hw for hw in hardware if hw not in specs.row}, key=str)
     if unknown:
         raise ValueError(f"hardware_type {unknown} not in the hardware spec table")
@@ -218,46 +190,43 @@ def feature_matrix(
     vendor = specs.vendor_code[take]
 
     f: dict[str, np.ndarray] = {}
-    trainers = _number(launches, "num_trainers")
-    batch = _number(launches, "batch_size")
-    readers = _number(launches, "num_readers")
-    bytes_per_value = _codes(launches["precision"].to_list(), _BYTES_PER_VALUE)
-    requested = _number(launches, "requested_devices_per_host")
+    trainers = rows.numbers("num_trainers")
+    batch = rows.numbers("batch_size")
+    readers = rows.numbers("num_readers")
+    precision = rows.values("precision")
+    bytes_per_value = _codes(precision, _BYTES_PER_VALUE)
+    requested = rows.numbers("requested_devices_per_host")
     devices = job_devices(trainers, requested, spec["devices_per_host"])
     per_host = job_devices(1.0, requested, spec["devices_per_host"])
     global_batch = trainers * batch
     f["job_num_trainers"] = trainers
     f["job_batch_size"] = batch
     f["job_num_readers"] = readers
-    f["job_tensor_parallel"] = _number(launches, "tensor_parallel")
-    f["job_pipeline_parallel"] = _number(launches, "pipeline_parallel")
+    f["job_tensor_parallel"] = rows.numbers("tensor_parallel")
+    f["job_pipeline_parallel"] = rows.numbers("pipeline_parallel")
     f["job_devices"] = devices
     f["job_devices_per_host"] = per_host
-    f["job_training_days"] = _number(launches, "training_days")
+    f["job_training_days"] = rows.numbers("training_days")
     f["cfg_bytes_per_value"] = bytes_per_value
-    f["cfg_precision_fp16"] = _codes(
-        launches["precision"].to_list(), {"fp16": 1.0, "fp32": 0.0, "bf16": 0.0}
-    )
-    f["cfg_sharding_code"] = _codes(launches["embedding_sharding"].to_list(), _SHARDING_CODES)
-    f["cfg_optimizer_code"] = _codes(launches["optimizer"].to_list(), code=category_code)
-    f["cfg_activation_checkpointing"] = _number(launches, "activation_checkpointing")
-    f["cfg_package_version"] = _codes(
-        launches["package_version"].to_list(), code=package_version_number
-    )
-    f["cfg_num_sparse_features"] = _number(launches, "num_sparse_features")
-    f["cfg_num_dense_features"] = _number(launches, "num_dense_features")
-    f["cfg_log_hash_size"] = np.log1p(_number(launches, "hash_size"))
-    f["cfg_seq_len"] = _number(launches, "seq_len")
+    f["cfg_precision_fp16"] = _codes(precision, {"fp16": 1.0, "fp32": 0.0, "bf16": 0.0})
+    f["cfg_sharding_code"] = _codes(rows.values("embedding_sharding"), _SHARDING_CODES)
+    f["cfg_optimizer_code"] = _codes(rows.values("optimizer"), code=category_code)
+    f["cfg_activation_checkpointing"] = rows.numbers("activation_checkpointing")
+    f["cfg_package_version"] = _codes(rows.values("package_version"), code=package_version_number)
+    f["cfg_num_sparse_features"] = rows.numbers("num_sparse_features")
+    f["cfg_num_dense_features"] = rows.numbers("num_dense_features")
+    f["cfg_log_hash_size"] = np.log1p(rows.numbers("hash_size"))
+    f["cfg_seq_len"] = rows.numbers("seq_len")
     for c in HARDWARE_SPEC_COLUMNS:
         f[f"hw_{c}"] = spec[c]
     f["hw_vendor_code"] = vendor
 
     keys = zip(
-        launches["model_definition"].to_list(),
-        launches["num_sparse_features"].to_list(),
-        launches["num_dense_features"].to_list(),
-        launches["hash_size"].to_list(),
-        launches["seq_len"].to_list(),
+        rows.values("model_definition"),
+        rows.values("num_sparse_features"),
+        rows.values("num_dense_features"),
+        rows.values("hash_size"),
+        rows.values("seq_len"),
         # an unknown precision sizes values as fp32 in the summary (the feature itself stays NaN)
         [b if b == b else 4.0 for b in bytes_per_value.tolist()],
         strict=True,
@@ -306,24 +275,24 @@ def feature_matrix(
 
 
 def launch_features(
-    launches: pl.DataFrame,
+    launches: pl.DataFrame | LaunchRows,
     hardware_specs: pl.DataFrame | SpecTable,
     snapshot: pl.DataFrame | HistoryIndex,
 ) -> pl.DataFrame:
     """Features of launches on day D from the history snapshot as of D-1 (or its index, which
     serving builds once per model, as it does the spec table): the serving path."""
-    launches, specs = _with_launch_columns(launches), spec_table(hardware_specs)
-    return build_features(launches, specs, history_columns(launches, snapshot, specs))
+    rows, specs = launch_rows(launches), spec_table(hardware_specs)
+    return build_features(rows, specs, history_columns(rows, snapshot, specs))
 
 
 def launch_matrix(
-    launches: pl.DataFrame,
+    launches: pl.DataFrame | LaunchRows,
     hardware_specs: pl.DataFrame | SpecTable,
     snapshot: pl.DataFrame | HistoryIndex,
 ) -> np.ndarray:
     """``launch_features`` as the matrix a model reads, without building a frame (serving)."""
-    launches, specs = _with_launch_columns(launches), spec_table(hardware_specs)
-    return feature_matrix(launches, specs, history_columns(launches, snapshot, specs))
+    rows, specs = launch_rows(launches), spec_table(hardware_specs)
+    return feature_matrix(rows, specs, history_columns(rows, snapshot, specs))
 
 
 def expand_candidates(launch: dict, candidates: Iterable[str]) -> pl.DataFrame:
@@ -333,14 +302,6 @@ def expand_candidates(launch: dict, candidates: Iterable[str]) -> pl.DataFrame:
     return pl.DataFrame(
         [{**row, "hardware_type": hw} for hw in types], schema=_LAUNCH_SCHEMA, orient="row"
     )
-
-
-def _with_launch_columns(launches: pl.DataFrame) -> pl.DataFrame:
-    present = set(launches.columns)
-    missing = [c for c in LAUNCH_COLUMNS if c not in present]
-    if not missing:  # the serving path: candidates from expand_candidates carry every column
-        return launches
-    return launches.with_columns(pl.lit(None, dtype=_LAUNCH_SCHEMA[c]).alias(c) for c in missing)
 
 
 _GLOBAL_BATCH = FEATURE_COLUMNS.index("ratio_global_batch")

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from .rows import LaunchRows, launch_rows
 from .specs import SpecTable, spec_table
 
 MAX_SNAPSHOT_FAMILIES = 250_000
@@ -351,36 +352,35 @@ def history_features(
 
 
 def history_columns(
-    launches: pl.DataFrame,
+    launches: pl.DataFrame | LaunchRows,
     snapshot: pl.DataFrame | HistoryIndex,
     hardware_specs: pl.DataFrame | SpecTable,
 ) -> dict[str, np.ndarray]:
     """``history_features`` as float arrays (NaN for missing): what feature extraction uses."""
+    launches = launch_rows(launches)
     index = snapshot if isinstance(snapshot, HistoryIndex) else HistoryIndex.from_snapshot(snapshot)
     log_specs = spec_table(hardware_specs).log_scales
-    if launches.height and index.last_ds is not None and index.last_ds >= launches["ds"].min():
+    days = launches.values("ds")
+    first = min((d for d in days if d is not None), default=None)
+    if first is not None and index.last_ds is not None and index.last_ds >= first:
         raise ValueError(
-            f"snapshot reaches {index.last_ds} but a launch is on {launches['ds'].min()}: "
+            f"snapshot reaches {index.last_ds} but a launch is on {first}: "
             "history must come from earlier days"
         )
-    if "family" in launches.columns:
-        families = launches["family"].to_list()
+    if "family" in launches:
+        families = launches.values("family")
     else:  # one regex pass per distinct name, without building a frame (the serving hot path)
-        names = launches["job_name"].to_list()
+        names = launches.values("job_name")
         memo = {n: normalize_job_name(n) for n in set(names)}
         families = [memo[n] for n in names]
     columns = {name: np.full(launches.height, np.nan) for name in HISTORY_FEATURES}
-    trainers, batches = (
-        launches[c].to_list() if c in launches.columns else [None] * launches.height
-        for c in ("num_trainers", "batch_size")
-    )
     rows = zip(
         families,
-        launches["model_type"].to_list(),
-        launches["hardware_type"].to_list(),
-        launches["ds"].to_list(),
-        trainers,
-        batches,
+        launches.values("model_type"),
+        launches.values("hardware_type"),
+        days,
+        launches.values("num_trainers"),
+        launches.values("batch_size"),
         strict=True,
     )
     for i, (family, model_type, hardware_type, ds, trainer, batch) in enumerate(rows):

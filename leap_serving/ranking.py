@@ -36,13 +36,7 @@ import polars as pl
 
 from .compiled import CompiledCascade
 from .contract import job_devices, schema
-from .features import (
-    FEATURE_COLUMNS,
-    LAUNCH_COLUMNS,
-    expand_candidates,
-    launch_matrix,
-    roofline_log_q,
-)
+from .features import FEATURE_COLUMNS, LAUNCH_COLUMNS, launch_matrix, roofline_log_q
 from .model import (
     LeapModel,
     ModelArtifactError,
@@ -51,6 +45,7 @@ from .model import (
     registry_version,
 )
 from .publish import PublicationError, manifest_stamp
+from .rows import CandidateRows
 
 log = logging.getLogger("leap_serving")
 _COLD_START = FEATURE_COLUMNS.index("hist_cold_start")
@@ -430,7 +425,7 @@ class Ranker:
             self._counts.update(counts)
 
     def _score(self, prepared: list, loaded: _Loaded, results: list) -> None:
-        rows = pl.concat([expand_candidates(launch, types) for _, launch, types, _ in prepared])
+        rows = CandidateRows([(launch, types) for _, launch, types, _ in prepared])
         X = launch_matrix(rows, loaded.model.spec_table, loaded.model.history_index)
         log_q, bins, probability = loaded.compiled.predict(X)
         history_found = X[:, _COLD_START] == 0.0

@@ -5,6 +5,7 @@ import json
 import threading
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,8 +16,9 @@ from leap_pipeline.evaluation import fit_models
 from leap_pipeline.training import save_trained
 from leap_pipeline.warehouse import open_warehouse
 from leap_serving.compiled import CompiledCascade
-from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.ranking import Ranker, Ranking
+from leap_serving.features import FEATURE_COLUMNS, expand_candidates, launch_matrix
+from leap_serving.ranking import Ranker, Ranking, _check_job
+from leap_serving.rows import CandidateRows
 
 SOURCE = "simulator:seed=3,scale=0.02"
 FIRST, NIGHT = dt.date(2026, 1, 1), dt.date(2026, 1, 10)
@@ -192,6 +194,26 @@ def test_served_features_equal_the_training_features(ranker, served):
     assert np.array_equal(
         CompiledCascade(served["models"].cascade).predict(trained_rows)[0], direct
     )
+
+
+def test_candidate_rows_extract_what_a_frame_of_the_same_launches_does(ranker, served):
+    """Serving reads the launches' fields without a frame (``CandidateRows``): several launches
+    in one call, optional fields missing, give the frame path's matrix byte for byte."""
+    loaded = ranker._loaded
+    launches = []
+    for i, dropped in [(0, ()), (1, ("num_readers", "optimizer", "package_version")),
+                       (2, ("model_definition", "hash_size", "precision")), (3, ())]:  # fmt: skip
+        job, candidates = _job(served, i)
+        job = {k: v for k, v in job.items() if k not in dropped}
+        launch, types, _ = _check_job(job, candidates, loaded, None)
+        launches.append((launch, types))
+    frame = pl.concat([expand_candidates(launch, types) for launch, types in launches])
+    model = loaded.model
+    from_frame = launch_matrix(frame, model.spec_table, model.history_index)
+    from_rows = launch_matrix(CandidateRows(launches), model.spec_table, model.history_index)
+    assert from_rows.shape == (frame.height, len(FEATURE_COLUMNS))
+    assert np.isnan(from_rows).any()  # the dropped fields are missing, not zero
+    assert from_rows.tobytes() == from_frame.tobytes()
 
 
 def test_batch_form_equals_one_at_a_time(ranker, served):
