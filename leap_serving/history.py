@@ -33,8 +33,9 @@ the fleet's), and ``hist_cold_start`` says so.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -244,6 +245,26 @@ class HistoryIndex:
     type_means: dict[str, float]
     fleet_mean: float | None
     last_ds: dt.date | None
+    # model type's levels carried to a type, per (model type, type) asked for (``carried``)
+    _carried: dict[tuple[str, str], float] = field(default_factory=dict, compare=False, repr=False)
+
+    def model_type_carried(self, model_type: str, target: str) -> float:
+        """The model type's levels on its other types carried to ``target`` by the fleet's
+        ratios, averaged (NaN where none can be). Kept once computed: every launch of a model
+        type asks it again for the same candidates, and it was the costliest line of history."""
+        key = (model_type, target)
+        found = self._carried.get(key)
+        if found is None:
+            to_target = self.ratios_to.get(target, {})
+            carried = [
+                m + to_target[hw]
+                for hw, m in self.model_type_profiles.get(model_type, ())
+                if hw in to_target
+            ]
+            found = sum(carried) / len(carried) if carried else math.nan
+            if model_type in self.model_type_profiles:  # never one entry per unknown name
+                self._carried[key] = found
+        return found
 
     @classmethod
     def from_snapshot(cls, snapshot: pl.DataFrame) -> HistoryIndex:
@@ -415,14 +436,7 @@ def history_columns(
         columns["hist_mt_hw_count"][i] = 0.0 if model_type_on is None else float(model_type_on[0])
         if model_type_on is not None:
             columns["hist_mt_hw_mean_log_q"][i] = model_type_on[1]
-        to_target = index.ratios_to.get(hardware_type, {})
-        carried = [
-            m + to_target[hw]
-            for hw, m in index.model_type_profiles.get(model_type, ())
-            if hw in to_target
-        ]
-        if carried:
-            columns["hist_mt_xfer_fleet_log_q"][i] = sum(carried) / len(carried)
+        columns["hist_mt_xfer_fleet_log_q"][i] = index.model_type_carried(model_type, hardware_type)
         key = index.keys.get((model_type, trainer, batch, hardware_type))
         columns["hist_key_count"][i] = 0.0 if key is None else float(key[0])
         if key is not None:

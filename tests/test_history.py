@@ -6,6 +6,7 @@ import pytest
 from leap_serving.contract import HARDWARE_SPEC_COLUMNS
 from leap_serving.history import (
     HISTORY_FEATURES,
+    HistoryIndex,
     history_features,
     history_snapshot,
     normalize_job_name,
@@ -224,3 +225,11 @@ def test_the_model_types_record_and_the_lookup_key_level_are_history_too():
     ).row(0, named=True)
     assert other["hist_mt_hw_count"] == 0.0 and other["hist_mt_hw_mean_log_q"] is None
     assert other["hist_mt_xfer_fleet_log_q"] is None
+    # serving keeps each (model type, type) carried level once asked; names a caller makes up
+    # are answered without growing what it keeps
+    index = HistoryIndex.from_snapshot(history_snapshot(rows, D3))
+    carried = index.model_type_carried("m", "X")
+    assert math.isfinite(carried) and index.model_type_carried("m", "X") == carried
+    for made_up in ("unseen", "also_unseen", "m2"):
+        assert math.isnan(index.model_type_carried(made_up, "X"))
+    assert list(index._carried) == [("m", "X")]
