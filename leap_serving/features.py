@@ -266,9 +266,12 @@ def feature_matrix(
     for name in HISTORY_FEATURES:
         values = history[name]
         f[name] = values.cast(pl.Float64).to_numpy() if isinstance(values, pl.Series) else values
-    matrix = np.column_stack([f[name] for name in FEATURE_COLUMNS]) if len(take) else (
-        np.empty((0, len(FEATURE_COLUMNS)))
-    )  # fmt: skip
+    # one array of the columns, then rows: a third of column_stack's time for a ranking's rows
+    matrix = np.ascontiguousarray(
+        np.array([f[name] for name in FEATURE_COLUMNS], dtype=np.float64)
+        .reshape(len(FEATURE_COLUMNS), len(take))
+        .T
+    )
     # inf from a zero denominator becomes missing too: one representation for "unknown"
     matrix[~np.isfinite(matrix)] = np.nan
     return matrix
