@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -255,10 +256,13 @@ def ablation(
 
 
 def permutation_importance(cascade: BinnedCascade, rows: pl.DataFrame, shuffles: int) -> dict:
-    """Drop in w20 when one feature (or one group together) is shuffled on the held-out day."""
+    """Drop in w20 when one feature (or one group together) is shuffled on the held-out day.
+    A day's rows of many launches, scored (features + groups) x shuffles times: through the
+    compiled trees' many-row walk, one thread per core."""
     compiled = CompiledCascade(cascade)
     X = rows.select(FEATURE_COLUMNS).to_numpy()
-    base = _w20_log(compiled.predict(X)[0], rows)
+    threads = os.cpu_count() or 1
+    base = _w20_log(compiled.predict(X, threads)[0], rows)
     rng = np.random.default_rng(0)
 
     def drop(columns: list[int]) -> float:
@@ -267,7 +271,7 @@ def permutation_importance(cascade: BinnedCascade, rows: pl.DataFrame, shuffles:
             shuffled = X.copy()
             order = rng.permutation(len(X))
             shuffled[:, columns] = X[order][:, columns]
-            losses.append(base - _w20_log(compiled.predict(shuffled)[0], rows))
+            losses.append(base - _w20_log(compiled.predict(shuffled, threads)[0], rows))
         return float(np.mean(losses))
 
     index = {name: i for i, name in enumerate(FEATURE_COLUMNS)}

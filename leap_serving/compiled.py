@@ -14,10 +14,13 @@ import numpy as np
 from .cascade import BinnedCascade, bin_probabilities, combine, gate_bins
 from .trees import (
     GROUP_ROWS,
+    ROW_BLOCK,
     CompiledForest,
     bit_index,
     group_buffers,
     group_width,
+    leaf_value,
+    on_threads,
     sort_group,
     walk_group,
 )
@@ -65,6 +68,34 @@ def _expert_predict(X, top, nodes, roots, tree_start, tree_end, baseline, width,
     return out
 
 
+@numba.njit(cache=True, nogil=True)
+def _expert_predict_rows(X, top, first, last, nodes, roots, tree_start, tree_end, baseline, out):
+    """``_expert_predict`` for rows ``first`` to ``last`` into ``out``, each row walked on its
+    own, a block of rows at a time (``trees._predict_block_rows``): for rows of many launches."""
+    k = top.shape[1]
+    pair_row = np.empty(ROW_BLOCK * k, dtype=np.int64)
+    pair_slot = np.empty(ROW_BLOCK * k, dtype=np.int64)
+    for start in range(first, last, ROW_BLOCK):
+        stop = min(start + ROW_BLOCK, last)
+        for r in range(start, stop):
+            for j in range(k):
+                out[r, j] = 0.0 + baseline[top[r, j]]
+        for b in range(baseline.shape[0]):
+            m = 0
+            for r in range(start, stop):
+                for j in range(k):
+                    if top[r, j] == b:
+                        pair_row[m] = r
+                        pair_slot[m] = j
+                        m += 1
+            if m == 0:
+                continue
+            for t in range(tree_start[b], tree_end[b]):
+                root = roots[t]
+                for i in range(m):
+                    out[pair_row[i], pair_slot[i]] += leaf_value(X, pair_row[i], root, nodes)
+
+
 class CompiledExperts:
     """Every expert's trees in one node array, so one call evaluates, per row, only the
     experts the gating needs."""
@@ -88,6 +119,15 @@ class CompiledExperts:
             group_width(len(X)), self.stack_size,
         )  # fmt: skip
 
+    def predict_many(self, X: np.ndarray, top: np.ndarray, n_threads: int = 1) -> np.ndarray:
+        """``predict`` for many rows of many launches: each row on its own, on threads."""
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        top = np.ascontiguousarray(top, dtype=np.int64)
+        out = np.empty(top.shape)
+        args = (self.nodes, self.roots, self.tree_start, self.tree_end, self.baseline, out)
+        on_threads(len(X), n_threads, lambda a, b: _expert_predict_rows(X, top, a, b, *args))
+        return out
+
 
 class CompiledCascade:
     """``BinnedCascade.predict`` and ``predict_bins`` through compiled trees, same results."""
@@ -107,10 +147,14 @@ class CompiledCascade:
         self.offset = cascade.offset  # the prior a residual cascade's experts are added to
         self.n_trees = self.experts.n_trees + (self.classifier.n_trees if self.classifier else 0)
 
-    def predict_proba_bins(self, X: np.ndarray) -> np.ndarray:
+    def predict_proba_bins(self, X: np.ndarray, n_threads: int | None = None) -> np.ndarray:
+        """The bin probabilities; ``n_threads`` set: through the many-row walk."""
         if self.classifier is None:
             return np.ones((len(X), 1))
-        raw = self.classifier.raw_predict(X)
+        if n_threads is None:
+            raw = self.classifier.raw_predict(X)
+        else:
+            raw = self.classifier.raw_predict_many(X, n_threads)
         return bin_probabilities(raw, self.classes, self.n_bins, self.temperature)
 
     def predict_bins(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -118,12 +162,22 @@ class CompiledCascade:
         best = np.argmax(proba, axis=1)
         return best, proba[np.arange(len(proba)), best]
 
-    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def predict(
+        self, X: np.ndarray, n_threads: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Predicted ln q, the most probable bin and its probability, in one pass over the
-        trees each row needs."""
+        trees each row needs. A ranking's rows (one launch's candidates share most of their
+        paths) walk the trees as groups; with ``n_threads`` set, rows of many launches, which
+        share few (a day's attempts: 23,391 rows, ours, 3.3-3.6 s as groups, 1.2 s so on two
+        threads), walk each on its own, blocks of rows on ``n_threads`` threads."""
         X = np.ascontiguousarray(X, dtype=np.float64)
-        proba = self.predict_proba_bins(X)
+        proba = self.predict_proba_bins(X, n_threads)
         best = np.argmax(proba, axis=1)
         top, weight = gate_bins(proba, self.gating, self.gate_top_k)
-        log_q = self.offset(X) + combine(self.experts.predict(X, top), weight, self.gating)
+        experts = (
+            self.experts.predict(X, top)
+            if n_threads is None
+            else self.experts.predict_many(X, top, n_threads)
+        )
+        log_q = self.offset(X) + combine(experts, weight, self.gating)
         return log_q, best, proba[np.arange(len(X)), best]

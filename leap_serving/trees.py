@@ -234,6 +234,17 @@ def _predict_block_rows(X, first, last, nodes, roots, baseline, out):
                 out[r] += leaf_value(X, r, root, nodes)
 
 
+def on_threads(n_rows: int, n_threads: int, walk) -> None:
+    """``walk(first, last)`` over the rows split in up to ``n_threads`` ranges of at least one
+    block each, in parallel: the walks release the GIL."""
+    edges = np.linspace(0, n_rows, max(1, min(n_threads, n_rows // ROW_BLOCK)) + 1).astype(int)
+    if len(edges) == 2:
+        walk(0, n_rows)
+        return
+    with ThreadPoolExecutor(len(edges) - 1) as pool:
+        list(pool.map(walk, edges[:-1].tolist(), edges[1:].tolist()))
+
+
 def _packed(tree: np.ndarray) -> np.ndarray:
     """One scikit-learn predictor's nodes as ``NODE`` rows."""
     leaf = tree["is_leaf"].astype(bool)
@@ -282,6 +293,19 @@ class CompiledForest:
             self.baseline, group_width(len(X)), self.stack_size,
         )  # fmt: skip
 
+    def raw_predict_many(self, X: np.ndarray, n_threads: int = 1) -> np.ndarray:
+        """``raw_predict`` for many rows of many launches, which share few paths through a
+        tree: each row walked on its own, blocks of rows on ``n_threads`` threads, one output
+        (a class's trees, in their order) at a time."""
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        out = np.empty((self.baseline.shape[0], len(X)))
+        for c in range(len(out)):
+            args = (self.nodes, self.roots[self.columns == c], self.baseline[c], out[c])
+            on_threads(
+                len(X), n_threads, lambda a, b, args=args: _predict_block_rows(X, a, b, *args)
+            )
+        return np.ascontiguousarray(out.T)
+
     def predict_many(self, X: np.ndarray, n_threads: int = 1) -> np.ndarray:
         """A one-output model's prediction for many rows (EM scores every training row), the
         rows split over ``n_threads`` threads; equal to scikit-learn's ``predict``."""
@@ -289,11 +313,6 @@ class CompiledForest:
             raise ValueError(f"predict_many needs a one-output model, not {self.baseline.shape[0]}")
         X = np.ascontiguousarray(X, dtype=np.float64)
         out = np.empty(len(X))
-        edges = np.linspace(0, len(X), max(1, min(n_threads, len(X) // ROW_BLOCK)) + 1).astype(int)
         args = (self.nodes, self.roots, self.baseline[0], out)
-        if len(edges) == 2:
-            _predict_block_rows(X, 0, len(X), *args)
-            return out
-        with ThreadPoolExecutor(len(edges) - 1) as pool:  # the walk releases the GIL
-            list(pool.map(lambda a, b: _predict_block_rows(X, a, b, *args), edges[:-1], edges[1:]))
+        on_threads(len(X), n_threads, lambda a, b: _predict_block_rows(X, a, b, *args))
         return out

@@ -7,6 +7,7 @@ from sklearn.exceptions import NotFittedError
 
 from leap_serving import metrics
 from leap_serving.cascade import N_BINS, PROFILES, BinnedCascade, profile_params
+from leap_serving.trees import ROW_BLOCK
 
 SMALL = {"max_iter": 60, "classifier_max_iter": 40, "min_bin_rows": 40}
 
@@ -245,6 +246,12 @@ def test_every_gating_predicts_the_same_through_the_compiled_trees():
         expected_bins, expected_probability = cascade.predict_bins(X_new)
         assert np.array_equal(bins, expected_bins)
         assert np.allclose(probability, expected_probability, rtol=1e-12)
+        # rows of many launches: the many-row walk, past one block per thread of two
+        X_many = np.vstack([X_new] * (1 + 2 * ROW_BLOCK // len(X_new)))
+        many = CompiledCascade(cascade).predict(X_many, n_threads=2)
+        assert np.array_equal(many[0], cascade.predict(X_many))
+        grouped = CompiledCascade(cascade).predict(X_many)
+        assert all(np.array_equal(a, b) for a, b in zip(many, grouped, strict=True))
 
 
 def test_gating_combines_the_most_probable_experts_by_hand():
@@ -399,6 +406,8 @@ def test_the_compiled_trees_route_missing_values_as_scikit_learn_does():
     for threads in (1, 2):
         assert np.array_equal(CompiledForest(regressor).predict_many(X_many, threads),
                               regressor.predict(X_many))  # fmt: skip
+        assert np.array_equal(CompiledForest(classifier).raw_predict_many(X_many, threads),
+                              classifier.decision_function(X_many))  # fmt: skip
 
 
 def test_a_group_of_rows_walks_the_trees_as_scikit_learn_routes_each_row():
@@ -443,3 +452,4 @@ def test_a_group_of_rows_walks_the_trees_as_scikit_learn_routes_each_row():
         assert np.array_equal(experts.predict(rows, top[:, :1]), expected[:, :1])
         twice = np.hstack([top, top[:, :1]])  # one expert named twice in a row
         assert np.array_equal(experts.predict(rows, twice), expected[:, [0, 1, 0]])
+        assert np.array_equal(experts.predict_many(rows, twice, 2), expected[:, [0, 1, 0]])
