@@ -245,7 +245,7 @@ class HistoryIndex:
     type_means: dict[str, float]
     fleet_mean: float | None
     last_ds: dt.date | None
-    # model type's levels carried to a type, per (model type, type) asked for (``carried``)
+    # what ``model_type_carried`` computed, per (model type, type) asked for
     _carried: dict[tuple[str, str], float] = field(default_factory=dict, compare=False, repr=False)
 
     def model_type_carried(self, model_type: str, target: str) -> float:

@@ -6,8 +6,8 @@ from memory once per tree. Here a model's trees are packed once into one array o
 and numba-compiled walks sum leaf values in scikit-learn's order (baseline, then tree by tree),
 which gives the same float64 results; tests hold them to equality. The serving path
 (``compiled``) walks a ranking's few rows as one group (``walk_group``); EM scores every
-training row under every expert (``CompiledForest.predict_many``), a block of rows at a time on
-several threads.
+training row under every expert (``CompiledForest.predict_many``), and the report a whole day
+(``raw_predict_many``), each row on its own, a block of rows at a time on several threads.
 """
 
 from __future__ import annotations
