@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -45,6 +46,23 @@ def test_replacing_a_partition_touches_only_that_day(tmp_path):
         wh.replace_partition("feature_table", day1, pl.DataFrame({"x": [9.0]}))
         assert wh.read("feature_table", day1, day1)["x"].to_list() == [9.0]
         assert wh.read("feature_table", day2, day2)["x"].to_list() == [3.0]
+
+
+def test_a_read_gives_each_day_in_the_order_it_was_written(tmp_path):
+    """A fit on a window's rows depends on their order (scikit-learn bins on a subsample past
+    200,000 rows): a read must give a day's rows as written, not sorted by day alone, which
+    DuckDB leaves in any order on a window this large. A backfilled day still reads in place."""
+    days = [dt.date(2026, 1, d) for d in (1, 2, 3)]
+    n = 150_000
+    rng = np.random.default_rng(0)
+    written = {day: rng.permutation(n).astype(np.int64) for day in days}
+    with open_warehouse(tmp_path / "w.duckdb") as wh:
+        for day in (days[1], days[2], days[0]):  # the first day written last, as a backfill
+            wh.replace_partition("feature_table", day, pl.DataFrame({"x": written[day]}))
+        for _ in range(3):
+            got = wh.read("feature_table", days[0], days[-1])
+            assert got["ds"].is_sorted()
+            assert np.array_equal(got["x"].to_numpy(), np.concatenate([written[d] for d in days]))
 
 
 def test_a_write_that_fails_half_way_leaves_the_old_rows(tmp_path):
