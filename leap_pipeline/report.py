@@ -27,6 +27,7 @@ from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, sin
 from leap_serving.compiled import CompiledCascade
 from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
 from leap_serving.novelty import NoveltyReference
+from leap_serving.progress import SINGLE_GBDT_UNITS, Progress, cascade_units
 from leap_serving.publish import write_atomic
 from leap_serving.ranking import Ranker
 
@@ -212,11 +213,10 @@ def build_report(
     return report
 
 
-def _fit_cascade(X, y, validation, settings: ReportSettings) -> BinnedCascade:
+def _holdout_cascade(settings: ReportSettings) -> BinnedCascade:
     """A hold-out's cascade, on every core as the nights' are (at scale 1.0 the four fits took
     42 minutes on one)."""
-    params = profile_params(settings.profile) | {"n_jobs": settings.training().n_jobs}
-    return BinnedCascade(**params).fit(X, y, validation=validation)
+    return BinnedCascade(**profile_params(settings.profile), n_jobs=settings.training().n_jobs)
 
 
 def _w20_log(predicted_log_q: np.ndarray, rows: pl.DataFrame) -> float:
@@ -238,11 +238,13 @@ def ablation(
     y = window["log_q"].to_numpy()
     held_out = validation_rows(window)
     ladder = []
+    progress = Progress("ablation ladder", SINGLE_GBDT_UNITS * len(groups))
     with threadpool_limits(1):
-        for name, chosen in groups:
+        for rung, (name, chosen) in enumerate(groups, start=1):
             columns = [c for g in chosen for c in FEATURE_GROUPS[g]]
             X = window.select(columns).to_numpy()
             model = fit_booster(single_gbdt(settings.profile), X, y, held_out)
+            progress.advance(f"rung {rung}/{len(groups)} fitted", SINGLE_GBDT_UNITS)
             ladder.append(
                 {
                     "configuration": f"{name} ({settings.profile} profile)",
@@ -267,19 +269,23 @@ def permutation_importance(cascade: BinnedCascade, rows: pl.DataFrame, shuffles:
     threads = os.cpu_count() or 1
     base = _w20_log(compiled.predict(X, threads)[0], rows)
     rng = np.random.default_rng(0)
+    progress = Progress("permutation importance", len(FEATURE_COLUMNS) + len(FEATURE_GROUPS))
 
-    def drop(columns: list[int]) -> float:
+    def drop(name: str, columns: list[int]) -> float:
         losses = []
         for _ in range(shuffles):
             shuffled = X.copy()
             order = rng.permutation(len(X))
             shuffled[:, columns] = X[order][:, columns]
             losses.append(base - _w20_log(compiled.predict(shuffled, threads)[0], rows))
+        progress.advance(f"{name} shuffled {shuffles}x")
         return float(np.mean(losses))
 
     index = {name: i for i, name in enumerate(FEATURE_COLUMNS)}
-    per_feature = {name: drop([index[name]]) for name in FEATURE_COLUMNS}
-    per_group = {g: drop([index[c] for c in cols]) for g, cols in FEATURE_GROUPS.items()}
+    per_feature = {name: drop(name, [index[name]]) for name in FEATURE_COLUMNS}
+    per_group = {
+        g: drop(f"group {g}", [index[c] for c in cols]) for g, cols in FEATURE_GROUPS.items()
+    }
     top = sorted(per_feature.items(), key=lambda item: -item[1])[:15]
     return {
         "base_w20": base,
@@ -298,6 +304,11 @@ def holdouts(
     X_all, y_all = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
     held_out = validation_rows(window)
     rng = np.random.default_rng(0)
+    model = _holdout_cascade(settings)
+    progress = Progress(
+        "hold-outs",
+        4 * cascade_units(model.max_em_iter, model.n_bins, model.expert_overlap, model.em_sample),
+    )
     out = {}
     for key, column in (("hardware", "hardware_type"), ("family", "model_type")):
         counts = rows.group_by(column).len().sort(["len", column], descending=[True, False])
@@ -310,7 +321,11 @@ def holdouts(
         w20 = {"full": _w20_log(cascade.predict(X_day), scored)}
         predicted = {}
         for name, drop in (("held_out", removed), ("control", control)):
-            fitted = _fit_cascade(X_all[~drop], y_all[~drop], held_out[~drop], settings)
+            progress.phase = (f"{column} {target} held out" if name == "held_out"
+                              else f"{column} control: as many random rows out")  # fmt: skip
+            fitted = _holdout_cascade(settings).fit(
+                X_all[~drop], y_all[~drop], validation=held_out[~drop], progress=progress
+            )
             predicted[name] = np.exp(fitted.predict(X_day))
             w20[name] = _w20_log(np.log(predicted[name]), scored)
         out[f"holdout_{key}"] = {

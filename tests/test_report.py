@@ -1,12 +1,14 @@
 """The report in its quick mode, and the routing simulation on hand-made jobs."""
 
 import json
+import logging
 
 import numpy as np
 import polars as pl
 import pytest
 
 from leap_pipeline import routing
+from leap_serving.progress import LOGGER_NAME
 
 
 def _jobs(n: int) -> pl.DataFrame:
@@ -57,17 +59,28 @@ def test_capacity_is_the_logged_peak_with_headroom():
     assert routing.capacities(placements, min_devices=0.0) == {"a": 18}  # ceil(16 * 1.1)
 
 
-def test_the_quick_report_has_every_section(tmp_path):
+def test_the_quick_report_has_every_section(tmp_path, caplog):
     """Through the report's asset, which lands its own warehouse's days with the data assets."""
     import dagster as dg
 
     from leap_pipeline.definitions import defs
 
-    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
-        asset_selection=[dg.AssetKey("paper_report")],
-        run_config={"ops": {"paper_report": {"config": {"quick": True, "data": str(tmp_path)}}}},
-        instance=dg.DagsterInstance.ephemeral(),
-    )
+    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+        result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+            asset_selection=[dg.AssetKey("paper_report")],
+            run_config={
+                "ops": {"paper_report": {"config": {"quick": True, "data": str(tmp_path)}}}
+            },
+            instance=dg.DagsterInstance.ephemeral(),
+        )
+    # after the nights, each long stage shows its steps and ends at 100% (at scale 1.0 the
+    # ladder, the importance and the hold-outs take minutes to most of an hour each)
+    steps = [r for r in caplog.records if r.name == LOGGER_NAME]
+    for task in ("ablation ladder", "permutation importance", "hold-outs"):
+        mine = [r for r in steps if r.getMessage().startswith(task)]
+        assert len(mine) > 1, task
+        assert mine[-1].leap_finished and not any(r.leap_finished for r in mine[:-1]), task
+    assert any("control" in r.getMessage() for r in steps if r.getMessage().startswith("hold"))
     metadata = result.asset_materializations_for_node("paper_report")[0].metadata
     report = json.loads((tmp_path / "reports" / "report.json").read_text())
     assert metadata["nightly_w20_median"].value == report["nightly_w20_median"]
