@@ -33,9 +33,9 @@ from leap_serving.features import FEATURE_COLUMNS
 class RecordingCascade(BinnedCascade):
     """A cascade that keeps what its bin classifier was fitted on, to refit it alone."""
 
-    def _fit_classifier(self, X, bins, n_bins, validation):
+    def _fit_classifier(self, X, bins, n_bins, validation, progress=None, units=0.0):
         self.classifier_inputs_ = (X, bins, n_bins, validation)
-        return super()._fit_classifier(X, bins, n_bins, validation)
+        return super()._fit_classifier(X, bins, n_bins, validation, progress, units)
 
 
 def with_classifier(cascade: RecordingCascade, leaves: int, rate: float) -> tuple:
@@ -46,7 +46,7 @@ def with_classifier(cascade: RecordingCascade, leaves: int, rate: float) -> tupl
     )
     X, bins, n_bins, validation = cascade.classifier_inputs_
     start = time.perf_counter()
-    variant.classifier_ = variant._fit_classifier(X, bins, n_bins, validation)
+    variant.classifier_, _ = variant._fit_classifier(X, bins, n_bins, validation)
     variant.temperature_ = variant._calibrate(X, bins, validation)
     return variant, time.perf_counter() - start
 

@@ -5,6 +5,7 @@ import logging
 
 import numpy as np
 
+from leap_serving import progress as progress_module
 from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.progress import LOGGER_NAME, Progress, TerminalLine, cascade_units
 
@@ -44,6 +45,34 @@ def test_em_on_a_sample_is_counted_at_its_share(caplog):
 def test_a_single_gbdt_reports_one_step(caplog):
     (record,) = _fit_with_progress(caplog, n_bins=1)
     assert "cascade: fitted" in record.getMessage() and record.leap_finished
+
+
+def test_a_long_lone_fit_reports_its_rounds_as_it_goes_and_fits_the_same_model(caplog, monkeypatch):
+    """A single GBDT and the bin classifier fit in this process: their rounds are steps."""
+    monkeypatch.setattr(progress_module, "ROUNDS_INTERVAL_S", 0.002)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20000, 8))
+    y = X[:, 0] + np.sin(3 * X[:, 1]) + np.where(X[:, 2] > 0, 2.0, 0.0)
+    params = profile_params("quick") | {"max_iter": 150, "max_leaf_nodes": 31,
+                                        "classifier_max_iter": 150}  # fmt: skip
+    fitted = {}
+    for n_bins in (1, 3):
+        model = BinnedCascade(**params | {"n_bins": n_bins}, random_state=0)
+        progress = Progress("night", cascade_units(model.max_em_iter, n_bins))
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+            fitted[n_bins] = model.fit(X, y, progress=progress).predict(X)
+        records = [r for r in caplog.records if r.name == LOGGER_NAME]
+        messages = [r.getMessage() for r in records]
+        marker = "| round " if n_bins == 1 else "| bin classifier, round "
+        rounds = [int(m.split(marker)[1].split("/")[0]) for m in messages if marker in m]
+        assert len(rounds) >= 2 and rounds == sorted(set(rounds)), messages
+        assert progress.done == progress.total  # the rounds' shares and the rest add up
+        assert records[-1].leap_finished and not any(r.leap_finished for r in records[:-1])
+    # unwatched (progress off), the same models: reading the rounds does not touch a fit
+    for n_bins, predicted in fitted.items():
+        model = BinnedCascade(**params | {"n_bins": n_bins}, random_state=0)
+        assert np.array_equal(model.fit(X, y).predict(X), predicted)
 
 
 class _Terminal(io.StringIO):
