@@ -94,3 +94,29 @@ def test_a_terminal_gets_one_line_updated_in_place_and_a_log_plain_lines():
             handler.emit(_record(message, finished))
     assert terminal.getvalue() == "\rstep one, longer\rstep two        \rdone    \n"
     assert log.getvalue() == "step one, longer\nstep two\ndone\n"
+
+
+def test_steps_from_a_watching_thread_reach_the_dagster_run_log():
+    """``BoostingRounds`` reports from its own thread; the shipped instance config's managed
+    loggers must carry those records into the run's log as well as the fit's own."""
+    import threading
+    from pathlib import Path
+
+    import dagster as dg
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).parents[1] / "data/dagster/dagster.yaml").read_text())
+
+    @dg.asset
+    def watched_fit() -> None:
+        progress = Progress("night", 2.0)
+        progress.advance("main thread step")
+        thread = threading.Thread(target=lambda: progress.advance("watching thread step"))
+        thread.start()
+        thread.join()
+
+    instance = dg.DagsterInstance.ephemeral(settings={"python_logs": config["python_logs"]})
+    result = dg.materialize([watched_fit], instance=instance)
+    messages = [e.user_message for e in instance.all_logs(result.run_id)]
+    assert any(m.startswith("night | main thread step |") for m in messages)
+    assert any(m.startswith("night | watching thread step |") for m in messages)
