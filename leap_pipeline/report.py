@@ -27,7 +27,7 @@ from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, sin
 from leap_serving.compiled import CompiledCascade
 from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
 from leap_serving.novelty import NoveltyReference
-from leap_serving.progress import SINGLE_GBDT_UNITS, Progress, cascade_units
+from leap_serving.progress import SINGLE_GBDT_UNITS, BoostingRounds, Progress, cascade_units
 from leap_serving.publish import write_atomic
 from leap_serving.ranking import Ranker
 
@@ -243,8 +243,11 @@ def ablation(
         for rung, (name, chosen) in enumerate(groups, start=1):
             columns = [c for g in chosen for c in FEATURE_GROUPS[g]]
             X = window.select(columns).to_numpy()
-            model = fit_booster(single_gbdt(settings.profile), X, y, held_out)
-            progress.advance(f"rung {rung}/{len(groups)} fitted", SINGLE_GBDT_UNITS)
+            model = single_gbdt(settings.profile)
+            step = f"rung {rung}/{len(groups)}"
+            with BoostingRounds(progress, model, f"{step}, ", SINGLE_GBDT_UNITS) as rounds:
+                model = fit_booster(model, X, y, held_out)
+            progress.advance(f"{step} fitted", SINGLE_GBDT_UNITS - rounds.advanced)
             ladder.append(
                 {
                     "configuration": f"{name} ({settings.profile} profile)",
