@@ -46,7 +46,7 @@ def with_classifier(cascade: RecordingCascade, leaves: int, rate: float) -> tupl
     )
     X, bins, n_bins, validation = cascade.classifier_inputs_
     start = time.perf_counter()
-    variant.classifier_, _ = variant._fit_classifier(X, bins, n_bins, validation)
+    variant.classifier_ = variant._fit_classifier(X, bins, n_bins, validation)
     variant.temperature_ = variant._calibrate(X, bins, validation)
     return variant, time.perf_counter() - start
 

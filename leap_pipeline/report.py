@@ -244,10 +244,8 @@ def ablation(
             columns = [c for g in chosen for c in FEATURE_GROUPS[g]]
             X = window.select(columns).to_numpy()
             model = single_gbdt(settings.profile)
-            step = f"rung {rung}/{len(groups)}"
-            with BoostingRounds(progress, model, f"{step}, ", SINGLE_GBDT_UNITS) as rounds:
+            with BoostingRounds(progress, model, SINGLE_GBDT_UNITS, f"rung {rung}/{len(groups)}, "):
                 model = fit_booster(model, X, y, held_out)
-            progress.advance(f"{step} fitted", SINGLE_GBDT_UNITS - rounds.advanced)
             ladder.append(
                 {
                     "configuration": f"{name} ({settings.profile} profile)",

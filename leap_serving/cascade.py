@@ -447,23 +447,24 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             fits[b] = delayed(fit_booster)(self._expert(), X[rows], y[rows], held_out, weight)
             shares[b] = units * own.sum() / len(y)
         experts: list[HistGradientBoostingRegressor | None] = [None] * n_bins
-        shown = dict.fromkeys(fits, 0.0)  # progress already advanced by a fit's rounds
+
+        def what(b: int) -> str:
+            return f"{step}expert {b + 1}/{n_bins}" if n_bins > 1 else "fitted"
+
         if len(fits) == 1:  # nothing to run beside it: the fit gets every thread n_jobs allows
             ((b, (function, args, kwargs)),) = fits.items()  # args[0]: the expert to fit
-            what = f"{step}expert {b + 1}/{n_bins}, " if n_bins > 1 else step
+            prefix = f"{what(b)}, " if n_bins > 1 else step
             with (
                 threadpool_limits(self._threads()),
-                BoostingRounds(progress, args[0], what, shares[b]) as rounds,
+                BoostingRounds(progress, args[0], shares[b], prefix, what(b)),
             ):
-                done = [function(*args, **kwargs)]
-            shown[b] = rounds.advanced
-        else:  # in worker processes: each expert is a step once it is fitted
-            done = Parallel(n_jobs=self.n_jobs, return_as="generator")(fits.values())
+                experts[b] = function(*args, **kwargs)
+            return experts
+        done = Parallel(n_jobs=self.n_jobs, return_as="generator")(fits.values())
         for b, expert in zip(fits, done, strict=True):  # in bin order, each once it is fitted
             experts[b] = expert
             if progress is not None:
-                what = f"{step}expert {b + 1}/{n_bins}" if n_bins > 1 else "fitted"
-                progress.advance(what, shares[b] - shown[b])
+                progress.advance(what(b), shares[b])
         return experts
 
     def _threads(self) -> int | None:
@@ -635,14 +636,12 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             if progress is not None:  # EM converged early, or bins merged: less work left
                 progress.drop(planned - (progress.done - done_before) - classifier_units)
             start = time.perf_counter()
-            self.classifier_, shown = self._fit_classifier(
+            self.classifier_ = self._fit_classifier(
                 X, bins, n_bins, validation, progress, classifier_units
             )
             self.n_bins_ = n_bins
             self.temperature_ = self._calibrate(X, bins, validation)
             seconds["classifier"] = time.perf_counter() - start
-            if progress is not None and classifier_units:
-                progress.advance("bin classifier", classifier_units - shown)
         self.bin_edges_ = edges
         self.bins_merged_ = merged
         self.em_iterations_ = len(moved)
@@ -661,10 +660,10 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         validation: np.ndarray | None,
         progress: Progress | None = None,
         units: float = 0.0,
-    ) -> tuple[HistGradientBoostingClassifier | None, float]:
-        """The bin classifier, and the share of ``units`` its rounds advanced ``progress``."""
+    ) -> HistGradientBoostingClassifier | None:
+        """The bin classifier; its rounds advance ``progress`` by ``units`` in all."""
         if n_bins == 1:
-            return None, 0.0  # one bin: nothing to choose
+            return None  # one bin: nothing to choose
         if self.classifier_sample < 1.0:
             keep = self._classifier_rows(bins, n_bins)
             X, bins = X[keep], bins[keep]
@@ -680,10 +679,9 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         )
         with (
             threadpool_limits(self._threads()),
-            BoostingRounds(progress, classifier, "bin classifier, ", units) as rounds,
+            BoostingRounds(progress, classifier, units, "bin classifier, ", "bin classifier"),
         ):
-            classifier = fit_booster(classifier, X, bins, validation)
-        return classifier, rounds.advanced  # read once the watch has ended
+            return fit_booster(classifier, X, bins, validation)
 
     def _classifier_rows(self, bins: np.ndarray, n_bins: int) -> np.ndarray:
         """A seeded share of each bin's rows, all of a bin that would keep too few."""

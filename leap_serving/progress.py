@@ -70,17 +70,21 @@ ROUNDS_INTERVAL_S = 10.0
 
 
 class BoostingRounds:
-    """The boosting rounds of a fit running in this process, as steps of ``progress``.
+    """One fit running in this process as steps of ``progress``: its boosting rounds as it
+    goes, then ``done`` when it ends.
 
     scikit-learn's histogram GBDT takes no callback, so a thread reads how many rounds the
     estimator holds (its list of fitted predictors, which grows by one a round) every
     ``ROUNDS_INTERVAL_S`` and advances ``progress`` by their share of ``units``. Reading does
-    not touch the fit: the model is the one a fit without it makes. After the fit, the caller
-    advances the rest (``units - advanced``): early stopping ends a fit before its last round.
+    not touch the fit: the model is the one a fit without it makes. When the fit ends, the rest
+    of ``units`` is advanced as ``done`` (early stopping ends a fit before its last round).
     """
 
-    def __init__(self, progress: Progress | None, estimator, what: str, units: float) -> None:
-        self.progress, self.estimator, self.what, self.units = progress, estimator, what, units
+    def __init__(
+        self, progress: Progress | None, estimator, units: float, step: str = "", done: str = ""
+    ) -> None:
+        self.progress, self.estimator, self.units = progress, estimator, units
+        self.step, self.done = step, done or f"{step}fitted"
         self.advanced = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -91,10 +95,12 @@ class BoostingRounds:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, error_type, *exc) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self.progress is not None and error_type is None:
+            self.progress.advance(self.done, self.units - self.advanced)
 
     def _watch(self) -> None:
         total = self.estimator.max_iter
@@ -106,7 +112,7 @@ class BoostingRounds:
             share = self.units * (rounds - shown) / total
             shown = rounds
             self.advanced += share
-            self.progress.advance(f"{self.what}round {rounds:,}/{total:,}", share)
+            self.progress.advance(f"{self.step}round {rounds:,}/{total:,}", share)
 
 
 class TerminalLine(logging.Handler):
