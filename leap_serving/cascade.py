@@ -567,7 +567,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
     def fit(self, X, y, validation=None, progress: Progress | None = None) -> BinnedCascade:
         """Fit on ``X``, ``y``; ``validation`` optionally marks the rows every booster early-stops
         on (in time order: the window's last day), which none of them trains on. ``progress``
-        (``cascade_units`` of work) is advanced as each expert and the classifier finish."""
+        (``cascade_units`` of work) is advanced as each expert and the classifier finish, and
+        by the rounds of a fit that runs alone in this process (``BoostingRounds``)."""
         X, y = validate_data(self, X, y, ensure_all_finite="allow-nan", dtype=np.float64)
         self._check_params(len(y))
         if validation is not None:
