@@ -1,11 +1,18 @@
-"""The daily-partitioned assets: thin wrappers over the pure modules and the warehouse.
+"""The daily-partitioned data assets: thin wrappers over the pure modules and the warehouse.
 
 Each asset handles every partition of its run (``BackfillPolicy.single_run``), so a backfill of many
-days is one run, from the UI or with ``dagster asset materialize --partition-range``. Checks run
-inside the asset over the days it wrote; the blocking ones stop downstream assets.
+days is one run, from the UI or with ``dagster asset materialize --partition-range``. Each day is
+written, audited, then published: the day's rows are built and checked in memory, and only a day
+that passes its audit replaces its partition (in one transaction), so a failed check never leaves
+rows a later step or another run could read. The checks report every day of the run.
+
+The assets are built by ``data_assets(partitions)``: the partitions come from the installation's
+calendar (``calendar.py``) when the definitions load, never from the environment at import.
 """
 
 import datetime as dt
+import hashlib
+import os
 from collections.abc import Iterator
 
 import dagster as dg
@@ -17,18 +24,32 @@ from leap_serving.history import MAX_SNAPSHOT_FAMILIES, SNAPSHOT_INPUT_COLUMNS, 
 from .feature_table import (
     FEATURE_TABLE_COLUMNS,
     HISTORY_LOOKBACK_DAYS,
+    LandedDay,
     build_feature_table,
     empty_snapshot,
     land_day,
 )
-from .partitions import daily_partitions
+from .partitions import PID_TAG
 from .resources import SourceResource, WarehouseResource
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
+FEATURE_CHECKS = (
+    "columns_are_the_feature_list",
+    "one_row_per_kept_attempt",
+    "required_features_present",
+    "history_from_earlier_days",
+)
 
 
 def partition_days(context: dg.AssetExecutionContext) -> list[dt.date]:
     return [dt.date.fromisoformat(key) for key in context.partition_keys]
+
+
+def record_worker(context: dg.AssetExecutionContext) -> None:
+    """Tag the run with the process running it, so a tick can tell a run killed outright (which
+    never reports its end) from one still working."""
+    if context.run.tags.get(PID_TAG) != str(os.getpid()):
+        context.instance.add_run_tags(context.run.run_id, {PID_TAG: str(os.getpid())})
 
 
 def per_day_table(rows: list[dict]) -> dg.MetadataValue:
@@ -40,33 +61,57 @@ def per_day_table(rows: list[dict]) -> dg.MetadataValue:
     return dg.MetadataValue.md("\n".join(lines))
 
 
-@dg.multi_asset(
-    specs=[
-        dg.AssetSpec("job_attempts", description="Validated job attempts with a measured label."),
-        dg.AssetSpec("allocations", description="Allocation logs: hosts and devices per attempt."),
-        dg.AssetSpec("hardware_specs", description="The hardware spec table as of each day."),
-    ],
-    check_specs=[
-        dg.AssetCheckSpec(
-            "attempts_landed",
-            asset="job_attempts",
-            blocking=True,
-            description="No day with rows lost them all; quarantine held under half.",
-        )
-    ],
-    partitions_def=daily_partitions,
-    backfill_policy=SINGLE_RUN,
-    group_name="sources",
-)
-def source_tables(
+def content_sha256(*frames: pl.DataFrame) -> str:
+    """A digest of the frames' schemas and rows, in order: equal for a day landed twice from the
+    same files, different when a row changed."""
+    digest = hashlib.sha256()
+    for frame in frames:
+        digest.update(repr(list(frame.schema.items())).encode())
+        digest.update(frame.hash_rows(seed=0).to_numpy().tobytes())
+    return digest.hexdigest()
+
+
+def source_log_row(source: str, landed: LandedDay) -> pl.DataFrame:
+    """What the day's landing records, in the same transaction as its rows: the day is landed
+    (empty days included) exactly when this row exists."""
+    counts = landed.counts
+    return pl.DataFrame(
+        {
+            "source": [source],
+            "landed_at": [dt.datetime.now(dt.UTC).replace(tzinfo=None)],
+            **{key: [int(counts[key])] for key in ("rows_in", "kept", "dropped", "quarantined")},
+            "content_sha256": [
+                content_sha256(landed.attempts, landed.allocations, landed.hardware_specs)
+            ],
+        }
+    )
+
+
+def landing_audit(counts: dict[str, int]) -> str | None:
+    """Why a landed day must not be published, or None: a day with rows that kept none, or one
+    that quarantined more than half of them. A day with no launches is fine."""
+    if counts["rows_in"] and counts["kept"] == 0:
+        return f"all {counts['rows_in']} rows rejected"
+    if counts["quarantined"] * 2 > counts["rows_in"]:
+        return f"{counts['quarantined']} of {counts['rows_in']} rows quarantined"
+    return None
+
+
+def land_sources(
     context: dg.AssetExecutionContext, source: SourceResource, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     """Land each day's three sources; bad rows go to the quarantine table with their reason."""
+    record_worker(context)
     adapter = source.source()
-    per_day = []
+    per_day, refused = [], []
     with warehouse.open() as wh:
         for i, day in enumerate(partition_days(context), start=1):
             landed = land_day(adapter.read_day(day), day)
+            problem = landing_audit(landed.counts)
+            if problem is not None:  # audited before publishing: the day keeps its old rows
+                refused.append(f"{day}: {problem}")
+                context.log.error(f"{day}: not landed, {problem}")
+                continue
             wh.replace_partitions(
                 day,
                 {
@@ -74,7 +119,7 @@ def source_tables(
                     "allocations": landed.allocations,
                     "hardware_specs": landed.hardware_specs,
                     "quarantine": landed.quarantine,
-                    "source_log": pl.DataFrame({"source": [adapter.description]}),
+                    "source_log": source_log_row(adapter.description, landed),
                 },
             )
             per_day.append({"ds": day.isoformat(), **landed.counts})
@@ -82,80 +127,51 @@ def source_tables(
     totals = {k: sum(r[k] for r in per_day) for k in ("rows_in", "kept", "dropped", "quarantined")}
     yield dg.MaterializeResult(
         asset_key="job_attempts",
-        metadata={
-            **totals,
-            "source": adapter.description,
-            "per_day": per_day_table(per_day),
-        },
+        metadata={**totals, "source": adapter.description, "per_day": per_day_table(per_day)},
     )
     yield dg.MaterializeResult(
         asset_key="allocations", metadata={"rows": sum(r["allocations"] for r in per_day)}
     )
     yield dg.MaterializeResult(
-        asset_key="hardware_specs", metadata={"hardware_types": per_day[-1]["hardware_types"]}
+        asset_key="hardware_specs",
+        metadata={"hardware_types": per_day[-1]["hardware_types"] if per_day else 0},
     )
-    # a day with no launches is fine; a day whose rows were all rejected is not
-    empty = [r["ds"] for r in per_day if r["rows_in"] and r["kept"] == 0]
-    mostly_bad = [r["ds"] for r in per_day if r["quarantined"] * 2 > r["rows_in"]]
     yield dg.AssetCheckResult(
         check_name="attempts_landed",
         asset_key="job_attempts",
-        passed=not empty and not mostly_bad,
-        metadata={"days_without_rows": str(empty), "days_mostly_quarantined": str(mostly_bad)},
+        passed=not refused,
+        metadata={"days_refused": str(refused)},
     )
 
 
-@dg.asset(
-    name="history_snapshot",
-    deps=[
-        dg.AssetDep(
-            "job_attempts",
-            partition_mapping=dg.TimeWindowPartitionMapping(
-                start_offset=-(HISTORY_LOOKBACK_DAYS - 1),
-                end_offset=0,
-                allow_nonexistent_upstream_partitions=True,
-            ),
-        )
-    ],
-    check_specs=[
-        dg.AssetCheckSpec(
-            "snapshot_as_of_its_day",
-            asset="history_snapshot",
-            blocking=True,
-            description="No statistic comes from after the snapshot's day; size within the cap.",
-        )
-    ],
-    partitions_def=daily_partitions,
-    backfill_policy=SINGLE_RUN,
-    group_name="history",
-)
-def history_snapshot_asset(
+def build_snapshots(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     """Job-family history as of the end of each day, over the last ``HISTORY_LOOKBACK_DAYS``."""
-    per_day = []
-    problems = []
+    per_day, problems = [], []
     with warehouse.open() as wh:
         for day in partition_days(context):
             if wh.count("source_log", day) == 0:
                 raise dg.Failure(f"the sources of {day} have not landed: materialize them first")
             first = day - dt.timedelta(days=HISTORY_LOOKBACK_DAYS - 1)
-            rows = wh.read(
-                "job_attempts",
-                first,
-                day,
-                columns=SNAPSHOT_INPUT_COLUMNS,
-            )
+            rows = wh.read("job_attempts", first, day, columns=SNAPSHOT_INPUT_COLUMNS)
             snapshot = history_snapshot(rows, as_of=day)
-            wh.replace_partition("history_snapshot", day, snapshot.with_columns(ds=pl.lit(day)))
             families = snapshot.filter(pl.col("hardware_type").is_null()).height
+            found = []
             if snapshot.height and snapshot["last_ds"].max() > day:
-                problems.append(f"{day}: a statistic from {snapshot['last_ds'].max()}")
+                found.append(f"{day}: a statistic from {snapshot['last_ds'].max()}")
             if families > MAX_SNAPSHOT_FAMILIES:
-                problems.append(f"{day}: {families} families")
+                found.append(f"{day}: {families} families")
+            problems += found
+            if found:
+                continue  # audited before publishing
+            wh.replace_partition("history_snapshot", day, snapshot.with_columns(ds=pl.lit(day)))
             per_day.append({"ds": day.isoformat(), "families": families, "rows": snapshot.height})
     yield dg.MaterializeResult(
-        metadata={"families_last_day": per_day[-1]["families"], "per_day": per_day_table(per_day)}
+        metadata={
+            "families_last_day": per_day[-1]["families"] if per_day else 0,
+            "per_day": per_day_table(per_day),
+        }
     )
     yield dg.AssetCheckResult(
         check_name="snapshot_as_of_its_day",
@@ -164,65 +180,52 @@ def history_snapshot_asset(
     )
 
 
-@dg.asset(
-    deps=[
-        "job_attempts",
-        "allocations",
-        "hardware_specs",
-        dg.AssetDep(
-            "history_snapshot",
-            partition_mapping=dg.TimeWindowPartitionMapping(
-                start_offset=-1, end_offset=-1, allow_nonexistent_upstream_partitions=True
-            ),
-        ),
-    ],
-    check_specs=[
-        dg.AssetCheckSpec("columns_are_the_feature_list", asset="feature_table", blocking=True),
-        dg.AssetCheckSpec("one_row_per_kept_attempt", asset="feature_table", blocking=True),
-        dg.AssetCheckSpec("required_features_present", asset="feature_table", blocking=True),
-        dg.AssetCheckSpec("history_from_earlier_days", asset="feature_table", blocking=True),
-    ],
-    partitions_def=daily_partitions,
-    backfill_policy=SINGLE_RUN,
-    group_name="features",
-)
-def feature_table(
+def feature_audit(table: pl.DataFrame, attempts: int) -> dict[str, str]:
+    """The feature table checks on one day's rows before they are written: check -> problem."""
+    failed = {}
+    if table.columns != list(FEATURE_TABLE_COLUMNS):
+        failed["columns_are_the_feature_list"] = "columns differ from the feature list"
+    if table.height != attempts:
+        failed["one_row_per_kept_attempt"] = f"{table.height} rows for {attempts} attempts"
+    nulls = [
+        c
+        for c in (*ALWAYS_PRESENT_FEATURES, "log_q")
+        if c in table.columns and table[c].null_count()
+    ]
+    if nulls:
+        failed["required_features_present"] = f"nulls in {nulls}"
+    if "hist_days_since_last" in table.columns and (table["hist_days_since_last"] < 1).any():
+        failed["history_from_earlier_days"] = "a history statistic from the day itself"
+    return failed
+
+
+def build_features(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     """One row per measured attempt: ids, the label ln q and the shared feature list."""
     per_day = []
-    failures: dict[str, list[str]] = {
-        "columns_are_the_feature_list": [],
-        "one_row_per_kept_attempt": [],
-        "required_features_present": [],
-        "history_from_earlier_days": [],
-    }
+    failures: dict[str, list[str]] = {name: [] for name in FEATURE_CHECKS}
     with warehouse.open() as wh:
         for day in partition_days(context):
             if wh.count("source_log", day) == 0:
                 raise dg.Failure(f"the sources of {day} have not landed: materialize them first")
             attempts = wh.read("job_attempts", day, day)
-            snapshot = _snapshot_before(wh, day)
             table = build_feature_table(
                 attempts,
                 wh.read("allocations", day, day),
                 wh.read("hardware_specs", day, day).drop("ds"),
-                snapshot,
+                _snapshot_before(wh, day),
             )
+            failed = feature_audit(table, attempts.height)
+            for name, problem in failed.items():
+                failures[name].append(f"{day}: {problem}")
+            if failed:
+                context.log.error(f"feature_table {day}: not published, {failed}")
+                continue  # audited before publishing: the day keeps its old rows
             wh.replace_partition("feature_table", day, table)
-            stored = wh.read("feature_table", day, day)
-            if stored.columns != list(FEATURE_TABLE_COLUMNS):
-                failures["columns_are_the_feature_list"].append(str(day))
-            if stored.height != attempts.height:
-                failures["one_row_per_kept_attempt"].append(f"{day}: {stored.height}")
-            nulls = [c for c in (*ALWAYS_PRESENT_FEATURES, "log_q") if stored[c].null_count()]
-            if nulls:
-                failures["required_features_present"].append(f"{day}: {nulls}")
-            if (stored["hist_days_since_last"] < 1).any():
-                failures["history_from_earlier_days"].append(str(day))
-            cold = float(stored["hist_cold_start"].mean() or 0.0)
-            per_day.append({"ds": day.isoformat(), "rows": stored.height, "cold_start": cold})
-            context.log.info(f"feature_table {day}: {stored.height} rows, cold start {cold:.1%}")
+            cold = float(table["hist_cold_start"].mean() or 0.0)
+            per_day.append({"ds": day.isoformat(), "rows": table.height, "cold_start": cold})
+            context.log.info(f"feature_table {day}: {table.height} rows, cold start {cold:.1%}")
     yield dg.MaterializeResult(
         metadata={
             "rows": sum(r["rows"] for r in per_day),
@@ -250,4 +253,102 @@ def _snapshot_before(wh, day: dt.date) -> pl.DataFrame:
     return empty_snapshot()
 
 
-DATA_ASSETS = [source_tables, history_snapshot_asset, feature_table]
+def data_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
+    """The three data assets over ``partitions``: sources, history snapshot, feature table."""
+
+    @dg.multi_asset(
+        name="source_tables",
+        specs=[
+            dg.AssetSpec("job_attempts", description="Validated job attempts with a label."),
+            dg.AssetSpec("allocations", description="Allocation logs: hosts and devices."),
+            dg.AssetSpec("hardware_specs", description="The hardware spec table as of each day."),
+        ],
+        check_specs=[
+            dg.AssetCheckSpec(
+                "attempts_landed",
+                asset="job_attempts",
+                blocking=True,
+                description="No day with rows lost them all; quarantine held under half. A day "
+                "that fails is not published.",
+            )
+        ],
+        partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
+        group_name="sources",
+    )
+    def source_tables(
+        context: dg.AssetExecutionContext, source: SourceResource, warehouse: WarehouseResource
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+        """Land each day's three sources; bad rows go to the quarantine table with their
+        reason."""
+        yield from land_sources(context, source, warehouse)
+
+    @dg.asset(
+        name="history_snapshot",
+        deps=[
+            dg.AssetDep(
+                "job_attempts",
+                partition_mapping=dg.TimeWindowPartitionMapping(
+                    start_offset=-(HISTORY_LOOKBACK_DAYS - 1),
+                    end_offset=0,
+                    allow_nonexistent_upstream_partitions=True,
+                ),
+            )
+        ],
+        check_specs=[
+            dg.AssetCheckSpec(
+                "snapshot_as_of_its_day",
+                asset="history_snapshot",
+                blocking=True,
+                description="No statistic from after the snapshot's day; size within the cap.",
+            )
+        ],
+        partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
+        group_name="history",
+    )
+    def history_snapshot_asset(
+        context: dg.AssetExecutionContext, warehouse: WarehouseResource
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+        """Job-family history as of the end of each day, over the last 90 days."""
+        yield from build_snapshots(context, warehouse)
+
+    @dg.asset(
+        name="feature_table",
+        deps=[
+            "job_attempts",
+            "allocations",
+            "hardware_specs",
+            dg.AssetDep(
+                "history_snapshot",
+                partition_mapping=dg.TimeWindowPartitionMapping(
+                    start_offset=-1, end_offset=-1, allow_nonexistent_upstream_partitions=True
+                ),
+            ),
+        ],
+        check_specs=[
+            dg.AssetCheckSpec(name, asset="feature_table", blocking=True) for name in FEATURE_CHECKS
+        ],
+        partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
+        group_name="features",
+    )
+    def feature_table(
+        context: dg.AssetExecutionContext, warehouse: WarehouseResource
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+        """One row per measured attempt: ids, the label ln q and the shared feature list."""
+        yield from build_features(context, warehouse)
+
+    return [source_tables, history_snapshot_asset, feature_table]
+
+
+DATA_ASSET_KEYS = [
+    dg.AssetKey(name)
+    for name in (
+        "job_attempts",
+        "allocations",
+        "hardware_specs",
+        "history_snapshot",
+        "feature_table",
+    )
+]

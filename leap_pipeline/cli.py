@@ -94,7 +94,7 @@ def demo(args: argparse.Namespace) -> int:
 
     settings = DemoSettings(
         scale=args.scale, days=args.days, nights=args.nights, seed=args.seed,
-        profile=args.profile, data=Path(args.data),
+        profile=args.profile, data=Path(args.data), last_day=args.last_day,
     )  # fmt: skip
     result = run_demo(settings, log=lambda line: print(line, file=sys.stderr))
     print("\n".join(summary_lines(result, settings)))
@@ -138,6 +138,20 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
+def imported_calendar(data: Path, first: dt.date, source: str):
+    """Imported logs bring their own days: the data folder's calendar starts no later than the
+    first imported day, and names the staged logs as its source unless it names one."""
+    from .calendar import Calendar
+
+    calendar = Calendar.load(data)
+    if not Calendar.exists(data) or first < calendar.first_day or not calendar.source:
+        calendar = Calendar(min(first, calendar.first_day) if Calendar.exists(data) else first,
+                            calendar.timezone, calendar.source or source)  # fmt: skip
+        path = calendar.save(data)
+        print(f"calendar: partitions from {calendar.first_day} ({path})", file=sys.stderr)
+    return calendar
+
+
 def import_logs(args: argparse.Namespace) -> int:
     from .definitions import materialize_days
     from .importer import stage_import
@@ -151,8 +165,9 @@ def import_logs(args: argparse.Namespace) -> int:
     print(f"importing {staged.rows['job_attempts']:,} attempts over {len(staged.days)} days "
           f"({first} .. {last})", file=sys.stderr)  # fmt: skip
     warehouse = args.warehouse or str(Path(args.data) / "leap.duckdb")
+    calendar = imported_calendar(Path(args.data), first, f"files:{staging}")
     materialize_days(first, last, source=f"files:{staging}", warehouse=warehouse,
-                     log_level="WARNING")  # fmt: skip
+                     log_level="WARNING", calendar=calendar)  # fmt: skip
     with open_warehouse(warehouse, read_only=True) as wh:
         kept = wh.read("job_attempts", first, last, columns=["ds"]).height
         quarantine = (
@@ -333,6 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--seed", type=int, default=0)
     show.add_argument("--profile", choices=("fast", "paper"), default="fast")
     show.add_argument("--data", default="data", help="folder for the warehouse and MLflow")
+    show.add_argument(
+        "--last-day",
+        type=_date,
+        default=None,
+        help="the last day to land "
+        "(default: the day before yesterday; a data folder keeps its own)",
+    )
     show.add_argument("--json", action="store_true", help="end with one JSON line")
     show.set_defaults(handler=demo)
 

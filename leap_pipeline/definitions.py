@@ -1,12 +1,21 @@
-"""Dagster definitions: the entry point `workspace.yaml` loads."""
+"""Dagster definitions: the entry point `workspace.yaml` loads.
+
+``build_definitions(calendar)`` is the one definition of the pipeline; Dagster loads
+``defs`` lazily, from the installation's calendar file (``calendar.py``), so the UI, the daemon
+and every run worker of one installation build the same partitions. In-process callers (the
+demo, the report, tests) build theirs from the calendar they mean.
+"""
 
 import datetime as dt
+import os
 
 import dagster as dg
 
-from .assets import DATA_ASSETS
-from .model_assets import cascade_model, model_evaluation, paper_report, production_model
-from .partitions import daily_partitions, nightly_tick
+from .assets import DATA_ASSET_KEYS, data_assets
+from .calendar import Calendar
+from .evaluation import MIN_WINDOW_DAYS
+from .model_assets import model_assets, paper_report
+from .partitions import ATTEMPT_TAG, NIGHTS_TAG, PID_TAG, NightlyState, parse_span, plan_tick
 from .resources import (
     MlflowResource,
     NightRecords,
@@ -17,62 +26,158 @@ from .resources import (
 from .runs import run_days
 from .warehouse import WarehouseError
 
-MODEL_ASSETS = [cascade_model, model_evaluation, production_model]
-
-daily_pipeline = dg.define_asset_job(
-    "daily_pipeline",
-    selection=dg.AssetSelection.assets(*DATA_ASSETS),
-    description="Land the day's sources, build its history snapshot and feature table.",
-)
-nightly = dg.define_asset_job(
-    "nightly",
-    selection=dg.AssetSelection.assets(*DATA_ASSETS, *MODEL_ASSETS),
-    description="Everything for day D: land, build features, train on D-30..D-1, evaluate on D, "
-    "register, and move the production alias if the gate passes.",
-)
-training = dg.define_asset_job(
-    "training",
-    selection=dg.AssetSelection.assets(*MODEL_ASSETS),
-    description="Train, evaluate and register for days whose feature tables already exist.",
+MODEL_ASSET_KEYS = [
+    dg.AssetKey(n) for n in ("cascade_model", "model_evaluation", "production_model")
+]
+LIVE = (
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
 )
 
 
-@dg.schedule(
-    job=nightly, cron_schedule="0 2 * * *", default_status=dg.DefaultScheduleStatus.RUNNING
-)
-def nightly_schedule(
-    context: dg.ScheduleEvaluationContext, warehouse: WarehouseResource, training: TrainingResource
-) -> dg.RunRequest | dg.SkipReason:
-    """02:00 each night runs yesterday's partition, once its day is complete; a window with days
-    not landed gets them landed first, and a day outside the partitions is skipped with why."""
-    day = context.scheduled_execution_time.date() - dt.timedelta(days=1)
+def run_is_alive(run: dg.DagsterRun) -> bool:
+    """A run counts as live while Dagster says so and, once its worker recorded its process id
+    on this machine, while that process exists: a worker killed with SIGKILL never reports its
+    end, and its nights must not wait on it forever."""
+    if run.status not in LIVE:
+        return False
+    pid = run.tags.get(PID_TAG)
+    if not pid:
+        return True
     try:
-        landed = warehouse.landed_days("feature_table")
-    except WarehouseError as exc:  # a run holds it longer than the wait: the next tick will do
-        return dg.SkipReason(f"the warehouse cannot be read now: {exc}")
-    landing = [key for asset in DATA_ASSETS for key in asset.keys]
-    return nightly_tick(day, landed, daily_partitions, training.window_days, landing)
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
-defs = dg.Definitions(
-    assets=[*DATA_ASSETS, *MODEL_ASSETS, paper_report],
-    jobs=[daily_pipeline, nightly, training],
-    schedules=[nightly_schedule],
-    resources={
-        "source": SourceResource(),
-        "warehouse": WarehouseResource(),
-        "training": TrainingResource(),
-        "mlflow_tracking": MlflowResource(),
-        "night_records": NightRecords(),
-    },
-    # one DuckDB writer: every asset of a run executes in the run's own process, one at a time
-    executor=dg.in_process_executor,
-)
+def nightly_state(
+    instance: dg.DagsterInstance,
+    warehouse: WarehouseResource,
+    source: SourceResource,
+    mlflow_tracking: MlflowResource,
+) -> NightlyState:
+    """What happened, read from the records: the warehouse's landing log, the registry's
+    versions, and the instance's runs."""
+    from . import registry
+
+    landed = set(warehouse.landed_days("source_log"))
+    empty = set(warehouse.empty_days())
+    mlflow_tracking.configure()
+    trained = {dt.date.fromisoformat(day) for day in registry.registered_nights()}
+    in_flight: set[dt.date] = set()
+    failed: dict[str, int] = {}
+    for record in instance.get_run_records(
+        dg.RunsFilter(tags={"dagster/schedule_name": "nightly_schedule"})
+    ):
+        run = record.dagster_run
+        for kind, tag in (("nightly", NIGHTS_TAG), ("land", "leap/landing")):
+            span = run.tags.get(tag)
+            if span is None:
+                continue
+            if run_is_alive(run):
+                if kind == "nightly":
+                    in_flight.update(parse_span(span))
+                continue
+            if run.status in LIVE:  # its worker died without a word: say so in the run's log
+                instance.report_run_failed(
+                    run, f"the run's process ({run.tags.get(PID_TAG)}) is gone: marked failed"
+                )
+            if run.status != dg.DagsterRunStatus.SUCCESS:
+                key = f"{kind}:{span}"
+                failed[key] = max(failed.get(key, 0), int(run.tags.get(ATTEMPT_TAG, "0")) + 1)
+    adapter = source.source()
+    return NightlyState(landed, trained, in_flight, adapter.has_day, failed, empty)
+
+
+def build_definitions(calendar: Calendar) -> dg.Definitions:
+    """The assets, jobs, schedule and resources over ``calendar``'s partitions."""
+    partitions = calendar.partitions()
+    data = data_assets(partitions)
+    models = model_assets(partitions)
+    daily_pipeline = dg.define_asset_job(
+        "daily_pipeline",
+        selection=dg.AssetSelection.assets(*DATA_ASSET_KEYS),
+        description="Land the day's sources, build its history snapshot and feature table.",
+    )
+    nightly = dg.define_asset_job(
+        "nightly",
+        selection=dg.AssetSelection.assets(*DATA_ASSET_KEYS, *MODEL_ASSET_KEYS),
+        description="Everything for day D: land, build features, train on D-30..D-1, evaluate "
+        "on D, register, and move the production alias if the gate passes.",
+    )
+    training = dg.define_asset_job(
+        "training",
+        selection=dg.AssetSelection.assets(*MODEL_ASSET_KEYS),
+        description="Train, evaluate and register for days whose feature tables already exist.",
+    )
+
+    @dg.schedule(
+        name="nightly_schedule",
+        job=nightly,
+        cron_schedule="0 2 * * *",
+        execution_timezone=calendar.timezone,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+    )
+    def nightly_schedule(
+        context: dg.ScheduleEvaluationContext,
+        warehouse: WarehouseResource,
+        source: SourceResource,
+        training: TrainingResource,
+        mlflow_tracking: MlflowResource,
+    ) -> list[dg.RunRequest] | dg.SkipReason:
+        """02:00 each night: every untrained night of the last week whose data can be read,
+        with the days its window still lacks landed first; or why nothing runs."""
+        day = calendar.today(context.scheduled_execution_time) - dt.timedelta(days=1)
+        try:
+            state = nightly_state(context.instance, warehouse, source, mlflow_tracking)
+        except WarehouseError as exc:  # a run holds it longer than the wait: the next tick will do
+            return dg.SkipReason(f"the warehouse cannot be read now: {exc}")
+        return plan_tick(
+            day, calendar.first_day, state, training.window_days, MIN_WINDOW_DAYS, DATA_ASSET_KEYS
+        )
+
+    return dg.Definitions(
+        assets=[*data, *models, paper_report],
+        jobs=[daily_pipeline, nightly, training],
+        schedules=[nightly_schedule],
+        resources={
+            "source": SourceResource(default_uri=calendar.source),
+            "warehouse": WarehouseResource(),
+            "training": TrainingResource(),
+            "mlflow_tracking": MlflowResource(),
+            "night_records": NightRecords(),
+        },
+        # one DuckDB writer: every asset of a run executes in the run's own process, one at a time
+        executor=dg.in_process_executor,
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """What ``workspace.yaml`` loads: the pipeline over the installation's calendar."""
+    return build_definitions(Calendar.load())
 
 
 def materialize_days(
-    first: dt.date, last: dt.date, *, job_name: str = "daily_pipeline", **options
+    first: dt.date,
+    last: dt.date,
+    *,
+    job_name: str = "daily_pipeline",
+    calendar: Calendar | None = None,
+    **options,
 ) -> dg.ExecuteInProcessResult:
     """Materialize the job ``job_name`` for days ``first`` .. ``last`` in one run, in this
-    process (``runs.run_days`` takes the options: source, warehouse, training, ...)."""
-    return run_days(defs.resolve_job_def(job_name), first, last, **options)
+    process (``runs.run_days`` takes the options: source, warehouse, training, ...). The
+    partitions are ``calendar``'s, by default the installation's, starting no later than
+    ``first``."""
+    calendar = calendar or Calendar.load()
+    if first < calendar.first_day:
+        calendar = calendar.with_first_day(first)
+    calendar.check_days(first, last)
+    job = build_definitions(calendar).resolve_job_def(job_name)
+    return run_days(job, first, last, **options)

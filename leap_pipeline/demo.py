@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .calendar import Calendar
 from .definitions import materialize_days
 from .evaluation import MODELS
 from .lookup_table import MIN_SUPPORT
@@ -28,6 +29,7 @@ class DemoSettings:
     seed: int = 0
     profile: str = "fast"
     data: Path = Path("data")
+    last_day: dt.date | None = None  # None: the day before yesterday (UTC) on a new data folder
 
     def check(self) -> None:
         if self.nights < 1 or self.days < self.nights + 8:
@@ -43,12 +45,15 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
     warehouse = settings.data / "leap.duckdb"
     store = settings.data / "mlflow"
     source = f"simulator:seed={settings.seed},scale={settings.scale}"
-    first = source_from_uri(source).first_day()
+    calendar = demo_calendar(settings, source)
+    first = calendar.first_day
     last = first + dt.timedelta(days=settings.days - 1)
     first_night = last - dt.timedelta(days=settings.nights - 1)
     start = time.perf_counter()
     log(f"[1/2] landing {settings.days} days of {source} and building features ({first}..{last})")
-    materialize_days(first, last, source=source, warehouse=str(warehouse), log_level="INFO")
+    materialize_days(
+        first, last, source=source, warehouse=str(warehouse), log_level="INFO", calendar=calendar
+    )
     log(f"      done in {time.perf_counter() - start:.0f} s")
     log(f"[2/2] training, evaluating and registering {settings.nights} nights")
     trained = materialize_days(
@@ -64,7 +69,14 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
             "lookup_min_support": max(2, round(MIN_SUPPORT * settings.scale)),
         },
         log_level="WARNING",  # the progress line says what runs; the run's log keeps the rest
+        calendar=calendar,
     )
+    nights = [night_record(trained, "model_evaluation", first_night + dt.timedelta(days=i))
+              for i in range(settings.nights)]  # fmt: skip
+    reused = [n["version"] for n in nights if n.get("reused_version")]
+    if reused:
+        log(f"      {len(reused)} night(s) unchanged since they were registered: reused "
+            f"version(s) {', '.join(reused)} instead of registering again")  # fmt: skip
     tracking_uri = configure_tracking(store)
     registered = night_record(trained, "model_evaluation", last)
     evaluation = registered["evaluation"]
@@ -89,6 +101,8 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
             "published_w20": table1["published_w20"],
         },
         "registered_version": registered["version"],
+        "reused_versions": reused,
+        "calendar": {"first_day": first.isoformat(), "last_day": last.isoformat()},
         "gate": registered["gate_reason"],
         "production_version": str(current.version) if current else None,
         "model_uri": model_uri(),
@@ -97,6 +111,35 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
         "dagster_home": str(dagster_home),
         "seconds": round(time.perf_counter() - start, 1),
     }
+
+
+def demo_calendar(settings: DemoSettings, source: str) -> Calendar:
+    """The demo's days meet the calendar: on a new data folder, the ``days`` that end on
+    ``last_day`` (by default the day before yesterday, so the UI shows the demo's days landed and
+    yesterday ready to materialize, and the schedule carries on tonight), written to the data
+    folder's calendar file. On a data folder that has one, its first day again, so a second run
+    lands and trains the same days."""
+    if Calendar.exists(settings.data):
+        calendar = Calendar.load(settings.data)
+        if calendar.source and calendar.source != source:
+            raise ValueError(
+                f"source={source!r}: {settings.data / 'leap.toml'} was written for "
+                f"{calendar.source!r}; use another --data folder"
+            )
+        if settings.last_day is not None and settings.last_day != calendar.first_day + dt.timedelta(
+            days=settings.days - 1
+        ):
+            raise ValueError(
+                f"last_day={settings.last_day}: {settings.data / 'leap.toml'} starts on "
+                f"{calendar.first_day}; use another --data folder"
+            )
+        return calendar
+    last = settings.last_day or Calendar().last_closed_day() - dt.timedelta(days=1)
+    calendar = Calendar(first_day=last - dt.timedelta(days=settings.days - 1), source=source)
+    calendar.check_days(calendar.first_day, last)
+    source_from_uri(source)  # a bad source is an error before anything is written
+    calendar.save(settings.data)
+    return calendar
 
 
 def _pct(value: float | None) -> str:

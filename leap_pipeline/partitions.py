@@ -1,103 +1,133 @@
-"""The daily partitions every asset shares, and what the nightly schedule does with them.
+"""What the nightly schedule does: a pure plan from what happened, read from the records.
 
-The span comes from ``$LEAP_PARTITIONS``: ``FIRST..LAST`` for a fixed set of days (``leap ui``
-sets the days landed in the warehouse, so the UI shows missing only what is), or ``FIRST..``
-for a set that grows by one partition a day. Unset, it is the configured source's first day
-onwards (``$LEAP_SOURCE``; the simulated fleet's by default).
+The tick at 02:00 (in the calendar's timezone) for day D asks for every night from D back over
+``CATCH_UP_NIGHTS``, after the newest trained night, that is neither trained (a registered
+version names it) nor being trained (a live run carries it), as long as its day and its
+window's days have landed or can be read from the source. A day that landed with no measured
+attempt has no night: there is nothing to score a model on. A night whose day arrived late, or
+whose run was killed, is simply still untrained at the next tick, which takes it then. Days of a
+window that were never landed are landed by a run of their own first; the queue (one run at a
+time) keeps the order.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 
 import dagster as dg
 
-from .sources import SimulatorSource, source_from_uri
-
-PARTITIONS_ENV = "LEAP_PARTITIONS"
-
-
-def partition_span(text: str | None = None) -> tuple[dt.date, dt.date | None]:
-    """(first day, last day or None for open-ended) from ``FIRST..LAST`` or ``FIRST..``."""
-    text = os.environ.get(PARTITIONS_ENV, "") if text is None else text
-    if not text.strip():
-        return default_first_day(), None
-    first_text, dots, last_text = text.strip().partition("..")
-    try:
-        if not dots:
-            raise ValueError("no '..'")
-        first = dt.date.fromisoformat(first_text)
-        last = dt.date.fromisoformat(last_text) if last_text else None
-    except ValueError:
-        raise ValueError(
-            f"{PARTITIONS_ENV}={text!r}: expected FIRST..LAST or FIRST.. with ISO dates, "
-            "e.g. 2026-01-01..2026-02-14"
-        ) from None
-    if last is not None and last < first:
-        raise ValueError(f"{PARTITIONS_ENV}={text!r}: the last day is before the first")
-    return first, last
-
-
-def default_first_day() -> dt.date:
-    """The configured source's first day (``$LEAP_SOURCE``), or the simulated fleet's when the
-    source cannot tell."""
-    try:
-        first = source_from_uri().first_day()
-    except ValueError:  # a malformed $LEAP_SOURCE: the resource reports it when a run reads it
-        first = None
-    return first or SimulatorSource().first_day()
-
-
-def daily_partitions_for(first: dt.date, last: dt.date | None) -> dg.DailyPartitionsDefinition:
-    end = None if last is None else (last + dt.timedelta(days=1)).isoformat()  # end is exclusive
-    return dg.DailyPartitionsDefinition(start_date=first.isoformat(), end_date=end)
-
-
-daily_partitions = daily_partitions_for(*partition_span())
+CATCH_UP_NIGHTS = 7  # untrained nights a tick looks back over
+NIGHTS_TAG = "leap/nights"  # "FIRST..LAST" on every run the schedule asks for
+ATTEMPT_TAG = "leap/attempt"
+PID_TAG = "leap/pid"  # the process that runs a run's assets, recorded as it starts
 
 
 def span_text(first: dt.date, last: dt.date | None) -> str:
     return f"{first.isoformat()}..{'' if last is None else last.isoformat()}"
 
 
-def nightly_tick(
+def days_between(first: dt.date, last: dt.date) -> list[dt.date]:
+    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+@dataclass(frozen=True)
+class NightlyState:
+    """What happened so far, read from the records: days whose landing is recorded (empty days
+    included), nights with a registered version, nights a live run is working on, and how many
+    runs of a span already ended without finishing (so a retry gets a new run key)."""
+
+    landed: Collection[dt.date]
+    trained: Collection[dt.date]
+    in_flight: Collection[dt.date] = ()
+    source_has_day: Callable[[dt.date], bool] = lambda day: True
+    failed_attempts: dict[str, int] = field(default_factory=dict)
+    empty: Collection[dt.date] = ()  # landed days with no measured attempt: no night to score
+
+
+def plan_tick(
     day: dt.date,
-    landed: Iterable[dt.date],
-    partitions: dg.DailyPartitionsDefinition,
+    first_day: dt.date,
+    state: NightlyState,
     window_days: int,
+    min_window_days: int,
     landing_assets: Sequence[dg.AssetKey],
-) -> dg.RunRequest | dg.SkipReason:
-    """What the 02:00 tick does for ``day`` (yesterday): the whole night on a complete window;
-    when days of the window are not landed, a run of ``landing_assets`` that lands them first
-    (through ``day``, so the next tick trains); a day the partitions do not hold is skipped,
-    saying why."""
-    first = partitions.start.date()
-    last = partitions.end.date() - dt.timedelta(days=1) if partitions.end else None
-    if day < first or (last is not None and day > last):
+    catch_up_nights: int = CATCH_UP_NIGHTS,
+) -> list[dg.RunRequest] | dg.SkipReason:
+    """The run requests for the tick of ``day`` (yesterday at the tick), or why there are none."""
+    if day < first_day:
+        return dg.SkipReason(f"no partition for {day}: the calendar starts on {first_day}")
+    first_night = first_day + dt.timedelta(days=min_window_days)
+    earliest = max(first_night, day - dt.timedelta(days=catch_up_nights - 1))
+    newest = max((n for n in state.trained if n <= day), default=None)
+    if newest is not None:  # a gap before the newest trained night is a backfill's to fill
+        earliest = max(earliest, newest + dt.timedelta(days=1))
+    wanted = [
+        n
+        for n in days_between(earliest, day)
+        if n not in state.trained and n not in state.in_flight and n not in state.empty
+    ] if earliest <= day else []  # fmt: skip
+    ready: list[dt.date] = []
+    blocked = ""
+    for night in wanted:
+        needed = days_between(max(first_day, night - dt.timedelta(days=window_days)), night)
+        missing = [d for d in needed if d not in state.landed and not state.source_has_day(d)]
+        if missing:
+            blocked = f"night {night} waits for {missing[0]}, which has not arrived in the source"
+            break
+        ready.append(night)
+    requests: list[dg.RunRequest] = []
+    if ready:
+        a, b = ready[0], ready[-1]
+        unlanded = [
+            d
+            for d in days_between(max(first_day, a - dt.timedelta(days=window_days)), a)
+            if d not in state.landed and d < a
+        ]
+        if unlanded:
+            requests.append(_request(unlanded[0], unlanded[-1], "land", state, landing_assets))
+        requests.append(_request(a, b, "nightly", state))
+        return requests
+    # nothing to train: land what arrived so the next tick has less to do
+    if day < first_night and day not in state.landed and state.source_has_day(day):
+        start = min(d for d in days_between(first_day, day) if d not in state.landed)
+        return [_request(start, day, "land", state, landing_assets)]
+    if blocked:
+        return dg.SkipReason(blocked)
+    if day < first_night:
         return dg.SkipReason(
-            f"no partition for {day}: the partitions run {span_text(first, last)} "
-            f"(${PARTITIONS_ENV}); set {PARTITIONS_ENV}={first.isoformat()}.. to run every night"
+            f"night {day} needs {min_window_days} days of features before it: the first night "
+            f"is {first_night}"
         )
-    window_first = max(first, day - dt.timedelta(days=window_days))
-    window = [window_first + dt.timedelta(days=i) for i in range((day - window_first).days)]
-    missing = sorted(set(window) - set(landed))
-    if not missing:
-        return dg.RunRequest(run_key=f"nightly-{day.isoformat()}", partition_key=day.isoformat())
-    start = missing[0]
+    return dg.SkipReason(f"night {day} and the week before it are trained or being trained")
+
+
+def _request(
+    first: dt.date,
+    last: dt.date,
+    kind: str,
+    state: NightlyState,
+    assets: Sequence[dg.AssetKey] | None = None,
+) -> dg.RunRequest:
+    span = span_text(first, last)
+    attempt = state.failed_attempts.get(f"{kind}:{span}", 0)
     return dg.RunRequest(
-        run_key=f"land-{start.isoformat()}-{day.isoformat()}",
-        asset_selection=list(landing_assets),
+        run_key=f"{kind}:{span}" + (f":retry{attempt}" if attempt else ""),
+        asset_selection=list(assets) if assets else None,
         tags={
-            "dagster/asset_partition_range_start": start.isoformat(),
-            "dagster/asset_partition_range_end": day.isoformat(),
-            "leap/reason": f"{len(missing)} day(s) of {day}'s training window "
-            f"{window_first}..{day - dt.timedelta(days=1)} not landed: landing {start}..{day} "
-            f"first; the next tick trains",
+            "dagster/asset_partition_range_start": first.isoformat(),
+            "dagster/asset_partition_range_end": last.isoformat(),
+            NIGHTS_TAG if kind == "nightly" else "leap/landing": span,
+            ATTEMPT_TAG: str(attempt),
         },
     )
+
+
+def parse_span(text: str) -> list[dt.date]:
+    first, _, last = text.partition("..")
+    return days_between(dt.date.fromisoformat(first), dt.date.fromisoformat(last or first))
 
 
 # Every asset relies on two Dagster 1.13 beta parameters, on purpose: single-run backfills and

@@ -148,7 +148,9 @@ def promotion_history(name: str | None = None) -> list[dict]:
 
 
 def enforce_retention(keep: int, name: str | None = None) -> list[str]:
-    """Delete all but the ``keep`` newest versions, never the one the alias names."""
+    """Delete all but the ``keep`` newest versions, never the one the alias names nor one that
+    carries a promotion record: the audit of every move (and a rollback to any version the alias
+    ever named) outlives retention."""
     if keep < 1:
         raise ValueError(f"keep={keep!r} must be at least 1")
     client = MlflowClient()
@@ -161,9 +163,46 @@ def enforce_retention(keep: int, name: str | None = None) -> list[str]:
     for version in versions[keep:]:
         if current is not None and str(version.version) == str(current.version):
             continue
+        if any(key.startswith(f"{PROMOTION_TAG}.") for key in version.tags):
+            continue
         client.delete_model_version(name, version.version)
         deleted.append(str(version.version))
     return deleted
+
+
+def record_gate(version: str, passed: bool, reason: str, name: str | None = None) -> None:
+    """The gate's latest decision on ``version`` (a night run again re-decides its gate against
+    the production model and settings of that run)."""
+    client = MlflowClient()
+    name = name or model_name()
+    client.set_model_version_tag(name, version, "gate", "passed" if passed else "failed")
+    client.set_model_version_tag(name, version, "gate_reason", reason)
+
+
+def registered_nights(name: str | None = None) -> dict[str, list[dict]]:
+    """Every registered version by the night it evaluated (``evaluation_day``), oldest version
+    first: a night is trained exactly when it has one."""
+    client = MlflowClient()
+    name = name or model_name()
+    try:
+        versions = client.search_model_versions(f"name='{name}'")
+    except MlflowException:
+        return {}
+    nights: dict[str, list[dict]] = {}
+    for version in sorted(versions, key=lambda v: int(v.version)):
+        day = version.tags.get("evaluation_day")
+        if day:
+            nights.setdefault(day, []).append({"version": str(version.version), **version.tags})
+    return nights
+
+
+def registered_night(day: dt.date, fingerprint: str, name: str | None = None) -> dict | None:
+    """The version already registered for night ``day`` from inputs with ``fingerprint``, or
+    None: a night run again on the same data reuses its version instead of adding one."""
+    for version in reversed(registered_nights(name).get(day.isoformat(), [])):
+        if version.get("night_fingerprint") == fingerprint:
+            return version
+    return None
 
 
 def log_candidate(
@@ -176,10 +215,12 @@ def log_candidate(
     metrics: dict[str, float | None],
     files: list[Path],
     selection: dict | None = None,
+    fingerprint: str = "",
+    gate_reason: str = "",
 ) -> tuple[str, str]:
     """Log one night's run and register its model as a new version; returns (run id, version).
     ``selection`` (from ``evaluation.select_model``) puts the choice and its scores on the
-    version."""
+    version; ``fingerprint`` (the night's inputs) lets a re-run of the night find it."""
     from leap_serving import mlflow_model
     from leap_serving.model import ARTIFACTS, check_artifacts
 
@@ -193,6 +234,7 @@ def log_candidate(
         "evaluation_day": day.isoformat(),
         "training_window": f"{window[0].isoformat()}..{window[1].isoformat()}",
         "run_kind": run_kind,
+        **({"night_fingerprint": fingerprint} if fingerprint else {}),
     }
     with mlflow.start_run(run_name=f"{run_kind} {day.isoformat()}", tags=tags) as run:
         mlflow.log_params(params)
@@ -205,22 +247,24 @@ def log_candidate(
                 name="model",
                 python_model=mlflow_model.__file__,
                 artifacts=artifacts,
-                registered_model_name=name,
                 signature=model_signature(),
                 pip_requirements=_serving_requirements(),
             )
-    version = str(info.registered_model_version)
-    client = MlflowClient()
-    client.set_model_version_tag(name, version, SHA256_TAG, json.dumps(recorded, sort_keys=True))
-    for key, value in version_tags(tags, metrics, run.info.run_id, selection).items():
-        client.set_model_version_tag(name, version, key, value)
-    return run.info.run_id, version
+    # the version and every tag in one call: a crash leaves a whole version or none, never one
+    # that the night's look-up (``registered_nights``) cannot see
+    version_tags_ = {
+        SHA256_TAG: json.dumps(recorded, sort_keys=True),
+        **version_tags(tags, metrics, run.info.run_id, selection),
+        **({"gate_reason": gate_reason} if gate_reason else {}),
+    }
+    registered = mlflow.register_model(info.model_uri, name, tags=version_tags_)
+    return run.info.run_id, str(registered.version)
 
 
 # what a person scans in the version list; every metric stays on the run
 VERSION_TAGS = (
     "evaluation_day", "training_window", "run_kind", "published_w20", "published_model",
-    "selection_w20", "gate", "run", SHA256_TAG,
+    "selection_w20", "gate", "gate_reason", "night_fingerprint", "run", SHA256_TAG,
 )  # fmt: skip
 
 

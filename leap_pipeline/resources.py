@@ -19,13 +19,15 @@ from .warehouse import Warehouse, default_path, open_warehouse
 
 
 class SourceResource(dg.ConfigurableResource):
-    """``simulator[:seed=S,scale=X]`` or ``files:/folder``; empty: ``$LEAP_SOURCE`` or the
+    """``simulator[:seed=S,scale=X]`` or ``files:/folder``; empty: the calendar's source
+    (``default_uri``, set where the definitions are built), then ``$LEAP_SOURCE``, then the
     default simulated fleet."""
 
     uri: str = ""
+    default_uri: str = ""
 
     def source(self) -> Source:
-        return source_from_uri(self.uri)
+        return source_from_uri(self.uri or self.default_uri)
 
 
 class WarehouseResource(dg.ConfigurableResource):
@@ -46,6 +48,19 @@ class WarehouseResource(dg.ConfigurableResource):
             return []
         with open_warehouse(path, read_only=True, wait_s=wait_s) as warehouse:
             return warehouse.partitions(table)
+
+    def empty_days(self, wait_s: float = 5.0) -> list[dt.date]:
+        """Landed days that kept no measured attempt (their landing recorded ``kept`` = 0)."""
+        path = Path(self.path) if self.path else default_path()
+        if not path.exists():
+            return []
+        with open_warehouse(path, read_only=True, wait_s=wait_s) as warehouse:
+            if not warehouse.has("source_log"):
+                return []
+            log = warehouse.read("source_log")
+        if "kept" not in log.columns:
+            return []
+        return log.filter(log["kept"] == 0)["ds"].to_list()
 
 
 class TrainingResource(dg.ConfigurableResource):

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import dagster as dg
 
-from .partitions import PARTITIONS_ENV, daily_partitions
-
 # The instance settings of data/dagster/dagster.yaml (a test keeps the committed file equal).
 DAGSTER_YAML = """\
 # The Dagster instance of the embedded default (DAGSTER_HOME=$PWD/data/dagster).
@@ -52,20 +50,6 @@ def dagster_instance() -> dg.DagsterInstance:
     if os.environ.get("DAGSTER_HOME"):
         return dg.DagsterInstance.get()
     return dg.DagsterInstance.ephemeral()
-
-
-def check_range(first: dt.date, last: dt.date) -> None:
-    start = daily_partitions.start.date()
-    if first > last:
-        raise ValueError(f"start={first} is after end={last}")
-    if first < start:
-        raise ValueError(f"start={first} is before the first partition {start}")
-    if daily_partitions.end is not None:
-        end = daily_partitions.end.date() - dt.timedelta(days=1)
-        if last > end:
-            raise ValueError(
-                f"end={last} is after the last partition {end} (${PARTITIONS_ENV} sets them)"
-            )
 
 
 @contextmanager
@@ -104,7 +88,6 @@ def run_days(
     ``training`` sets fields of the training resource (profile, promote, gate_floor, ...).
     ``definitions.materialize_days`` runs the project's jobs by name through it.
     """
-    check_range(first, last)
     with signal_handlers_kept():
         return job.execute_in_process(
             instance=dagster_instance(),
@@ -129,13 +112,15 @@ def land_days(first: dt.date, last: dt.date, source: str, warehouse: str) -> Non
     """Run the data assets for days ``first`` .. ``last`` of ``source`` into the warehouse file
     ``warehouse``, in one run: the report's ``LandDays``, for the CLI and the report's asset
     alike (an asset cannot reach the definitions it belongs to)."""
-    from .assets import DATA_ASSETS
+    from .assets import data_assets
+    from .calendar import Calendar
     from .resources import SourceResource, WarehouseResource
 
-    check_range(first, last)
+    calendar = Calendar(first_day=first)  # the caller's own days, whatever the installation's
+    calendar.check_days(first, last)
     with signal_handlers_kept():
         dg.materialize(
-            DATA_ASSETS,
+            data_assets(calendar.partitions()),
             instance=dagster_instance(),
             resources={
                 "source": SourceResource(uri=source),

@@ -26,6 +26,7 @@ from leap_serving.contract import schema
 from leap_serving.validation import ContractError, convert, with_contract_columns
 
 from .simulation import SPAN_START, SimulatedFleet
+from .simulation.catalog import SPAN_DAYS
 
 SOURCE_ENV = "LEAP_SOURCE"
 DEFAULT_SOURCE = "simulator:seed=0,scale=0.05"
@@ -52,6 +53,10 @@ class Source(Protocol):
 
     def first_day(self) -> dt.date | None:
         """The first day the source holds, when it can tell."""
+        ...
+
+    def has_day(self, day: dt.date) -> bool:
+        """Whether the day's sources can be read now (a day with no launches included)."""
         ...
 
     def oracle(self) -> Oracle | None:
@@ -83,6 +88,10 @@ class SimulatorSource:
 
     def first_day(self) -> dt.date:
         return SPAN_START
+
+    def has_day(self, day: dt.date) -> bool:
+        """Every day of the simulated span; the calendar keeps to the days that have closed."""
+        return SPAN_START <= day < SPAN_START + dt.timedelta(days=SPAN_DAYS)
 
     def oracle(self) -> Oracle:
         return self.fleet().oracle()
@@ -122,6 +131,11 @@ class FileSource:
             except ValueError:
                 continue
         return min(days, default=None)
+
+    def has_day(self, day: dt.date) -> bool:
+        """A day has arrived when its job_attempts and allocations files are there (an empty
+        file for a day with no launches)."""
+        return bool(self._day_files("job_attempts", day) and self._day_files("allocations", day))
 
     def oracle(self) -> None:
         return None

@@ -10,10 +10,12 @@ previous night's folder as it was.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 import joblib
@@ -64,19 +66,43 @@ class Night:
         }
 
 
+@dataclass(frozen=True)
+class NightInputs:
+    """What night D reads: the window's feature rows and day D's, with a digest of both and of
+    the settings, so a night computed again from the same inputs can be recognised."""
+
+    day: dt.date
+    window: pl.DataFrame
+    rows: pl.DataFrame
+    fingerprint: str
+
+
+def night_inputs(wh: Warehouse, day: dt.date, settings: TrainingSettings) -> NightInputs:
+    """Read night ``day``'s rows. A night needs its day's features: an error names the day."""
+    first, last = training_window(day, settings.window_days)
+    if wh.count("source_log", day) == 0:
+        raise ValueError(f"day={day}: its sources have not landed, so it has no feature rows")
+    window = wh.read("feature_table", first, last)
+    rows = wh.read("feature_table", day, day)
+    digest = hashlib.sha256(repr((sorted(vars(settings).items()), version("leap"))).encode())
+    for frame in (window, rows):
+        digest.update(frame.hash_rows(seed=0).to_numpy().tobytes())
+    return NightInputs(day, window, rows, digest.hexdigest())
+
+
 def run_night(
     wh: Warehouse,
     day: dt.date,
     settings: TrainingSettings | None = None,
     oracle: Oracle | None = None,
+    inputs: NightInputs | None = None,
 ) -> Night:
     """The one computation of a night, for the assets and the report alike: fit on the
     ``settings.window_days`` before ``day`` (experts where ``settings`` says), score on ``day``,
     against the source's ``oracle`` when it has one. No Dagster, no MLflow."""
     settings = settings or TrainingSettings()
-    first, last = training_window(day, settings.window_days)
-    window = wh.read("feature_table", first, last)
-    rows = wh.read("feature_table", day, day)
+    inputs = inputs or night_inputs(wh, day, settings)
+    window, rows = inputs.window, inputs.rows
     with expert_backend(settings.dask_scheduler):
         models = fit_models(
             window,
@@ -123,13 +149,17 @@ def save_trained(
     specs: pl.DataFrame,
     profile: str,
     evaluation: dict | None = None,
+    night: dict | None = None,
 ) -> None:
     """Publish a night's models, and its evaluation's files when given; the cascade folder is
-    the artifact a model version ships."""
+    the artifact a model version ships. ``night`` (the night's record, with its inputs'
+    fingerprint) is kept beside them, so a night run again on the same inputs reuses them."""
 
     def write(version: Path) -> dict:
         if evaluation is not None:
             write_evaluation_files(evaluation, version)
+        if night is not None:
+            (version / NIGHT_RECORD).write_text(json.dumps(night, indent=1))
         LeapModel(
             cascade=models.published,
             history_snapshot=snapshot,
@@ -165,6 +195,23 @@ def save_trained(
         }
 
     publish_folder(folder, write)
+
+
+NIGHT_RECORD = "night.json"
+
+
+def reusable_night(folder: Path, fingerprint: str) -> dict | None:
+    """The record of the night published in ``folder`` when it was computed from inputs with
+    ``fingerprint`` and its files are intact; None otherwise (then the night is computed)."""
+    path = Path(folder) / NIGHT_RECORD
+    if not path.is_file():
+        return None
+    try:
+        verify_folder(Path(folder).resolve())
+        record = json.loads(path.read_text())
+    except (PublicationError, ValueError):
+        return None
+    return record if record.get("fingerprint") == fingerprint else None
 
 
 def load_trained(folder: Path) -> tuple[TrainedModels, LeapModel]:

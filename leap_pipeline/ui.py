@@ -19,8 +19,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from .partitions import PARTITIONS_ENV
-from .warehouse import WarehouseError
+from .calendar import DATA_ENV, Calendar
 
 PROJECT = Path(__file__).resolve().parents[1]
 STOP_TIMEOUT_S = 20.0
@@ -42,31 +41,26 @@ def answers(url: str) -> bool:
         return False
 
 
-def landed_span(warehouse: Path) -> str | None:
-    """``FIRST..LAST`` of the days landed in ``warehouse``, the partitions the UI should show;
-    None when nothing is landed (the partitions then keep their default)."""
-    from .partitions import span_text
-    from .resources import WarehouseResource
-
-    days = WarehouseResource(path=str(warehouse)).landed_days("feature_table")
-    return span_text(min(days), max(days)) if days else None
-
-
-def commands(
-    data: Path, dagster_port: int, mlflow_port: int, partitions: str | None = None
-) -> dict[str, tuple[list, dict]]:
-    """The two servers: name -> (argv, environment). ``partitions`` sets ``$LEAP_PARTITIONS``
-    for Dagster unless the caller's environment already does."""
+def ui_environment(data: Path) -> dict[str, str]:
+    """The environment every process of the installation at ``data`` runs in (the UI, the
+    daemon, its run workers): its data folder, whose calendar file sets the partitions, the
+    Dagster home, the warehouse and the MLflow store."""
     data = data.resolve()
-    tracking = f"sqlite:///{data / 'mlflow' / 'mlflow.db'}"
-    env = {
-        **({PARTITIONS_ENV: partitions} if partitions else {}),
+    return {
         **os.environ,
+        DATA_ENV: str(data),
         "DAGSTER_HOME": str(data / "dagster"),
         "LEAP_WAREHOUSE": str(data / "leap.duckdb"),
-        "MLFLOW_TRACKING_URI": tracking,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{data / 'mlflow' / 'mlflow.db'}",
         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
     }
+
+
+def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple[list, dict]]:
+    """The two servers: name -> (argv, environment)."""
+    data = data.resolve()
+    tracking = f"sqlite:///{data / 'mlflow' / 'mlflow.db'}"
+    env = ui_environment(data)
     return {
         "dagster": (
             [sys.executable, "-m", "dagster", "dev", "-w", str(PROJECT / "workspace.yaml"),
@@ -111,22 +105,20 @@ def serve(
     """Run both UIs until Ctrl-C (or SIGTERM), or until one of them exits."""
     (data / "dagster").mkdir(parents=True, exist_ok=True)
     (data / "mlflow").mkdir(parents=True, exist_ok=True)
-    partitions = os.environ.get(PARTITIONS_ENV)
-    if not partitions:
-        try:
-            partitions = landed_span(data / "leap.duckdb")
-        except WarehouseError as exc:  # a run is writing it: the partitions keep their default
-            log(f"the landed days cannot be read ({exc}): the partitions keep their default")
+    calendar = Calendar.load(data)  # a malformed file stops here, naming the field
     processes: dict[str, subprocess.Popen] = {}
     # both explicitly: a process started in the background of a script inherits SIGINT ignored
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for name, (argv, env) in commands(data, dagster_port, mlflow_port, partitions).items():
+        for name, (argv, env) in commands(data, dagster_port, mlflow_port).items():
             processes[name] = subprocess.Popen(argv, env=env, cwd=PROJECT, start_new_session=True)
         log(f"Dagster UI: http://127.0.0.1:{dagster_port}  (assets, partitions, schedule)")
         log(f"MLflow UI:  http://127.0.0.1:{mlflow_port}  (runs, the registered model)")
-        if partitions:
-            log(f"partitions: {partitions} (${PARTITIONS_ENV}; FIRST.. grows by a day a night)")
+        log(
+            f"partitions: every day from {calendar.first_day} to the last closed day in "
+            f"{calendar.timezone} ({data.resolve() / 'leap.toml'}); the nightly schedule runs "
+            "at 02:00"
+        )
         log("Ctrl-C stops both.")
         while True:
             for name, process in processes.items():

@@ -236,11 +236,16 @@ def test_a_version_carries_a_few_tags_and_its_run_every_metric(model, tmp_path, 
                  "selection_day": "2026-01-09"}  # fmt: skip
     run_id, version = registry.log_candidate(
         artifact_folder=tmp_path / "model", day=day, window=(day, day), run_kind="test",
-        params={}, metrics=metrics, files=[], selection=selection,
+        params={}, metrics=metrics, files=[], selection=selection, fingerprint="f" * 64,
+        gate_reason="w20 0.412 is below the floor 0.500",
     )  # fmt: skip
     client = registry.MlflowClient()
     tags = client.get_model_version(registry.model_name(), version).tags
     assert set(tags) == set(registry.VERSION_TAGS)
+    assert tags["night_fingerprint"] == "f" * 64 and "below the floor" in tags["gate_reason"]
+    # the night is found by its day and inputs, so a re-run reuses it
+    assert registry.registered_night(day, "f" * 64)["version"] == version
+    assert registry.registered_night(day, "e" * 64) is None
     assert tags["published_w20"] == "0.4123" and tags["gate"] == "failed"
     assert tags["published_model"] == "single_gbdt"
     assert tags["selection_w20"] == "single_gbdt 0.5000, cascade_argmax 0.4000 (on 2026-01-09)"

@@ -36,7 +36,7 @@ def test_the_import_layers_hold():
 def test_dagster_definitions_load():
     from leap_pipeline.definitions import defs
 
-    assert defs.resolve_asset_graph().get_all_asset_keys()
+    assert defs().resolve_asset_graph().get_all_asset_keys()  # what workspace.yaml loads
 
 
 def _leap(*args: str) -> subprocess.CompletedProcess:

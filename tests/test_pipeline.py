@@ -188,9 +188,7 @@ def _write_day(root, day_data, day, layout, fmt):
     day_data.hardware_specs.write_parquet(root / "hardware_specs.parquet")
 
 
-def test_a_source_tells_its_first_day_and_only_the_simulator_has_an_oracle(tmp_path, monkeypatch):
-    from leap_pipeline.partitions import partition_span
-
+def test_a_source_tells_its_first_day_and_only_the_simulator_has_an_oracle(tmp_path):
     day = dt.date(2026, 1, 3)
     simulator = SimulatorSource(seed=3, scale=0.02)
     simulated = simulator.read_day(day)
@@ -199,11 +197,12 @@ def test_a_source_tells_its_first_day_and_only_the_simulator_has_an_oracle(tmp_p
     assert simulator.oracle().true_medians(ids)["attempt_id"].to_list() == ids
     files = FileSource(tmp_path)
     assert files.first_day() is None and files.oracle() is None
+    assert not files.has_day(day)
     _write_day(tmp_path, simulated, day, "daily", "csv")
     assert files.first_day() == day
-    # the partitions start where the configured source does
-    monkeypatch.setenv("LEAP_SOURCE", f"files:{tmp_path}")
-    assert partition_span("") == (day, None)
+    # a day has arrived when its attempts and allocations are there
+    assert files.has_day(day) and not files.has_day(day + dt.timedelta(days=1))
+    assert simulator.has_day(day) and not simulator.has_day(dt.date(2025, 12, 31))
 
 
 @pytest.mark.parametrize(("layout", "fmt"), [("hive", "parquet"), ("daily", "csv")])

@@ -66,7 +66,7 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     from leap_pipeline.definitions import defs
 
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
-        result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        result = defs().resolve_implicit_global_asset_job_def().execute_in_process(
             asset_selection=[dg.AssetKey("paper_report")],
             run_config={
                 "ops": {"paper_report": {"config": {"quick": True, "data": str(tmp_path)}}}

@@ -105,24 +105,32 @@ def test_pointer_moves_only_when_asked_and_the_gate_passes_and_rollback_works(fl
     assert result.success
     assert registry.production_version() is None
     first = night_record(result, "model_evaluation", NIGHT)
-    # an ad-hoc run asked to promote moves it
+    assert not first["reused_version"]
+    # the same night on the same inputs, asked to promote: its version is reused, not repeated
     promoted = _train(fleet, promote=True)
     assert promoted.success
-    second = night_record(promoted, "model_evaluation", NIGHT)
-    assert str(registry.production_version().version) == second["version"] != first["version"]
+    again = night_record(promoted, "model_evaluation", NIGHT)
+    assert again["reused_version"] and again["version"] == first["version"]
+    assert str(registry.production_version().version) == first["version"]
+    assert len(registry.registered_nights()[NIGHT.isoformat()]) == 1
+    # other settings make other inputs: a new version of the night, promoted over the first
+    # (production evaluated on this very day is not its comparison)
+    changed = _train(fleet, promote=True, lookup_min_support=3)
+    second = night_record(changed, "model_evaluation", NIGHT)
+    assert second["version"] != first["version"] and "not compared" in second["gate_reason"]
+    assert str(registry.production_version().version) == second["version"]
     # a failed gate blocks promotion, even when asked
-    failed = _train(fleet, promote=True, gate_floor=0.99)
+    failed = _train(fleet, promote=True, gate_floor=0.99, lookup_min_support=4)
     gate = [e for e in failed.get_asset_check_evaluations() if e.check_name == "evaluation_gate"]
     assert len(gate) == 1 and not gate[0].passed
-    materialized = {e.asset_key.path[-1] for e in failed.get_asset_materialization_events()}
-    assert "production_model" not in materialized
     assert str(registry.production_version().version) == second["version"]
     # rollback: one command, recorded
     registry.promote(first["version"], reason="rollback test", actor="pytest")
     assert str(registry.production_version().version) == first["version"]
     moves = registry.promotion_history()
-    assert [(m["from_version"], m["to_version"]) for m in moves][-2:] == [
-        (None, second["version"]),
+    assert [(m["from_version"], m["to_version"]) for m in moves][-3:] == [
+        (None, first["version"]),
+        (first["version"], second["version"]),
         (second["version"], first["version"]),
     ]
     assert moves[-1]["by"] == "pytest" and moves[-1]["reason"] == "rollback test"
@@ -130,17 +138,23 @@ def test_pointer_moves_only_when_asked_and_the_gate_passes_and_rollback_works(fl
         registry.promote("999", reason="no such version")
 
 
-def test_retention_never_removes_the_production_version(fleet):
-    for _ in range(3):  # three versions or more: production (the oldest), between, newest
-        assert _train(fleet, run_kind="test").success
-    versions = registry.MlflowClient().search_model_versions(f"name='{registry.model_name()}'")
+def test_retention_keeps_production_and_every_version_a_move_names(fleet):
+    for support in (5, 6, 7):  # three new versions of the night (other inputs each)
+        assert _train(fleet, run_kind="test", lookup_min_support=support).success
+    client = registry.MlflowClient()
+    versions = client.search_model_versions(f"name='{registry.model_name()}'")
     oldest = min(int(v.version) for v in versions)
     registry.promote(str(oldest), reason="retention test", actor="pytest")
-    current = registry.production_version()
+    history = registry.promotion_history()
+    named = {m["to_version"] for m in history} | {m["from_version"] for m in history} - {None}
     deleted = registry.enforce_retention(keep=1)
-    assert deleted  # the versions between went ...
-    assert str(current.version) not in deleted
-    assert str(registry.production_version().version) == str(current.version)
+    assert deleted  # versions no move names went ...
+    assert not named & set(deleted)  # ... but every version a move names stays
+    assert str(registry.production_version().version) == str(oldest)
+    assert registry.promotion_history() == history  # the audit survives retention
+    for version in named:  # and a rollback reaches each of them
+        registry.promote(version, reason="rollback after retention", actor="pytest")
+    registry.promote(str(oldest), reason="back", actor="pytest")
 
 
 def test_the_registered_model_predicts_the_same_in_a_fresh_process(fleet, tmp_path):
@@ -175,8 +189,11 @@ def test_an_asset_materialized_alone_uses_its_upstreams_record_or_says_what_to_r
     an older run left, and without such a record it fails saying what to materialize."""
     import dagster as dg
 
-    from leap_pipeline.definitions import defs
+    from leap_pipeline.calendar import Calendar
+    from leap_pipeline.definitions import build_definitions
     from leap_pipeline.runs import DAGSTER_YAML
+
+    defs = build_definitions(Calendar(first_day=FIRST))
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     (tmp_path / "dagster.yaml").write_text(DAGSTER_YAML)

@@ -1,6 +1,7 @@
 """A small demo, its summary, then ``leap ui`` on its data: what the two UIs show, read through
 their own APIs from the running servers on the loopback address, and one Ctrl-C stops both."""
 
+import datetime as dt
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from leap_pipeline.calendar import Calendar
 from leap_pipeline.ui import answers, free_port
 
 MODEL = "leap-throughput"
@@ -55,7 +57,7 @@ def _stop(process: subprocess.Popen) -> None:
 def servers(tmp_path_factory):
     data = tmp_path_factory.mktemp("ui") / "data"
     env = {
-        **{k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "LEAP_PARTITIONS")},
+        **{k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "LEAP_DATA")},
         "DAGSTER_DISABLE_TELEMETRY": "1",
         "MLFLOW_DISABLE_TELEMETRY": "true",
     }
@@ -73,6 +75,8 @@ def servers(tmp_path_factory):
     )  # fmt: skip
     found = Servers(data, process, dagster_port, mlflow_port)
     found.demo_output, found.demo_summary = demo.stderr, demo.stdout
+    found.first = Calendar.load(data).first_day
+    found.last = found.first + dt.timedelta(days=DAYS - 1)
     try:
         deadline = time.monotonic() + 180
         while not (answers(f"{found.dagster}/server_info") and answers(f"{found.mlflow}/health")):
@@ -106,9 +110,39 @@ def test_dagster_lists_the_assets_with_the_landed_days_as_partitions(servers):
     )["assetNodes"]
     stats = {"/".join(n["assetKey"]["path"]): n["partitionStats"] for n in nodes}
     assert {"job_attempts", "history_snapshot", "feature_table", "cascade_model"} <= set(stats)
-    # the partitions are the demo's days: nothing shows missing that the demo did not skip
-    assert stats["feature_table"] == {"numMaterialized": DAYS, "numPartitions": DAYS}
-    assert stats["cascade_model"] == {"numMaterialized": 1, "numPartitions": DAYS}
+    # the partitions are the demo's days and yesterday, open for a person or tonight's tick:
+    # neither closed at the demo's last day nor a wall of missing days
+    assert stats["feature_table"] == {"numMaterialized": DAYS, "numPartitions": DAYS + 1}
+    assert stats["cascade_model"] == {"numMaterialized": 1, "numPartitions": DAYS + 1}
+
+
+def test_a_person_materializes_the_day_after_the_demo_from_the_ui(servers):
+    """The run a person launches from the UI (the same GraphQL mutation the button sends) for
+    the day after the demo's last lands it; the daemon dequeues it."""
+    day = (servers.last + dt.timedelta(days=1)).isoformat()
+    launched = servers.graphql(
+        "mutation { launchRun(executionParams: { selector: { repositoryLocationName: "
+        '"leap_pipeline.definitions", repositoryName: "__repository__", jobName: '
+        f'"daily_pipeline" }}, executionMetadata: {{ tags: [{{ key: "dagster/partition", '
+        f'value: "{day}" }}] }} }}) {{ __typename ... on LaunchRunSuccess {{ run {{ runId }} }} '
+        "... on PythonError { message } } }"
+    )["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    deadline = time.monotonic() + 240
+    while True:
+        status = servers.graphql(
+            f'{{ runOrError(runId: "{run_id}") {{ ... on Run {{ status }} }} }}'
+        )["runOrError"]["status"]
+        if status in ("SUCCESS", "FAILURE", "CANCELED") or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert status == "SUCCESS"
+    nodes = servers.graphql(
+        "{ assetNodes { assetKey { path } partitionStats { numMaterialized numPartitions } } }"
+    )["assetNodes"]
+    stats = {"/".join(n["assetKey"]["path"]): n["partitionStats"] for n in nodes}
+    assert stats["feature_table"]["numMaterialized"] == DAYS + 1
 
 
 def test_dagster_shows_the_asset_checks_with_their_results(servers):
@@ -135,7 +169,7 @@ def test_dagster_runs_the_nightly_schedule(servers):
 
 
 def test_training_progress_reaches_the_cli_and_the_dagster_run_log(servers):
-    night = f"night 2026-01-{DAYS:02d} | "
+    night = f"night {servers.last} | "
     # stderr is not a terminal here: one plain line per step
     lines = [line for line in servers.demo_output.splitlines() if line.startswith(night)]
     assert any("cascade: EM iteration 1/" in line for line in lines)
@@ -181,7 +215,7 @@ def test_ctrl_c_stops_both_servers(servers):
     assert servers.process.wait(timeout=60) == 0
     output = servers.process.stdout.read()
     assert servers.dagster in output and servers.mlflow in output
-    assert f"partitions: 2026-01-01..2026-01-{DAYS:02d}" in output
+    assert f"partitions: every day from {servers.first}" in output
     time.sleep(1)
     assert not answers(f"{servers.dagster}/server_info")  # both stopped, children included
     assert not answers(f"{servers.mlflow}/health")

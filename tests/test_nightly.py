@@ -1,0 +1,253 @@
+"""The calendar every process shares, and the nightly schedule's plan read from what happened."""
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+
+from leap_pipeline.calendar import CALENDAR_FILE, DATA_ENV, Calendar
+from leap_pipeline.definitions import build_definitions, materialize_days
+from leap_pipeline.partitions import NIGHTS_TAG, NightlyState, plan_tick
+from leap_pipeline.resources import (
+    MlflowResource,
+    SourceResource,
+    TrainingResource,
+    WarehouseResource,
+)
+from leap_pipeline.simulation import SPAN_START
+
+SOURCE = "simulator:seed=3,scale=0.02"
+LANDING = [dg.AssetKey("feature_table")]
+FIRST = SPAN_START
+
+
+def _day(n: int) -> dt.date:
+    return FIRST + dt.timedelta(days=n - 1)
+
+
+def _days(a: int, b: int) -> list[dt.date]:
+    return [_day(n) for n in range(a, b + 1)]
+
+
+def _plan(day, landed, trained=(), in_flight=(), has_day=lambda d: True, failed=None, empty=()):
+    state = NightlyState(set(landed), set(trained), set(in_flight), has_day, failed or {}, empty)
+    return plan_tick(_day(day), FIRST, state, 30, 7, LANDING)
+
+
+# -- the calendar ---------------------------------------------------------------------------------
+
+
+def test_the_calendar_is_open_ended_and_holds_every_closed_day():
+    calendar = Calendar(first_day=dt.date(2026, 11, 1), timezone="UTC")
+    noon = dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC)
+    keys = calendar.partitions().get_partition_keys(current_time=noon)
+    assert keys[0] == "2026-11-01" and keys[-1] == "2026-11-19"  # yesterday, not today
+    # a day later the next day has its partition: the set grows by itself
+    later = calendar.partitions().get_partition_keys(current_time=noon + dt.timedelta(days=1))
+    assert later[-1] == "2026-11-20"
+
+
+def test_a_day_closes_in_the_calendars_timezone():
+    calendar = Calendar(first_day=dt.date(2026, 11, 1), timezone="America/Los_Angeles")
+    # 03:00 UTC on the 20th is still the 19th in Los Angeles: the 18th is the last closed day
+    at = dt.datetime(2026, 11, 20, 3, tzinfo=dt.UTC)
+    assert calendar.last_closed_day(at) == dt.date(2026, 11, 18)
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ('first_day = "yesterday"', "first_day='yesterday'"),
+        ('timezone = "Mars/Olympus"', "timezone='Mars/Olympus'"),
+        ('colour = "blue"', "unknown field(s) ['colour']"),
+    ],
+)
+def test_a_bad_calendar_file_is_an_error_naming_the_field(tmp_path, text, names):
+    (tmp_path / CALENDAR_FILE).write_text(text + "\n")
+    with pytest.raises(ValueError, match=__import__("re").escape(names)):
+        Calendar.load(tmp_path)
+
+
+def test_every_process_of_an_installation_builds_the_same_partitions(tmp_path):
+    """Two fresh processes pointed at one data folder load the same first day, whatever their
+    own environment says about sources: nothing is scanned at import."""
+    Calendar(first_day=dt.date(2026, 10, 3), source=SOURCE).save(tmp_path)
+    script = (
+        "import leap_pipeline.definitions as d\n"
+        "defs = d.defs()\n"
+        "p = defs.resolve_job_def('nightly').partitions_def\n"
+        "print(p.get_first_partition_key())"
+    )
+    outputs = set()
+    for source in ("", "files:/nowhere"):
+        env = {**os.environ, DATA_ENV: str(tmp_path), "LEAP_SOURCE": source}
+        run = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        outputs.add(run.stdout.strip())
+    assert outputs == {"2026-10-03"}
+
+
+# -- the plan -------------------------------------------------------------------------------------
+
+
+def test_a_complete_window_runs_the_night():
+    (night,) = _plan(40, landed=_days(1, 39), trained=_days(8, 39))
+    assert night.asset_selection is None and night.tags[NIGHTS_TAG] == f"{_day(40)}..{_day(40)}"
+
+
+def test_a_day_with_no_launches_is_landed_and_has_no_night():
+    """Day 38 landed with no launches: it counts as landed (the window is complete), and its
+    night is not asked for, since there is nothing to score."""
+    (night,) = _plan(40, landed=_days(1, 39), trained=_days(8, 37), empty=[_day(38)])
+    assert night.asset_selection is None and night.tags[NIGHTS_TAG] == f"{_day(39)}..{_day(40)}"
+
+
+def test_an_empty_day_of_a_files_source_is_recorded_as_landed(tmp_path):
+    import polars as pl
+
+    from leap_pipeline.sources import SimulatorSource
+
+    simulator = SimulatorSource(seed=3, scale=0.02)
+    root = tmp_path / "logs"
+    for n in (1, 2, 3):
+        day = simulator.read_day(_day(n))
+        attempts = day.attempts.with_columns(pl.col(pl.List(pl.String)).list.join(";"))
+        if n == 2:  # a day with no launches: the files are there, with no rows
+            attempts, allocations = attempts.clear(), day.allocations.clear()
+        else:
+            allocations = day.allocations
+        for frame, name in ((attempts, "job_attempts"), (allocations, "allocations")):
+            (root / name).mkdir(parents=True, exist_ok=True)
+            frame.write_csv(root / name / f"{_day(n)}.csv")
+        day.hardware_specs.write_parquet(root / "hardware_specs.parquet")
+    warehouse = WarehouseResource(path=str(tmp_path / "leap.duckdb"))
+    materialize_days(_day(1), _day(3), source=f"files:{root}", warehouse=warehouse.path,
+                     log_level="ERROR")  # fmt: skip
+    assert warehouse.landed_days("source_log") == _days(1, 3)
+    assert warehouse.landed_days("feature_table") == [_day(1), _day(3)]
+    assert warehouse.empty_days() == [_day(2)]
+
+
+def test_a_window_with_a_day_never_landed_lands_it_first_then_trains_tonight():
+    landing, night = _plan(40, landed=[d for d in _days(1, 39) if d != _day(25)],
+                           trained=_days(8, 39))  # fmt: skip
+    assert landing.asset_selection == LANDING
+    assert landing.tags["dagster/asset_partition_range_start"] == _day(25).isoformat()
+    assert landing.tags["dagster/asset_partition_range_end"] == _day(25).isoformat()
+    assert night.tags[NIGHTS_TAG] == f"{_day(40)}..{_day(40)}"
+
+
+def test_a_late_day_is_waited_for_then_its_night_is_caught_up():
+    late = _day(40)
+    waiting = _plan(40, landed=_days(1, 39), trained=_days(8, 39), has_day=lambda d: d != late)
+    assert isinstance(waiting, dg.SkipReason) and str(late) in waiting.skip_message
+    # the next tick, the day has arrived: both nights run, nothing is lost
+    (both,) = _plan(41, landed=_days(1, 39), trained=_days(8, 39))
+    assert both.tags[NIGHTS_TAG] == f"{_day(40)}..{_day(41)}"
+
+
+def test_a_night_being_trained_is_not_asked_for_twice_and_a_dead_run_is_retried():
+    busy = _plan(40, landed=_days(1, 40), trained=_days(8, 39), in_flight=[_day(40)])
+    assert isinstance(busy, dg.SkipReason) and "being trained" in busy.skip_message
+    span = f"nightly:{_day(40)}..{_day(40)}"
+    (retry,) = _plan(40, landed=_days(1, 40), trained=_days(8, 39), failed={span: 1})
+    assert retry.run_key == f"{span}:retry1"
+
+
+def test_nothing_before_the_first_night_but_landing():
+    (landing,) = _plan(5, landed=_days(1, 3))
+    assert (
+        landing.asset_selection == LANDING
+        and landing.tags["dagster/asset_partition_range_start"] == _day(4).isoformat()
+    )
+    skipped = _plan(5, landed=_days(1, 5))
+    assert isinstance(skipped, dg.SkipReason) and "first night" in skipped.skip_message
+
+
+# -- the schedule on real records ------------------------------------------------------------------
+
+
+def test_the_schedule_trains_each_night_once_from_the_records(tmp_path):
+    """On a warehouse holding days 1-9 and no model, the tick for day 9 asks for nights 8-9
+    (the catch-up), that run registers them, and the next evaluation of the same tick has
+    nothing left to do."""
+    warehouse, store = tmp_path / "leap.duckdb", tmp_path / "mlflow"
+    materialize_days(_day(1), _day(9), source=SOURCE, warehouse=str(warehouse), log_level="ERROR")
+    defs = build_definitions(Calendar(first_day=FIRST, source=SOURCE))
+    resources = {
+        "warehouse": WarehouseResource(path=str(warehouse)),
+        "source": SourceResource(uri=SOURCE),
+        "training": TrainingResource(),
+        "mlflow_tracking": MlflowResource(store=str(store)),
+    }
+    schedule = defs.get_schedule_def("nightly_schedule")
+
+    def tick(instance):
+        at = dt.datetime.combine(_day(10), dt.time(2), tzinfo=dt.UTC)
+        context = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=at, resources=resources,
+            repository_def=defs.get_repository_def(),
+        )  # fmt: skip
+        return schedule.evaluate_tick(context)
+
+    with dg.instance_for_test() as instance:
+        (night,) = tick(instance).run_requests
+        assert night.tags[NIGHTS_TAG] == f"{_day(8)}..{_day(9)}"
+        result = defs.resolve_job_def("nightly").execute_in_process(
+            instance=instance,
+            tags=night.tags,
+            run_config={"resources": {
+                "source": {"config": {"uri": SOURCE}},
+                "warehouse": {"config": {"path": str(warehouse)}},
+                "mlflow_tracking": {"config": {"store": str(store)}},
+                "training": {"config": {"profile": "quick", "lookup_min_support": 2,
+                                        "gate_floor": 0.0}},
+            }},
+        )  # fmt: skip
+        assert result.success
+        again = tick(instance)
+        assert not again.run_requests and "trained" in again.skip_message
+
+
+def test_after_the_demo_the_ui_process_plans_the_next_night_and_a_rerun_reuses(tmp_path):
+    """A small demo, then a process configured as ``leap ui`` configures it evaluates the
+    schedule for the night after the demo's last day: a run request. A second demo on the same
+    data registers no new version."""
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", DATA_ENV)}
+    demo = [sys.executable, "-m", "leap_pipeline.cli", "demo", "--scale", "0.02", "--days", "10",
+            "--nights", "1", "--data", str(data), "--json"]  # fmt: skip
+    first = subprocess.run(demo, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    calendar = Calendar.load(data)
+    last = calendar.first_day + dt.timedelta(days=9)
+    assert last == calendar.last_closed_day() - dt.timedelta(days=1)  # yesterday is left open
+    from leap_pipeline.ui import ui_environment
+
+    script = f"""
+import datetime as dt, dagster as dg
+import leap_pipeline.definitions as d
+defs = d.defs()
+schedule = defs.get_schedule_def("nightly_schedule")
+at = dt.datetime.fromisoformat("{last + dt.timedelta(days=2)}T02:00:00+00:00")
+with dg.instance_for_test() as instance:
+    context = dg.build_schedule_context(instance=instance, scheduled_execution_time=at,
+        resources=defs.resources, repository_def=defs.get_repository_def())
+    result = schedule.evaluate_tick(context)
+print([r.tags.get("{NIGHTS_TAG}") for r in result.run_requests or []], result.skip_message)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=ui_environment(data), cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    next_night = last + dt.timedelta(days=1)
+    assert f"['{next_night}..{next_night}']" in run.stdout, run.stdout
+    second = subprocess.run(demo, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "reused version(s) 1" in second.stderr
+    assert json.loads(second.stdout.strip().splitlines()[-1])["model_uri"].endswith("@production")
