@@ -169,14 +169,16 @@ def main() -> None:
 
     import mlflow.pyfunc
 
-    from leap_serving import mlflow_model
-    from leap_serving.model import ARTIFACTS
+    from leap_serving import mlflow_model, pyfunc
+    from leap_serving.model import ARTIFACTS, check_artifacts
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "pyfunc"
+        artifacts = {k: str(folder.resolve() / f) for k, f in ARTIFACTS.items()}
         mlflow.pyfunc.save_model(
-            path, python_model=mlflow_model.__file__,
-            artifacts={k: str(folder / f) for k, f in ARTIFACTS.items()},
+            path, python_model=mlflow_model.__file__, artifacts=artifacts,
+            code_paths=pyfunc.code_paths(),
+            model_config=pyfunc.model_config(check_artifacts(artifacts)["files"]),
         )  # fmt: skip
         start = time.perf_counter()
         pyfunc = mlflow.pyfunc.load_model(str(path))
