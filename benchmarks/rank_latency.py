@@ -3,8 +3,9 @@
 Trains (once, cached under data/bench-models/) a paper-profile model on a small simulated
 window unless --model names a model folder, then measures over thousands of calls: ``rank``
 with 8 and 20 candidates (p50, p99), its model time alone (the compiled trees), model load time
-and memory, and the naive path on the same rows: MLflow pyfunc ``predict`` on a data frame, and
-scikit-learn's own ``predict`` of the cascade; for 20 candidates, ``rank`` and model time over
+and memory, and the other paths on the same rows: MLflow pyfunc ``predict`` on a data frame (the
+compiled trees, behind pandas frames; ``naive_pyfunc``), and scikit-learn's own ``predict`` of the
+cascade; for 20 candidates, ``rank`` and model time over
 96 distinct launches in turn (``distinct_launches_20``: the same job on every call lets the
 CPU learn its path through the trees), and under each gating of the same cascade against the
 path before soft gating (``gating_20``, with each gating's ``rank`` as a ratio of that
@@ -169,14 +170,16 @@ def main() -> None:
 
     import mlflow.pyfunc
 
-    from leap_serving import mlflow_model
-    from leap_serving.model import ARTIFACTS
+    from leap_serving import mlflow_model, pyfunc
+    from leap_serving.model import ARTIFACTS, check_artifacts
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "pyfunc"
+        artifacts = {k: str(folder.resolve() / f) for k, f in ARTIFACTS.items()}
         mlflow.pyfunc.save_model(
-            path, python_model=mlflow_model.__file__,
-            artifacts={k: str(folder / f) for k, f in ARTIFACTS.items()},
+            path, python_model=mlflow_model.__file__, artifacts=artifacts,
+            code_paths=pyfunc.code_paths(),
+            model_config=pyfunc.model_config(check_artifacts(artifacts)["files"]),
         )  # fmt: skip
         start = time.perf_counter()
         pyfunc = mlflow.pyfunc.load_model(str(path))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import os
 import signal
@@ -294,11 +295,11 @@ class Soak:
                 without_gate += 1
         chained = all(
             later["from_version"] == earlier["to_version"]
-            for earlier, later in zip(history, history[1:], strict=False)
+            for earlier, later in itertools.pairwise(history)
         )
         named = {m["to_version"] for m in history} | {m["from_version"] for m in history}
         backwards = 0
-        for earlier, later in zip(pipeline_moves, pipeline_moves[1:], strict=False):
+        for earlier, later in itertools.pairwise(pipeline_moves):
             a = client.get_model_version(registry.model_name(), earlier["to_version"])
             b = client.get_model_version(registry.model_name(), later["to_version"])
             backwards += b.tags["evaluation_day"] < a.tags["evaluation_day"]
@@ -334,7 +335,8 @@ def soak(nights: int, scale: float, seed: int, profile: str, keep: int, root: Pa
     late_pending = None
     day = FIRST_DAY
     while day <= last:
-        kind = "empty" if day == night_of["empty"] else "broken" if day == night_of["broken"] else ""
+        kinds = {night_of["empty"]: "empty", night_of["broken"]: "broken"}
+        kind = kinds.get(day, "")
         if day == night_of["late"]:
             late_pending = day  # its tick comes first
         else:

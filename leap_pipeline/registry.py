@@ -13,7 +13,6 @@ import getpass
 import json
 import os
 import re
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,7 +220,7 @@ def log_candidate(
     """Log one night's run and register its model as a new version; returns (run id, version).
     ``selection`` (from ``evaluation.select_model``) puts the choice and its scores on the
     version; ``fingerprint`` (the night's inputs) lets a re-run of the night find it."""
-    from leap_serving import mlflow_model
+    from leap_serving import mlflow_model, pyfunc
     from leap_serving.model import ARTIFACTS, check_artifacts
 
     if run_kind not in RUN_KINDS:
@@ -241,15 +240,18 @@ def log_candidate(
         mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None})
         for path in files:
             mlflow.log_artifact(str(path))
-        with warnings.catch_warnings():  # the signature comes from the contract, not an example
-            warnings.filterwarnings("ignore", message=".*input example was not provided")
-            info = mlflow.pyfunc.log_model(
-                name="model",
-                python_model=mlflow_model.__file__,
-                artifacts=artifacts,
-                signature=model_signature(),
-                pip_requirements=_serving_requirements(),
-            )
+        # the signature comes from the contract; the example is a launch on the model's types
+        example = pyfunc.input_example(pl.read_parquet(artifacts["hardware_specs"]), day)
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=mlflow_model.__file__,
+            artifacts=artifacts,
+            code_paths=pyfunc.code_paths(),
+            model_config=pyfunc.model_config(recorded),
+            signature=model_signature(),
+            input_example=example,
+            pip_requirements=pyfunc.pip_requirements(),
+        )
     # the version and every tag in one call: a crash leaves a whole version or none, never one
     # that the night's look-up (``registered_nights``) cannot see
     version_tags_ = {
@@ -321,11 +323,3 @@ def model_signature():
         ]
     )
     return ModelSignature(inputs=inputs, outputs=outputs)
-
-
-def _serving_requirements() -> list[str]:
-    """What a process needs to load the model: leap_serving's own dependencies, pinned."""
-    from importlib.metadata import version
-
-    packages = ("mlflow", "scikit-learn", "polars", "pyarrow", "numpy", "skops", "pandas")
-    return [f"{p}=={version(p)}" for p in packages]

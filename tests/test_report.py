@@ -66,12 +66,16 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     from leap_pipeline.definitions import defs
 
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
-        result = defs().resolve_implicit_global_asset_job_def().execute_in_process(
-            asset_selection=[dg.AssetKey("paper_report")],
-            run_config={
-                "ops": {"paper_report": {"config": {"quick": True, "data": str(tmp_path)}}}
-            },
-            instance=dg.DagsterInstance.ephemeral(),
+        result = (
+            defs()
+            .resolve_implicit_global_asset_job_def()
+            .execute_in_process(
+                asset_selection=[dg.AssetKey("paper_report")],
+                run_config={
+                    "ops": {"paper_report": {"config": {"quick": True, "data": str(tmp_path)}}}
+                },
+                instance=dg.DagsterInstance.ephemeral(),
+            )
         )
     # after the nights, each long stage shows its steps and ends at 100% (at scale 1.0 the
     # ladder, the importance and the hold-outs take minutes to most of an hour each)
