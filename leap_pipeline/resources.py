@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from .calendar import Calendar
 from .settings import GateSettings, RegistrySettings, TrainingSettings
 from .sources import Source, source_from_uri
 from .warehouse import Warehouse, default_path, open_warehouse
@@ -20,14 +21,15 @@ from .warehouse import Warehouse, default_path, open_warehouse
 
 class SourceResource(dg.ConfigurableResource):
     """``simulator[:seed=S,scale=X]`` or ``files:/folder``; empty: the calendar's source
-    (``default_uri``, set where the definitions are built), then ``$LEAP_SOURCE``, then the
-    default simulated fleet."""
+    (``default_uri``, set where the definitions are built, else read from the calendar file
+    when the run starts, so run config that leaves it out cannot lose it), then
+    ``$LEAP_SOURCE``, then the default simulated fleet."""
 
     uri: str = ""
     default_uri: str = ""
 
     def source(self) -> Source:
-        return source_from_uri(self.uri or self.default_uri)
+        return source_from_uri(self.uri or self.default_uri or Calendar.load().source)
 
 
 class WarehouseResource(dg.ConfigurableResource):

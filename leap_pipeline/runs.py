@@ -96,11 +96,17 @@ def run_days(
                 "dagster/asset_partition_range_end": last.isoformat(),
             },
             run_config={
+                # only what the caller set: an empty field in run config would replace the
+                # value the definitions gave the resource (the calendar's source, say)
                 "resources": {
-                    "source": {"config": {"uri": source}},
-                    "warehouse": {"config": {"path": warehouse}},
-                    "mlflow_tracking": {"config": {"store": mlflow_store}},
-                    "training": {"config": dict(training or {})},
+                    name: {"config": config}
+                    for name, config in (
+                        ("source", {"uri": source} if source else {}),
+                        ("warehouse", {"path": warehouse} if warehouse else {}),
+                        ("mlflow_tracking", {"store": mlflow_store} if mlflow_store else {}),
+                        ("training", dict(training or {})),
+                    )
+                    if config
                 },
                 "loggers": {"console": {"config": {"log_level": log_level}}},
             },

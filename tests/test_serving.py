@@ -267,7 +267,6 @@ def _records(launches: pl.DataFrame) -> list[dict]:
     ]
 
 
-@pytest.mark.long
 def test_mlflow_models_serve_answers_what_the_ranker_predicts(registered, tmp_path):
     """``mlflow models serve`` on the registry alias, as a real server: /ping, then
     /invocations with the launches, against LeapModel.predict and the Ranker.
