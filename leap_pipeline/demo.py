@@ -51,6 +51,10 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
     first_night = last - dt.timedelta(days=settings.nights - 1)
     start = time.perf_counter()
     log(f"[1/2] landing {settings.days} days of {source} and building features ({first}..{last})")
+    landed = [d for d in _landed_days(warehouse) if first <= d <= last]
+    if landed:
+        log(f"      {len(landed)} of them were landed before: each is replaced whole (the same "
+            "source gives the same rows)")  # fmt: skip
     materialize_days(
         first, last, source=source, warehouse=str(warehouse), log_level="INFO", calendar=calendar
     )
@@ -111,6 +115,12 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
         "dagster_home": str(dagster_home),
         "seconds": round(time.perf_counter() - start, 1),
     }
+
+
+def _landed_days(warehouse: Path) -> list[dt.date]:
+    from .resources import WarehouseResource
+
+    return WarehouseResource(path=str(warehouse)).landed_days("source_log")
 
 
 def demo_calendar(settings: DemoSettings, source: str) -> Calendar:

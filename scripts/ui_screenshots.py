@@ -1,7 +1,8 @@
 """Screenshots of the two UIs on the project's data, for the README and ``docs/screenshots/``.
 
-Starts ``leap ui`` on free loopback ports, opens four pages in headless Chromium and stops both
-servers. It needs Chromium from the system's package manager and the ``screenshots`` extra:
+Starts ``leap ui`` on free loopback ports, opens the pages in headless Chromium (materializing,
+from the UI, the day after the demo's last: yesterday) and stops both servers. It needs
+Chromium from the system's package manager and the ``screenshots`` extra:
 
     sudo apt-get install chromium            # Debian/Ubuntu; /usr/bin/chromium
     .venv/bin/pip install -e '.[screenshots]'
@@ -55,7 +56,33 @@ def _dismiss(page, role: str, name: str) -> None:
         page.wait_for_timeout(500)
 
 
-def shoot(dagster: str, mlflow: str, out: Path, chromium: str) -> list[Path]:
+def _graphql(dagster: str, query: str) -> dict:
+    request = urllib.request.Request(
+        f"{dagster}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)["data"]
+
+
+def launch_day(dagster: str, day: str) -> str:
+    """Launch ``daily_pipeline`` for ``day``, with the mutation the UI's Materialize button
+    sends; returns the run id."""
+    launched = _graphql(
+        dagster,
+        "mutation { launchRun(executionParams: { selector: { repositoryLocationName: "
+        '"leap_pipeline.definitions", repositoryName: "__repository__", jobName: '
+        f'"daily_pipeline" }}, executionMetadata: {{ tags: [{{ key: "dagster/partition", '
+        f'value: "{day}" }}] }} }}) {{ __typename ... on LaunchRunSuccess {{ run {{ runId }} }} '
+        "... on PythonError { message } } }",
+    )["launchRun"]
+    if launched["__typename"] != "LaunchRunSuccess":
+        raise RuntimeError(f"the UI refused to launch {day}: {launched}")
+    return launched["run"]["runId"]
+
+
+def shoot(dagster: str, mlflow: str, out: Path, chromium: str, next_day: str) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
     experiment, run = _production_run(mlflow)
@@ -81,6 +108,16 @@ def shoot(dagster: str, mlflow: str, out: Path, chromium: str) -> list[Path]:
 
         take("dagster-asset-graph", f"{dagster}/asset-groups", expand_groups)
         take("dagster-partitions", f"{dagster}/assets/feature_table?view=partitions")
+        # the day after the demo's last, materialized from the UI: its run, then the partitions
+        run_id = launch_day(dagster, next_day)
+        for _ in range(120):
+            status = _graphql(dagster, f'{{ runOrError(runId: "{run_id}") {{ ... on Run '
+                              "{ status } } }")["runOrError"]["status"]  # fmt: skip
+            if status in ("SUCCESS", "FAILURE", "CANCELED"):
+                break
+            time.sleep(2)
+        take("dagster-materialize-next-day", f"{dagster}/runs/{run_id}")
+        take("dagster-partitions-after", f"{dagster}/assets/feature_table?view=partitions")
         close_assistant = lambda: _dismiss(page, "button", "Close")  # noqa: E731
         take("mlflow-model-versions", f"{mlflow}/#/models/{MODEL}", close_assistant)
         take(
@@ -122,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
                 print("leap ui did not start: see its output above", file=sys.stderr)
                 return 1
             time.sleep(1)
-        for path in shoot(dagster, mlflow, out, args.chromium):
+        from leap_pipeline.calendar import Calendar
+
+        next_day = Calendar.load(data).last_closed_day().isoformat()  # yesterday: the demo's next
+        for path in shoot(dagster, mlflow, out, args.chromium, next_day):
             print(f"wrote {path}")
     finally:
         server.send_signal(signal.SIGINT)  # leap ui stops both servers

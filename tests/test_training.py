@@ -138,6 +138,30 @@ def test_pointer_moves_only_when_asked_and_the_gate_passes_and_rollback_works(fl
         registry.promote("999", reason="no such version")
 
 
+def test_a_backfill_of_an_older_night_never_moves_the_alias_backwards(fleet):
+    """With production on night 10, an older night run again and asked to promote passes its
+    own gate (production saw its day, so it is not the comparison) but leaves the alias."""
+    assert _train(fleet, promote=True).success
+    current = registry.production_version()
+    assert current.tags["evaluation_day"] == NIGHT.isoformat()
+    older = NIGHT - dt.timedelta(days=1)
+    result = materialize_days(
+        older, older, job_name="training", warehouse=str(fleet["warehouse"]),
+        mlflow_store=str(fleet["store"]),
+        training={"profile": "quick", "lookup_min_support": 2, "gate_floor": 0.1,
+                  "promote": True},
+        log_level="WARNING",
+    )  # fmt: skip
+    record = night_record(result, "model_evaluation", older)
+    assert record["gate_passed"] and "not compared" in record["gate_reason"]
+    assert str(registry.production_version().version) == str(current.version)
+    (decision,) = [
+        m.metadata["decision"].value
+        for m in result.asset_materializations_for_node("production_model")
+    ]
+    assert "never moves the alias backwards" in decision
+
+
 def test_retention_keeps_production_and_every_version_a_move_names(fleet):
     for support in (5, 6, 7):  # three new versions of the night (other inputs each)
         assert _train(fleet, run_kind="test", lookup_min_support=support).success
