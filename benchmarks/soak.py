@@ -271,13 +271,17 @@ class Soak:
     # -- the figures ---------------------------------------------------------------------------
 
     def figures(self, expected: list[dt.date]) -> dict:
+        import mlflow
+
         from leap_pipeline import registry
         from leap_pipeline.warehouse import open_warehouse
 
         registry.configure_tracking()
-        nights = registry.registered_nights()
-        trained = [d for d in expected if d.isoformat() in nights]
-        twice = [d for d in expected if len(nights.get(d.isoformat(), [])) > 1]
+        # every registration is a run, and runs outlive retention (versions do not)
+        runs = mlflow.search_runs(experiment_names=[registry.EXPERIMENT])
+        registrations = runs["tags.evaluation_day"].value_counts().to_dict() if len(runs) else {}
+        trained = [d for d in expected if registrations.get(d.isoformat(), 0) >= 1]
+        twice = [d for d in expected if registrations.get(d.isoformat(), 0) > 1]
         with open_warehouse(self.data / "leap.duckdb", read_only=True) as wh:
             log = wh.read("source_log")
             quarantined = wh.read("quarantine", columns=["reason"]).height

@@ -177,10 +177,24 @@ def evaluate_nights(
                         reason=f"{gate.reason} (production, evaluated on {production_day}, may "
                         f"have trained on {day}: not compared)",
                     )
+                retired = (
+                    registry.registered_before(day, fingerprint)
+                    if existing is None and fingerprint
+                    else None
+                )
                 if existing is not None:
                     version, run_id = existing["version"], existing["run"].removeprefix("runs:/")
                     registry.record_gate(version, gate.passed, gate.reason)
                     context.log.info(f"{day}: version {version} already holds this night: reused")
+                elif retired is not None:  # registered once, then retired: not registered again
+                    version, run_id = None, retired
+                    gate = dataclasses.replace(
+                        gate,
+                        passed=False,
+                        reason=f"registered before by run {retired}, whose version retention "
+                        "deleted: not registered again, not promoted",
+                    )
+                    context.log.info(f"{day}: {gate.reason}")
                 else:
                     run_id, version = registry.log_candidate(
                         artifact_folder=folder / "cascade",
@@ -205,7 +219,7 @@ def evaluate_nights(
                 "folder": str(folder),
                 "version": version,
                 "run_id": run_id,
-                "reused_version": existing is not None,
+                "reused_version": existing is not None or retired is not None,
                 "gate_passed": gate.passed,
                 "gate_reason": gate.reason,
                 "run_kind": run_kind,
@@ -217,7 +231,7 @@ def evaluate_nights(
                 {
                     "ds": day.isoformat(),
                     "version": version,
-                    "reused": existing is not None,
+                    "reused": existing is not None or retired is not None,
                     **{f"{m}_w20": round(overall[m]["w20"], 3) for m in overall},
                     "gate": "pass" if gate.passed else "FAIL",
                 }

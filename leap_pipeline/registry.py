@@ -169,6 +169,24 @@ def enforce_retention(keep: int, name: str | None = None) -> list[str]:
     return deleted
 
 
+def registered_before(day: dt.date, fingerprint: str) -> str | None:
+    """The run that once registered night ``day`` from inputs with ``fingerprint``, when its
+    version has since been deleted by retention (runs are kept): the night is not registered
+    again, so a backfill does not bring back versions retention retired."""
+    experiment = mlflow.get_experiment_by_name(EXPERIMENT)
+    if experiment is None:
+        return None
+    runs = MlflowClient().search_runs(
+        [experiment.experiment_id],
+        filter_string=(
+            f"tags.evaluation_day = '{day.isoformat()}' and "
+            f"tags.night_fingerprint = '{fingerprint}'"
+        ),
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None
+
+
 def record_gate(version: str, passed: bool, reason: str, name: str | None = None) -> None:
     """The gate's latest decision on ``version`` (a night run again re-decides its gate against
     the production model and settings of that run)."""
