@@ -251,3 +251,56 @@ print([r.tags.get("{NIGHTS_TAG}") for r in result.run_requests or []], result.sk
     assert second.returncode == 0, second.stderr[-3000:]
     assert "reused version(s) 1" in second.stderr
     assert json.loads(second.stdout.strip().splitlines()[-1])["model_uri"].endswith("@production")
+
+
+# -- lineage and write-audit-publish -------------------------------------------------------------
+
+
+def test_the_model_declares_every_feature_day_it_reads_day_d_included():
+    defs = build_definitions(Calendar(first_day=FIRST))
+    graph = defs.resolve_asset_graph()
+    mapping = graph.get(dg.AssetKey("cascade_model")).partition_mappings[
+        dg.AssetKey("feature_table")
+    ]
+    assert (mapping.start_offset, mapping.end_offset) == (-30, 0)
+    # so Dagster plans day D's features before the night that scores on them
+    upstream = graph.get_parent_partition_keys_for_child(
+        "2026-02-10", dg.AssetKey("feature_table"), dg.AssetKey("cascade_model")
+    )
+    keys = upstream.partitions_subset.get_partition_keys()
+    assert "2026-02-10" in keys and "2026-01-11" in keys and len(keys) == 31
+
+
+def test_a_day_that_fails_its_audit_is_not_published_and_keeps_its_rows(tmp_path):
+    """Day 1 landed; its files then arrive again with every row broken: the check fails, and the
+    day's rows are the ones published before, never the rejected ones."""
+    import polars as pl
+
+    from leap_pipeline.sources import SimulatorSource
+    from leap_pipeline.warehouse import open_warehouse
+
+    root = tmp_path / "logs"
+    day = SimulatorSource(seed=3, scale=0.02).read_day(_day(1))
+    attempts = day.attempts.with_columns(pl.col(pl.List(pl.String)).list.join(";"))
+    for name in ("job_attempts", "allocations"):
+        (root / name).mkdir(parents=True)
+    day.hardware_specs.write_parquet(root / "hardware_specs.parquet")
+    day.allocations.write_csv(root / "allocations" / f"{_day(1)}.csv")
+    attempts.write_csv(root / "job_attempts" / f"{_day(1)}.csv")
+    warehouse = str(tmp_path / "leap.duckdb")
+    materialize_days(_day(1), _day(1), source=f"files:{root}", warehouse=warehouse,
+                     log_level="ERROR")  # fmt: skip
+    with open_warehouse(warehouse, read_only=True) as wh:
+        before = wh.read("job_attempts", _day(1), _day(1))
+        logged = wh.read("source_log")
+    attempts.with_columns(batch_size=pl.lit("-5")).write_csv(
+        root / "job_attempts" / f"{_day(1)}.csv"
+    )
+    result = materialize_days(_day(1), _day(1), source=f"files:{root}", warehouse=warehouse,
+                              log_level="CRITICAL", raise_on_error=False)  # fmt: skip
+    (check,) = [e for e in result.get_asset_check_evaluations()
+                if e.check_name == "attempts_landed"]  # fmt: skip
+    assert not check.passed and "rows rejected" in check.metadata["days_refused"].value
+    with open_warehouse(warehouse, read_only=True) as wh:
+        assert wh.read("job_attempts", _day(1), _day(1)).equals(before)
+        assert wh.read("source_log").equals(logged)  # the landing record is the old one too
