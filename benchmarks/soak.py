@@ -277,9 +277,15 @@ class Soak:
         from leap_pipeline.warehouse import open_warehouse
 
         registry.configure_tracking()
-        # every registration is a run, and runs outlive retention (versions do not)
+        # a registration is a live version, or one retention retired (recorded on its run)
+        client = registry.MlflowClient()
+        live = {v.run_id for v in client.search_model_versions(f"name='{registry.model_name()}'")}
         runs = mlflow.search_runs(experiment_names=[registry.EXPERIMENT])
-        registrations = runs["tags.evaluation_day"].value_counts().to_dict() if len(runs) else {}
+        retired_column = f"tags.{registry.RETIRED_TAG}"
+        registered = runs["run_id"].isin(live)
+        if retired_column in runs.columns:
+            registered |= runs[retired_column].notna()
+        registrations = runs[registered]["tags.evaluation_day"].value_counts().to_dict()
         trained = [d for d in expected if registrations.get(d.isoformat(), 0) >= 1]
         twice = [d for d in expected if registrations.get(d.isoformat(), 0) > 1]
         with open_warehouse(self.data / "leap.duckdb", read_only=True) as wh:
@@ -287,7 +293,6 @@ class Soak:
             quarantined = wh.read("quarantine", columns=["reason"]).height
         landed, dropped = int(log["kept"].sum()), int(log["dropped"].sum())
         history = registry.promotion_history()
-        client = registry.MlflowClient()
         existing = {
             str(v.version) for v in client.search_model_versions(f"name='{registry.model_name()}'")
         }

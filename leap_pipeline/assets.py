@@ -29,7 +29,7 @@ from .feature_table import (
     empty_snapshot,
     land_day,
 )
-from .partitions import PID_TAG
+from .partitions import PID_TAG, process_identity
 from .resources import SourceResource, WarehouseResource
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
@@ -46,10 +46,12 @@ def partition_days(context: dg.AssetExecutionContext) -> list[dt.date]:
 
 
 def record_worker(context: dg.AssetExecutionContext) -> None:
-    """Tag the run with the process running it, so a tick can tell a run killed outright (which
-    never reports its end) from one still working."""
-    if context.run.tags.get(PID_TAG) != str(os.getpid()):
-        context.instance.add_run_tags(context.run.run_id, {PID_TAG: str(os.getpid())})
+    """Tag the run with the process running it (its id and start time, so a reused id is not
+    taken for it), so a tick can tell a run killed outright (which never reports its end) from
+    one still working."""
+    worker = process_identity(os.getpid())
+    if context.run.tags.get(PID_TAG) != worker:
+        context.instance.add_run_tags(context.run.run_id, {PID_TAG: worker})
 
 
 def per_day_table(rows: list[dict]) -> dg.MetadataValue:
@@ -87,6 +89,16 @@ def source_log_row(source: str, landed: LandedDay) -> pl.DataFrame:
     )
 
 
+def refusal_row(reason: str | None) -> pl.DataFrame:
+    """The day's refusal record: one row saying why, or none (the day landed)."""
+    rows = [] if reason is None else [reason]
+    at = [] if reason is None else [dt.datetime.now(dt.UTC).replace(tzinfo=None)]
+    return pl.DataFrame(
+        {"reason": rows, "refused_at": at},
+        schema={"reason": pl.String, "refused_at": pl.Datetime("us")},
+    )
+
+
 def landing_audit(counts: dict[str, int]) -> str | None:
     """Why a landed day must not be published, or None: a day with rows that kept none, or one
     that quarantined more than half of them. A day with no launches is fine."""
@@ -111,6 +123,7 @@ def land_sources(
             if problem is not None:  # audited before publishing: the day keeps its old rows
                 refused.append(f"{day}: {problem}")
                 context.log.error(f"{day}: not landed, {problem}")
+                wh.replace_partitions(day, {"landing_refusals": refusal_row(problem)})
                 continue
             wh.replace_partitions(
                 day,
@@ -120,6 +133,7 @@ def land_sources(
                     "hardware_specs": landed.hardware_specs,
                     "quarantine": landed.quarantine,
                     "source_log": source_log_row(adapter.description, landed),
+                    "landing_refusals": refusal_row(None),  # a refusal ends when the day lands
                 },
             )
             per_day.append({"ds": day.isoformat(), **landed.counts})
@@ -244,7 +258,10 @@ def _snapshot_before(wh, day: dt.date) -> pl.DataFrame:
     previous = day - dt.timedelta(days=1)
     if wh.count("history_snapshot", previous):
         return wh.read("history_snapshot", previous, previous).drop("ds")
-    earlier = [d for d in wh.partitions("source_log") if d < day]
+    # no snapshot rows: fine when the lookback before the day holds no attempt (days with no
+    # launches), missing when it does
+    first = previous - dt.timedelta(days=HISTORY_LOOKBACK_DAYS - 1)
+    earlier = wh.has("job_attempts") and wh.read("job_attempts", first, previous, ["ds"]).height
     if earlier:
         raise dg.Failure(
             f"history_snapshot for {previous} is missing but job_attempts has earlier days: "

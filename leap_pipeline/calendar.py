@@ -18,6 +18,7 @@ tonight's tick.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import tomllib
 import zoneinfo
@@ -104,9 +105,9 @@ class Calendar:
         return (
             "# LEAP's calendar: the daily partitions start on first_day and a day closes at\n"
             "# midnight in timezone; source is what runs read when their config names none.\n"
-            f'first_day = "{self.first_day.isoformat()}"\n'
-            f'timezone = "{self.timezone}"\n'
-            f'source = "{self.source}"\n'
+            f"first_day = {json.dumps(self.first_day.isoformat())}\n"
+            f"timezone = {json.dumps(self.timezone)}\n"  # a JSON string is a TOML basic string
+            f"source = {json.dumps(self.source)}\n"
         )
 
     def save(self, folder: Path | None = None) -> Path:

@@ -140,13 +140,15 @@ def report(args: argparse.Namespace) -> int:
 
 def imported_calendar(data: Path, first: dt.date, source: str):
     """Imported logs bring their own days: the data folder's calendar starts no later than the
-    first imported day, and names the staged logs as its source unless it names one."""
+    first imported day, and names the staged logs as its source unless it names other logs."""
     from .calendar import Calendar
 
     calendar = Calendar.load(data)
-    if not Calendar.exists(data) or first < calendar.first_day or not calendar.source:
+    # the folder's own logs replace a simulated source; another folder of logs stays
+    keep = calendar.source and not calendar.source.startswith("simulator")
+    if not Calendar.exists(data) or first < calendar.first_day or not keep:
         calendar = Calendar(min(first, calendar.first_day) if Calendar.exists(data) else first,
-                            calendar.timezone, calendar.source or source)  # fmt: skip
+                            calendar.timezone, calendar.source if keep else source)  # fmt: skip
         path = calendar.save(data)
         print(f"calendar: partitions from {calendar.first_day} ({path})", file=sys.stderr)
     return calendar

@@ -7,7 +7,6 @@ demo, the report, tests) build theirs from the calendar they mean.
 """
 
 import datetime as dt
-import os
 
 import dagster as dg
 
@@ -15,7 +14,15 @@ from .assets import DATA_ASSET_KEYS, data_assets
 from .calendar import Calendar
 from .evaluation import MIN_WINDOW_DAYS
 from .model_assets import model_assets, paper_report
-from .partitions import ATTEMPT_TAG, NIGHTS_TAG, PID_TAG, NightlyState, parse_span, plan_tick
+from .partitions import (
+    ATTEMPT_TAG,
+    NIGHTS_TAG,
+    PID_TAG,
+    NightlyState,
+    parse_span,
+    plan_tick,
+    process_alive,
+)
 from .resources import (
     MlflowResource,
     NightRecords,
@@ -43,16 +50,8 @@ def run_is_alive(run: dg.DagsterRun) -> bool:
     end, and its nights must not wait on it forever."""
     if run.status not in LIVE:
         return False
-    pid = run.tags.get(PID_TAG)
-    if not pid:
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    worker = run.tags.get(PID_TAG)
+    return True if not worker else process_alive(worker)
 
 
 def nightly_state(
@@ -67,6 +66,7 @@ def nightly_state(
 
     landed = set(warehouse.landed_days("source_log"))
     empty = set(warehouse.empty_days())
+    refused = set(warehouse.refused_days())
     mlflow_tracking.configure()
     trained = {dt.date.fromisoformat(day) for day in registry.registered_nights()}
     in_flight: set[dt.date] = set()
@@ -91,7 +91,7 @@ def nightly_state(
                 key = f"{kind}:{span}"
                 failed[key] = max(failed.get(key, 0), int(run.tags.get(ATTEMPT_TAG, "0")) + 1)
     adapter = source.source()
-    return NightlyState(landed, trained, in_flight, adapter.has_day, failed, empty)
+    return NightlyState(landed, trained, in_flight, adapter.has_day, failed, empty, refused)
 
 
 def build_definitions(calendar: Calendar) -> dg.Definitions:

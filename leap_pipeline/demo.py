@@ -77,7 +77,7 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
     )
     nights = [night_record(trained, "model_evaluation", first_night + dt.timedelta(days=i))
               for i in range(settings.nights)]  # fmt: skip
-    reused = [n["version"] for n in nights if n.get("reused_version")]
+    reused = [str(n["version"]) for n in nights if n.get("reused_version") and n["version"]]
     if reused:
         log(f"      {len(reused)} night(s) unchanged since they were registered: reused "
             f"version(s) {', '.join(reused)} instead of registering again")  # fmt: skip

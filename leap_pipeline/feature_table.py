@@ -37,6 +37,11 @@ FEATURE_TABLE_COLUMNS: tuple[str, ...] = ID_COLUMNS + LABEL_COLUMNS + FEATURE_CO
 # Days of attempts a history snapshot summarizes; a family unseen for longer is a cold start again.
 HISTORY_LOOKBACK_DAYS = 90
 
+# what a day's landing records (``assets.source_log_row``), before its ``ds``
+SOURCE_LOG_COLUMNS: tuple[str, ...] = (
+    "source", "landed_at", "rows_in", "kept", "dropped", "quarantined", "content_sha256",
+)  # fmt: skip
+
 QUARANTINE_SCHEMA = pl.Schema(
     {
         "ds": pl.Date,
@@ -124,6 +129,7 @@ def discard_stale_warehouse(path: Path) -> bool:
         "feature_table": list(FEATURE_TABLE_COLUMNS),
         "job_attempts": [*schema("job_attempts"), "family"],
         "history_snapshot": [*SNAPSHOT_SCHEMA, "ds"],
+        "source_log": [*SOURCE_LOG_COLUMNS, "ds"],
     }
     with open_warehouse(path, read_only=True) as wh:
         stale = any(wh.has(t) and wh.columns(t) != columns for t, columns in expected.items())

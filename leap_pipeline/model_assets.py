@@ -31,6 +31,7 @@ from leap_serving.publish import PublicationError, verify_folder
 
 from . import registry
 from .assets import SINGLE_RUN, partition_days, per_day_table, record_worker
+from .calendar import data_folder
 from .evaluation import (
     EVALUATION_FILES,
     WINDOW_DAYS,
@@ -303,31 +304,37 @@ def move_alias(
         for day, record in sorted(model_evaluation.items())
         if record.get("gate_passed")
     ]
-    current = registry.production_version()
-    current_day = _evaluation_day(current)
-    moved = None
-    if not passing:
-        note = "not promoted: no night of the run passed its gate"
-    else:
-        day, registered = passing[-1]
-        allowed = registered["run_kind"] == "nightly" or training.registry_settings().promote
-        if not allowed:
-            note = f"not promoted: a {registered['run_kind']} run moves the pointer only when asked"
-        elif current is not None and str(current.version) == str(registered["version"]):
-            note = f"version {registered['version']} ({day}) is production already"
-        elif current_day is not None and day < current_day:
-            note = (
-                f"not promoted: night {day} is older than production's ({current_day}, version "
-                f"{current.version}); a backfill never moves the alias backwards"
-            )
+    # read, compare and move under one lock: two runs that promote at once (in-process runs do
+    # not queue) cannot move the alias backwards between another's read and its move
+    with held(data_folder() / "locks" / f"{registry.model_name()}.production.lock", "the alias"):
+        current = registry.production_version()
+        current_day = _evaluation_day(current)
+        moved = None
+        if not passing:
+            note = "not promoted: no night of the run passed its gate"
         else:
-            why = "nightly run" if registered["run_kind"] == "nightly" else "promotion asked for"
-            moved = registry.promote(
-                registered["version"],
-                reason=f"{why}, evaluated on {day}: {registered['gate_reason']}",
-                actor=f"dagster run {context.run.run_id}",
-            )
-            note = f"promoted version {registered['version']} ({day})"
+            day, registered = passing[-1]
+            allowed = registered["run_kind"] == "nightly" or training.registry_settings().promote
+            if not allowed:
+                kind = registered["run_kind"]
+                note = f"not promoted: a {kind} run moves the pointer only when asked"
+            elif current is not None and str(current.version) == str(registered["version"]):
+                note = f"version {registered['version']} ({day}) is production already"
+            elif current_day is not None and day < current_day:
+                note = (
+                    f"not promoted: night {day} is older than production's ({current_day}, version "
+                    f"{current.version}); a backfill never moves the alias backwards"
+                )
+            else:
+                why = (
+                    "nightly run" if registered["run_kind"] == "nightly" else "promotion asked for"
+                )
+                moved = registry.promote(
+                    registered["version"],
+                    reason=f"{why}, evaluated on {day}: {registered['gate_reason']}",
+                    actor=f"dagster run {context.run.run_id}",
+                )
+                note = f"promoted version {registered['version']} ({day})"
     deleted = registry.enforce_retention(training.registry_settings().keep_versions)
     current = registry.production_version()
     context.log.info(note)

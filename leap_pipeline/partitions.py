@@ -13,9 +13,11 @@ time) keeps the order.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import warnings
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
 
@@ -23,6 +25,29 @@ CATCH_UP_NIGHTS = 7  # untrained nights a tick looks back over
 NIGHTS_TAG = "leap/nights"  # "FIRST..LAST" on every run the schedule asks for
 ATTEMPT_TAG = "leap/attempt"
 PID_TAG = "leap/pid"  # the process that runs a run's assets, recorded as it starts
+
+
+def process_identity(pid: int) -> str:
+    """``PID`` or, where ``/proc`` tells it, ``PID:START`` with the process's start time in clock
+    ticks since boot: a process id is reused, the pair is not (until a reboot, which a run does
+    not survive either)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return str(pid)
+    return f"{pid}:{stat.rpartition(')')[2].split()[19]}"
+
+
+def process_alive(identity: str) -> bool:
+    """Whether the process ``process_identity`` named still runs (the same one)."""
+    pid = int(identity.partition(":")[0])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return ":" not in identity or process_identity(pid) == identity
 
 
 def span_text(first: dt.date, last: dt.date | None) -> str:
@@ -45,6 +70,7 @@ class NightlyState:
     source_has_day: Callable[[dt.date], bool] = lambda day: True
     failed_attempts: dict[str, int] = field(default_factory=dict)
     empty: Collection[dt.date] = ()  # landed days with no measured attempt: no night to score
+    refused: Collection[dt.date] = ()  # days whose last landing its audit refused
 
 
 def plan_tick(
@@ -73,6 +99,13 @@ def plan_tick(
     blocked = ""
     for night in wanted:
         needed = days_between(max(first_day, night - dt.timedelta(days=window_days)), night)
+        bad = [d for d in needed if d in state.refused]
+        if bad:  # retrying cannot help: a person fixes the day's files, then materializes it
+            blocked = (
+                f"night {night} waits for {bad[0]}, whose landing was refused by its audit: fix "
+                f"its files and materialize {bad[0]}"
+            )
+            break
         missing = [d for d in needed if d not in state.landed and not state.source_has_day(d)]
         if missing:
             blocked = f"night {night} waits for {missing[0]}, which has not arrived in the source"

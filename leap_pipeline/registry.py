@@ -29,6 +29,7 @@ ALIAS = "production"
 EXPERIMENT = "leap-nightly"
 DEFAULT_STORE = Path("data") / "mlflow"
 PROMOTION_TAG = "promotion"
+RETIRED_TAG = "retired_version"  # on a run whose registered version retention deleted
 RUN_KINDS = ("nightly", "adhoc", "test")
 
 
@@ -164,15 +165,18 @@ def enforce_retention(keep: int, name: str | None = None) -> list[str]:
             continue
         if any(key.startswith(f"{PROMOTION_TAG}.") for key in version.tags):
             continue
+        if version.run_id:  # the run remembers its night was registered, then retired
+            client.set_tag(version.run_id, RETIRED_TAG, str(version.version))
         client.delete_model_version(name, version.version)
         deleted.append(str(version.version))
     return deleted
 
 
 def registered_before(day: dt.date, fingerprint: str) -> str | None:
-    """The run that once registered night ``day`` from inputs with ``fingerprint``, when its
-    version has since been deleted by retention (runs are kept): the night is not registered
-    again, so a backfill does not bring back versions retention retired."""
+    """The run that once registered night ``day`` from inputs with ``fingerprint``, when
+    retention has since deleted its version and recorded that on the run (``RETIRED_TAG``):
+    the night is not registered again, so a backfill does not bring back retired versions. A run
+    whose registration never finished carries no such tag, and its night is registered again."""
     experiment = mlflow.get_experiment_by_name(EXPERIMENT)
     if experiment is None:
         return None
@@ -180,7 +184,7 @@ def registered_before(day: dt.date, fingerprint: str) -> str | None:
         [experiment.experiment_id],
         filter_string=(
             f"tags.evaluation_day = '{day.isoformat()}' and "
-            f"tags.night_fingerprint = '{fingerprint}'"
+            f"tags.night_fingerprint = '{fingerprint}' and tags.{RETIRED_TAG} LIKE '%'"
         ),
         max_results=1,
     )

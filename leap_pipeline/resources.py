@@ -51,6 +51,10 @@ class WarehouseResource(dg.ConfigurableResource):
         with open_warehouse(path, read_only=True, wait_s=wait_s) as warehouse:
             return warehouse.partitions(table)
 
+    def refused_days(self) -> list[dt.date]:
+        """Days whose last landing was refused by its audit (``landing_refusals``)."""
+        return self.landed_days("landing_refusals")
+
     def empty_days(self, wait_s: float = 5.0) -> list[dt.date]:
         """Landed days that kept no measured attempt (their landing recorded ``kept`` = 0)."""
         path = Path(self.path) if self.path else default_path()

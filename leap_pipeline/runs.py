@@ -30,6 +30,12 @@ python_logs:
   managed_python_loggers:
     - leap.progress
   python_log_level: INFO
+# a run stuck starting (its worker never came up) or cancelling is marked failed, so the nightly
+# tick stops waiting on it and asks for its nights again
+run_monitoring:
+  enabled: true
+  start_timeout_seconds: 180
+  cancel_timeout_seconds: 180
 """
 
 

@@ -32,6 +32,7 @@ TABLES: tuple[str, ...] = (
     "hardware_specs",
     "quarantine",
     "source_log",
+    "landing_refusals",
     "feature_table",
     "history_snapshot",
     "evaluation",

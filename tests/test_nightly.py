@@ -33,8 +33,11 @@ def _days(a: int, b: int) -> list[dt.date]:
     return [_day(n) for n in range(a, b + 1)]
 
 
-def _plan(day, landed, trained=(), in_flight=(), has_day=lambda d: True, failed=None, empty=()):
-    state = NightlyState(set(landed), set(trained), set(in_flight), has_day, failed or {}, empty)
+def _plan(day, landed, trained=(), in_flight=(), has_day=lambda d: True, failed=None, empty=(),
+          refused=()):  # fmt: skip
+    state = NightlyState(
+        set(landed), set(trained), set(in_flight), has_day, failed or {}, empty, refused
+    )
     return plan_tick(_day(day), FIRST, state, 30, 7, LANDING)
 
 
@@ -70,6 +73,15 @@ def test_a_bad_calendar_file_is_an_error_naming_the_field(tmp_path, text, names)
     (tmp_path / CALENDAR_FILE).write_text(text + "\n")
     with pytest.raises(ValueError, match=__import__("re").escape(names)):
         Calendar.load(tmp_path)
+
+
+def test_a_process_id_is_told_apart_from_its_reuse():
+    from leap_pipeline.partitions import process_alive, process_identity
+
+    me = process_identity(os.getpid())
+    assert process_alive(me)
+    assert not process_alive(me.partition(":")[0] + ":0")  # same id, another start time
+    assert not process_alive("4194999")
 
 
 def test_every_process_of_an_installation_builds_the_same_partitions(tmp_path):
@@ -158,6 +170,13 @@ def test_a_night_being_trained_is_not_asked_for_twice_and_a_dead_run_is_retried(
     span = f"nightly:{_day(40)}..{_day(40)}"
     (retry,) = _plan(40, landed=_days(1, 40), trained=_days(8, 39), failed={span: 1})
     assert retry.run_key == f"{span}:retry1"
+
+
+def test_a_refused_day_holds_its_nights_saying_what_to_fix_instead_of_retrying():
+    landed = [d for d in _days(1, 39) if d != _day(38)]
+    blocked = _plan(40, landed=landed, trained=_days(8, 37), refused=[_day(38)])
+    assert isinstance(blocked, dg.SkipReason)
+    assert f"{_day(38)}, whose landing was refused" in blocked.skip_message
 
 
 def test_nothing_before_the_first_night_but_landing():
@@ -304,3 +323,9 @@ def test_a_day_that_fails_its_audit_is_not_published_and_keeps_its_rows(tmp_path
     with open_warehouse(warehouse, read_only=True) as wh:
         assert wh.read("job_attempts", _day(1), _day(1)).equals(before)
         assert wh.read("source_log").equals(logged)  # the landing record is the old one too
+    resource = WarehouseResource(path=warehouse)
+    assert resource.refused_days() == [_day(1)]  # recorded, for the tick to say what to fix
+    attempts.write_csv(root / "job_attempts" / f"{_day(1)}.csv")  # the files are fixed
+    materialize_days(_day(1), _day(1), source=f"files:{root}", warehouse=warehouse,
+                     log_level="ERROR")  # fmt: skip
+    assert resource.refused_days() == []

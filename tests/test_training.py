@@ -171,11 +171,22 @@ def test_retention_keeps_production_and_every_version_a_move_names(fleet):
     registry.promote(str(oldest), reason="retention test", actor="pytest")
     history = registry.promotion_history()
     named = {m["to_version"] for m in history} | {m["from_version"] for m in history} - {None}
+    nights = {
+        str(v.version): (
+            dt.date.fromisoformat(v.tags["evaluation_day"]),
+            v.tags["night_fingerprint"],
+        )
+        for v in versions
+    }
     deleted = registry.enforce_retention(keep=1)
     assert deleted  # versions no move names went ...
     assert not named & set(deleted)  # ... but every version a move names stays
     assert str(registry.production_version().version) == str(oldest)
     assert registry.promotion_history() == history  # the audit survives retention
+    # a retired night is remembered on its run, so a backfill does not register it again
+    for version in deleted:
+        assert registry.registered_before(*nights[version]) is not None
+    assert registry.registered_before(NIGHT, "0" * 64) is None
     for version in named:  # and a rollback reaches each of them
         registry.promote(version, reason="rollback after retention", actor="pytest")
     registry.promote(str(oldest), reason="back", actor="pytest")
