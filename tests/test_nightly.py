@@ -192,7 +192,7 @@ def test_nothing_before_the_first_night_but_landing():
 # -- the schedule on real records ------------------------------------------------------------------
 
 
-def test_the_schedule_trains_each_night_once_from_the_records(tmp_path):
+def test_the_schedule_trains_each_night_once_from_the_records(tmp_path, monkeypatch):
     """On a warehouse holding days 1-9 and no model, the tick for day 9 asks for nights 8-9
     (the catch-up), that run registers them, and the next evaluation of the same tick has
     nothing left to do."""
@@ -215,23 +215,30 @@ def test_the_schedule_trains_each_night_once_from_the_records(tmp_path):
         )  # fmt: skip
         return schedule.evaluate_tick(context)
 
-    with dg.instance_for_test() as instance:
-        (night,) = tick(instance).run_requests
-        assert night.tags[NIGHTS_TAG] == f"{_day(8)}..{_day(9)}"
-        result = defs.resolve_job_def("nightly").execute_in_process(
-            instance=instance,
-            tags=night.tags,
-            run_config={"resources": {
-                "source": {"config": {"uri": SOURCE}},
-                "warehouse": {"config": {"path": str(warehouse)}},
-                "mlflow_tracking": {"config": {"store": str(store)}},
-                "training": {"config": {"profile": "quick", "lookup_min_support": 2,
-                                        "gate_floor": 0.0}},
-            }},
-        )  # fmt: skip
-        assert result.success
-        again = tick(instance)
-        assert not again.run_requests and "trained" in again.skip_message
+    # a persistent instance of the test's own; not dg.instance_for_test(), which leaves its
+    # definitions-state storage set in the process after it exits (Dagster 1.13)
+    from leap_pipeline.runs import DAGSTER_YAML
+
+    (tmp_path / "dagster").mkdir()
+    (tmp_path / "dagster" / "dagster.yaml").write_text(DAGSTER_YAML)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    instance = dg.DagsterInstance.get()
+    (night,) = tick(instance).run_requests
+    assert night.tags[NIGHTS_TAG] == f"{_day(8)}..{_day(9)}"
+    result = defs.resolve_job_def("nightly").execute_in_process(
+        instance=instance,
+        tags={**night.tags, "dagster/schedule_name": "nightly_schedule"},
+        run_config={"resources": {
+            "source": {"config": {"uri": SOURCE}},
+            "warehouse": {"config": {"path": str(warehouse)}},
+            "mlflow_tracking": {"config": {"store": str(store)}},
+            "training": {"config": {"profile": "quick", "lookup_min_support": 2,
+                                    "gate_floor": 0.0}},
+        }},
+    )  # fmt: skip
+    assert result.success
+    again = tick(instance)
+    assert not again.run_requests and "trained" in again.skip_message
 
 
 def test_after_the_demo_the_ui_process_plans_the_next_night_and_a_rerun_reuses(tmp_path):
