@@ -109,19 +109,15 @@ class Soak:
         self.data = root / "data"
         self.logs = root / "logs"
         self.keep = keep
-        env = {
-            "LEAP_DATA": str(self.data),
-            "DAGSTER_HOME": str(self.data / "dagster"),
-            "LEAP_WAREHOUSE": str(self.data / "leap.duckdb"),
-            "MLFLOW_TRACKING_URI": f"sqlite:///{self.data / 'mlflow' / 'mlflow.db'}",
-        }
-        os.environ.update(env)
-        (self.data / "dagster").mkdir(parents=True, exist_ok=True)
-        (self.data / "mlflow").mkdir(parents=True, exist_ok=True)
         from leap_pipeline.calendar import Calendar
         from leap_pipeline.runs import DAGSTER_YAML
         from leap_pipeline.sources import SimulatorSource
+        from leap_pipeline.ui import ui_environment
 
+        # the environment `leap ui` gives the UI, the daemon and its runs, on the soak's folder
+        os.environ.update(ui_environment(self.data))
+        for folder in ("dagster", "mlflow"):
+            (self.data / folder).mkdir(parents=True, exist_ok=True)
         (self.data / "dagster" / "dagster.yaml").write_text(DAGSTER_YAML)
         self.calendar = Calendar(first_day=FIRST_DAY, source=f"files:{self.logs}")
         self.calendar.save(self.data)

@@ -59,8 +59,8 @@ def ui_environment(data: Path) -> dict[str, str]:
 def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple[list, dict]]:
     """The two servers: name -> (argv, environment)."""
     data = data.resolve()
-    tracking = f"sqlite:///{data / 'mlflow' / 'mlflow.db'}"
     env = ui_environment(data)
+    tracking = env["MLFLOW_TRACKING_URI"]
     return {
         "dagster": (
             [sys.executable, "-m", "dagster", "dev", "-w", str(PROJECT / "workspace.yaml"),
