@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -580,6 +581,7 @@ def _check_job(
 
 
 _INT64 = (-(2**63), 2**63 - 1)
+_INTEGER_TEXT = re.compile(r"-?[0-9]+")
 
 
 def _show(value: Any, limit: int = 60) -> str:
@@ -606,7 +608,9 @@ def _typed(value: Any, dtype: pl.DataType) -> Any:
         if isinstance(value, bool):
             return None
         integral = isinstance(value, float) and value.is_integer()
-        if integral or (isinstance(value, str) and value.strip().lstrip("-").isdigit()):
+        # ASCII digits only: str.isdigit() also takes "²" and lets "--5" through, and int()
+        # then raises on them
+        if integral or (isinstance(value, str) and _INTEGER_TEXT.fullmatch(value.strip())):
             value = int(value)
         if isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
             return value

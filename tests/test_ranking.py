@@ -236,6 +236,14 @@ _fields = st.sampled_from(
 )  # fmt: skip
 
 
+@pytest.mark.parametrize("text", ["--5", "²", "-", "5-", "1e3", "0x10", "٣"])
+def test_a_malformed_integer_is_refused_naming_the_field_not_a_bug(ranker, served, text):
+    job, candidates = _job(served)
+    result = ranker.rank({**job, "num_trainers": text}, candidates)
+    assert result.ranking == [] and result.reason_code != "internal_error", result.reason
+    assert "num_trainers" in result.reason
+
+
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -252,6 +260,7 @@ def test_rank_never_raises_on_malformed_input(ranker, served, changes, candidate
     job = {**job, **changes} if as_mapping else list(changes.items())
     result = ranker.rank(job, candidates)
     assert isinstance(result, Ranking)
+    assert result.reason_code != "internal_error", result.reason  # a refusal, never a bug
     assert (result.reason is None) == bool(result.ranking)
     for c in result.ranking:
         assert np.isfinite(c.predicted_throughput) and c.throughput_per_cost > 0
