@@ -77,10 +77,6 @@ class Calendar:
     def last_closed_day(self, now: dt.datetime | None = None) -> dt.date:
         return self.today(now) - dt.timedelta(days=1)
 
-    def holds(self, day: dt.date, now: dt.datetime | None = None) -> bool:
-        """Whether ``day`` has a partition at ``now``."""
-        return self.first_day <= day <= self.last_closed_day(now)
-
     def check_days(self, first: dt.date, last: dt.date, now: dt.datetime | None = None) -> None:
         """A clear error when ``first`` .. ``last`` is not a range of partitions."""
         if first > last:
