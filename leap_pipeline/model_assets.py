@@ -2,7 +2,7 @@
 
 ``cascade_model`` fits the cascade and its two reference models and selects the one to publish
 (``evaluation.fit_models``); ``model_evaluation`` scores them on day D, logs the run and registers
-the published model as a new version in MLflow, and holds the blocking evaluation gate;
+the published model as a new version in MLflow, and decides each night's evaluation gate;
 ``production_model`` moves the ``production`` alias when the run is a nightly one (or promotion was
 asked for) and the gate passed. Work lives in ``evaluation``, ``training`` and ``registry``.
 
