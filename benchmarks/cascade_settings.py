@@ -25,11 +25,12 @@ from pathlib import Path
 import numpy as np
 from joblib import Parallel, delayed
 
-from leap_pipeline.definitions import materialize_days
-from leap_pipeline.evaluation import WINDOW_DAYS, training_window, validation_rows
-from leap_pipeline.feature_table import discard_stale_warehouse
+from leap_pipeline.data.feature_table import discard_stale_warehouse
+from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.evaluation import training_window, validation_rows
+from leap_pipeline.orchestration.definitions import materialize_days
+from leap_pipeline.settings import WINDOW_DAYS
 from leap_pipeline.simulation import SPAN_START
-from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
 from leap_serving.cascade import GATINGS, PAPER_CASCADE, BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from leap_pipeline.definitions import materialize_days
-from leap_pipeline.evaluation import training_window, validation_rows
+from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.evaluation import training_window, validation_rows
+from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import SPAN_START
-from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.compiled import CompiledCascade

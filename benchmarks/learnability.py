@@ -29,11 +29,11 @@ import numpy as np
 from joblib import Parallel, delayed
 from threadpoolctl import threadpool_limits
 
-from leap_pipeline.definitions import materialize_days
-from leap_pipeline.evaluation import training_window, validation_rows
-from leap_pipeline.feature_table import discard_stale_warehouse
+from leap_pipeline.data.feature_table import discard_stale_warehouse
+from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.evaluation import training_window, validation_rows
+from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import HIDDEN_FACTORS, SPAN_START, SimulatedFleet
-from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
 from leap_serving.cascade import fit_booster, single_gbdt
 from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS

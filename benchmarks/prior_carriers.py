@@ -17,8 +17,8 @@ import numpy as np
 import polars as pl
 from threadpoolctl import threadpool_limits
 
-from leap_pipeline.crossval import fold_features, folds, physics_predict, top1_accuracy
-from leap_pipeline.public_data import public_sources
+from leap_pipeline.data.public_data import public_sources
+from leap_pipeline.studies.crossval import fold_features, folds, physics_predict, top1_accuracy
 from leap_serving import metrics
 from leap_serving.cascade import fit_booster, single_gbdt
 from leap_serving.features import FEATURE_COLUMNS, PRIOR_COLUMNS

@@ -90,11 +90,11 @@ def paper_model(scale: float, cascade: str) -> Path:
     """A paper-profile model trained on a 30-day window of a small fleet, cached. ``cascade``:
     ``default`` (the cascade the pipeline trains), ``paper`` (the paper's 13 bins, argmax) or
     ``single`` (one bin: the single GBDT)."""
-    from leap_pipeline.definitions import materialize_days
-    from leap_pipeline.evaluation import fit_models, training_window
+    from leap_pipeline.data.warehouse import open_warehouse
+    from leap_pipeline.modeling.evaluation import fit_models, training_window
+    from leap_pipeline.modeling.training import save_trained
+    from leap_pipeline.orchestration.definitions import materialize_days
     from leap_pipeline.simulation import SPAN_START
-    from leap_pipeline.training import save_trained
-    from leap_pipeline.warehouse import open_warehouse
     from leap_serving.cascade import PAPER_CASCADE, BinnedCascade, profile_params
     from leap_serving.features import FEATURE_COLUMNS
 

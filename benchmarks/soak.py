@@ -89,8 +89,8 @@ def write_day(logs: Path, source, day: dt.date, kind: str) -> dict[str, int]:
 RUN_SCRIPT = """
 import json, sys
 import dagster as dg
-from leap_pipeline.calendar import Calendar
-from leap_pipeline.definitions import build_definitions
+from leap_pipeline.orchestration.calendar import Calendar
+from leap_pipeline.orchestration.definitions import build_definitions
 request = json.loads(sys.argv[1])
 defs = build_definitions(Calendar.load())
 job = defs.resolve_job_def("nightly")
@@ -109,10 +109,10 @@ class Soak:
         self.data = root / "data"
         self.logs = root / "logs"
         self.keep = keep
-        from leap_pipeline.calendar import Calendar
-        from leap_pipeline.runs import DAGSTER_YAML
-        from leap_pipeline.sources import SimulatorSource
-        from leap_pipeline.ui import ui_environment
+        from leap_pipeline.app.ui import ui_environment
+        from leap_pipeline.data.sources import SimulatorSource
+        from leap_pipeline.orchestration.calendar import Calendar
+        from leap_pipeline.orchestration.runs import DAGSTER_YAML
 
         # the environment `leap ui` gives the UI, the daemon and its runs, on the soak's folder
         os.environ.update(ui_environment(self.data))
@@ -133,7 +133,7 @@ class Soak:
         self.rows_sent = 0
         import dagster as dg
 
-        from leap_pipeline.definitions import build_definitions
+        from leap_pipeline.orchestration.definitions import build_definitions
 
         self.dg = dg
         self.defs = build_definitions(self.calendar)
@@ -164,7 +164,7 @@ class Soak:
         """Run what the schedule asked for, in this process, as Dagster's job."""
         payload = self.request_payload(request)
         job = self.defs.resolve_job_def("nightly")
-        from leap_pipeline.runs import signal_handlers_kept
+        from leap_pipeline.orchestration.runs import signal_handlers_kept
 
         with signal_handlers_kept():
             result = job.execute_in_process(
@@ -244,7 +244,7 @@ class Soak:
 
     def backfill(self, first: dt.date, last: dt.date) -> str:
         """A person backfills an old week and asks for promotion."""
-        from leap_pipeline.runs import run_days
+        from leap_pipeline.orchestration.runs import run_days
 
         config = dict(self.run_config["resources"]["training"]["config"], promote=True)
         result = run_days(
@@ -254,7 +254,7 @@ class Soak:
         return f"backfill {first}..{last}: {'ok' if result.success else 'failed'}"
 
     def rollback(self) -> str:
-        from leap_pipeline import registry
+        from leap_pipeline.modeling import registry
 
         registry.configure_tracking()
         history = registry.promotion_history()
@@ -269,8 +269,8 @@ class Soak:
     def figures(self, expected: list[dt.date]) -> dict:
         import mlflow
 
-        from leap_pipeline import registry
-        from leap_pipeline.warehouse import open_warehouse
+        from leap_pipeline.data.warehouse import open_warehouse
+        from leap_pipeline.modeling import registry
 
         registry.configure_tracking()
         # a registration is a live version, or one retention retired (recorded on its run)

@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from leap_pipeline.cli import progress_on_stderr
-from leap_pipeline.definitions import materialize_days
-from leap_pipeline.evaluation import fit_models, training_window, validation_rows
-from leap_pipeline.feature_table import discard_stale_warehouse
+from leap_pipeline.app.cli import progress_on_stderr
+from leap_pipeline.data.feature_table import discard_stale_warehouse
+from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.evaluation import fit_models, training_window, validation_rows
+from leap_pipeline.modeling.training import expert_backend
+from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import SPAN_START
-from leap_pipeline.training import expert_backend
-from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS

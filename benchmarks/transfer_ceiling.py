@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from leap_pipeline.crossval import folds, top1_accuracy
-from leap_pipeline.public_data import public_sources
+from leap_pipeline.data.public_data import public_sources
+from leap_pipeline.studies.crossval import folds, top1_accuracy
 from leap_serving import metrics
 from leap_serving.history import type_ratios, with_family
 

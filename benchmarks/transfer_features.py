@@ -13,13 +13,13 @@ import datetime as dt
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from leap_pipeline.evaluation import (
+from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.evaluation import (
     HISTORY_GROUPS,
     history_group,
     training_window,
     validation_rows,
 )
-from leap_pipeline.warehouse import open_warehouse
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
 from leap_serving.features import FEATURE_COLUMNS

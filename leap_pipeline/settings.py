@@ -1,18 +1,101 @@
-"""The nightly pipeline's settings: one typed object per concern, each knob defined once.
+"""Every setting of the pipeline, in one place: the environment it reads and the typed settings
+of a night, each with its default and its valid range.
 
-``TrainingResource`` holds the fields flat, as Dagster's run config sets them
-(``resources: {training: {config: {...}}}``), and hands out these objects; the report and the
-demo build theirs from their flags. A bad value is an error naming the field and the value.
+The environment is read when a function asks (``environment()``), never at import, so every
+process of an install (the UI, the daemon, a run worker, the CLI) sees the variables it was started
+with. This is the one module of ``leap_pipeline`` that touches ``os.environ``: it also writes the
+variables a child process inherits. ``TrainingResource`` holds the night's fields flat, as Dagster's
+run config sets them (``resources: {training: {config: {...}}}``), and hands out the dataclasses
+below; the report and the demo build theirs from their flags. A bad value is an error naming the
+field and the value. The README's table of variables is tested against ``VARIABLES``.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from leap_serving.cascade import PROFILES
 
-from .evaluation import MIN_WINDOW_DAYS, WINDOW_DAYS
-from .lookup_table import MIN_SUPPORT
+WINDOW_DAYS = 30  # a night trains on the 30 days before day D (paper section 3.1)
+MIN_WINDOW_DAYS = 7  # a shorter window is refused: too few days to fit and early-stop on
+MIN_SUPPORT = 20  # attempts a lookup-table key needs before the table answers for it
+
+DEFAULT_DATA = Path("data")
+DEFAULT_SOURCE = "simulator:seed=0,scale=0.05"
+DEFAULT_MODEL_NAME = "leap-throughput"
+DEFAULT_LOCK_WAIT_S = 120.0
+
+DATA_ENV = "LEAP_DATA"
+WAREHOUSE_ENV = "LEAP_WAREHOUSE"
+LOCK_WAIT_ENV = "LEAP_WAREHOUSE_WAIT_S"
+SOURCE_ENV = "LEAP_SOURCE"
+MODEL_NAME_ENV = "LEAP_MODEL_NAME"
+
+
+class Environment(BaseModel):
+    """The environment variables the pipeline reads, validated. Empty means the default."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    data: Path = Field(DEFAULT_DATA, alias=DATA_ENV)
+    warehouse: Path | None = Field(None, alias=WAREHOUSE_ENV)
+    warehouse_wait_s: float = Field(DEFAULT_LOCK_WAIT_S, ge=0.0, le=86_400.0, alias=LOCK_WAIT_ENV)
+    source: str = Field(DEFAULT_SOURCE, min_length=1, alias=SOURCE_ENV)
+    model_name: str = Field(DEFAULT_MODEL_NAME, pattern=r"^[A-Za-z0-9_.-]+$", alias=MODEL_NAME_ENV)
+    mlflow_tracking_uri: str = Field("", alias="MLFLOW_TRACKING_URI")
+    dagster_home: str = Field("", alias="DAGSTER_HOME")
+
+    @property
+    def warehouse_path(self) -> Path:
+        """``$LEAP_WAREHOUSE``, else ``leap.duckdb`` under ``data`` in the working directory."""
+        return self.warehouse or DEFAULT_DATA / "leap.duckdb"
+
+
+# name -> (default as the README shows it, what it sets); the serving runtime's own two variables
+# are read by ``leap_serving.ranking`` (it imports nothing of the pipeline) and listed here too.
+VARIABLES: dict[str, tuple[str, str]] = {
+    DATA_ENV: ("data", "the install's folder: calendar, warehouse, MLflow store, Dagster home"),
+    WAREHOUSE_ENV: ("data/leap.duckdb", "the DuckDB warehouse file"),
+    LOCK_WAIT_ENV: ("120", "seconds to wait for another process's warehouse lock (0-86400)"),
+    SOURCE_ENV: (DEFAULT_SOURCE, "where days come from: a simulator URI or a folder of logs"),
+    MODEL_NAME_ENV: (DEFAULT_MODEL_NAME, "the registered model's name (letters, digits, _ . -)"),
+    "MLFLOW_TRACKING_URI": ("sqlite:///data/mlflow/mlflow.db", "the MLflow tracking store"),
+    "DAGSTER_HOME": ("data/dagster", "Dagster's instance folder (run history, schedules)"),
+    "LEAP_MODEL_URI": ("models:/leap-throughput@production", "the model the Ranker loads"),
+    "LEAP_ROUTING_SWITCHES": ("(none)", "a JSON file of switches the Ranker re-reads"),
+}
+
+
+def environment(values: Mapping[str, str] | None = None) -> Environment:
+    """The settings the environment holds now (or ``values``); empty variables take their
+    default. Raises ``ValueError`` naming the variable and its value when one is out of range."""
+    values = os.environ if values is None else values
+    names = [field.alias for field in Environment.model_fields.values()]
+    given = {name: values[name] for name in names if values.get(name)}
+    try:
+        return Environment.model_validate(given)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = error["loc"][0]
+        raise ValueError(f"{name}={given.get(name)!r}: {error['msg']}") from None
+
+
+def set_environment(overwrite: bool = True, **values: str) -> None:
+    """Set variables for this process and the processes it starts (``overwrite=False`` keeps
+    one already set, as ``os.environ.setdefault``)."""
+    for name, value in values.items():
+        if overwrite or not os.environ.get(name):
+            os.environ[name] = value
+
+
+def child_environment(**values: str) -> dict[str, str]:
+    """This process's environment with ``values`` over it: what a started server inherits."""
+    return {**os.environ, **values}
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from leap_pipeline.ui import answers, free_port
+from leap_pipeline.app.ui import answers, free_port
 
 PROJECT = Path(__file__).resolve().parents[1]
 MODEL = "leap-throughput"
@@ -72,7 +72,7 @@ def launch_day(dagster: str, day: str) -> str:
     launched = _graphql(
         dagster,
         "mutation { launchRun(executionParams: { selector: { repositoryLocationName: "
-        '"leap_pipeline.definitions", repositoryName: "__repository__", jobName: '
+        '"leap_pipeline.orchestration.definitions", repositoryName: "__repository__", jobName: '
         f'"daily_pipeline" }}, executionMetadata: {{ tags: [{{ key: "dagster/partition", '
         f'value: "{day}" }}] }} }}) {{ __typename ... on LaunchRunSuccess {{ run {{ runId }} }} '
         "... on PythonError { message } } }",
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     dagster_port, mlflow_port = free_port(), free_port()
     dagster, mlflow = f"http://127.0.0.1:{dagster_port}", f"http://127.0.0.1:{mlflow_port}"
     server = subprocess.Popen(
-        [sys.executable, "-m", "leap_pipeline.cli", "ui", "--data", str(data),
+        [sys.executable, "-m", "leap_pipeline.app.cli", "ui", "--data", str(data),
          "--dagster-port", str(dagster_port), "--mlflow-port", str(mlflow_port)],
     )  # fmt: skip
     try:
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("leap ui did not start: see its output above", file=sys.stderr)
                 return 1
             time.sleep(1)
-        from leap_pipeline.calendar import Calendar
+        from leap_pipeline.orchestration.calendar import Calendar
 
         next_day = Calendar.load(data).last_closed_day().isoformat()  # yesterday: the demo's next
         for path in shoot(dagster, mlflow, out, args.chromium, next_day):

@@ -41,7 +41,7 @@ def model_writer(folder: Path):
 
 
 def partition_writer(folder: Path):
-    from leap_pipeline.warehouse import open_warehouse
+    from leap_pipeline.data.warehouse import open_warehouse
 
     def write(generation: int) -> None:
         rows = pl.DataFrame({"generation": [generation] * partition_rows(generation)})
@@ -52,7 +52,7 @@ def partition_writer(folder: Path):
 
 
 def import_writer(folder: Path):
-    from leap_pipeline.importer import stage_import
+    from leap_pipeline.data.importer import stage_import
 
     def write(generation: int) -> None:
         variant = folder / "inputs" / str(generation % 2)

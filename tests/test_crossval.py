@@ -9,9 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from leap_pipeline.cli import main
-from leap_pipeline.crossval import folds, physics_predict
+from leap_pipeline.app.cli import main
 from leap_pipeline.simulation import SimulatedFleet
+from leap_pipeline.studies.crossval import folds, physics_predict
 
 # the workplace's public data: beside the project, or at its fixed place, or where LEAP_PUBLIC_DATA
 # says; the Sia test runs when it is found
@@ -85,7 +85,7 @@ def test_crossval_on_contract_files(tmp_path, capsys):
 
 
 def test_excluded_groups_are_dropped_and_unknown_ones_named():
-    from leap_pipeline.crossval import exclude_groups
+    from leap_pipeline.studies.crossval import exclude_groups
 
     rows = pl.DataFrame({"model_type": ["ncf", "ncf", "bert"], "hardware_type": ["V", "T", "V"]})
     assert exclude_groups(rows, "ncf:V").rows() == [("ncf", "T"), ("bert", "V")]
@@ -95,7 +95,7 @@ def test_excluded_groups_are_dropped_and_unknown_ones_named():
 
 
 def test_training_history_leaves_out_its_own_split_group():
-    from leap_pipeline.crossval import fold_features
+    from leap_pipeline.studies.crossval import fold_features
     from leap_serving.features import FEATURE_COLUMNS
 
     # three models, each configuration measured on both types (the second 1.5x faster)
@@ -133,7 +133,7 @@ def test_training_history_leaves_out_its_own_split_group():
 
 @pytest.mark.skipif(not (PUBLIC / "sia-sosp23-traces").exists(), reason="public data absent")
 def test_sia_adapter_gives_contract_rows():
-    from leap_pipeline.public_data import sia_sources
+    from leap_pipeline.data.public_data import sia_sources
     from leap_serving.contract import schema
 
     attempts, allocations, specs = sia_sources(
@@ -147,7 +147,7 @@ def test_sia_adapter_gives_contract_rows():
 
 
 def test_lambda_labels_map_to_gpus():
-    from leap_pipeline.public_data import LAMBDA_GPUS, lambda_gpu
+    from leap_pipeline.data.public_data import LAMBDA_GPUS, lambda_gpu
 
     assert lambda_gpu("Dell 4x H100 80GB SXM5") == "H100 80GB SXM5"
     assert lambda_gpu("LambdaCloud 8xV100 16GB") == "V100 16GB"
@@ -155,7 +155,7 @@ def test_lambda_labels_map_to_gpus():
 
 
 def test_lambda_prices_are_per_gpu_medians():
-    from leap_pipeline.public_data import lambda_prices
+    from leap_pipeline.data.public_data import lambda_prices
 
     systems = pl.DataFrame({
         "hardware_type": ["A", "A", "A", "B", "C"],
@@ -167,7 +167,7 @@ def test_lambda_prices_are_per_gpu_medians():
 
 @pytest.mark.skipif(not (PUBLIC / "lambda-dl-benchmark").exists(), reason="public data absent")
 def test_lambda_adapter_gives_contract_rows():
-    from leap_pipeline.public_data import lambda_sources
+    from leap_pipeline.data.public_data import lambda_sources
     from leap_serving.contract import schema
 
     attempts, allocations, specs = lambda_sources(
@@ -179,7 +179,7 @@ def test_lambda_adapter_gives_contract_rows():
     assert set(attempts["precision"]) == {"fp16", "fp32"}
     assert set(attempts["hardware_type"]) <= set(specs["hardware_type"])
     # Lambda's own list price per GPU, not Epoch's release price: an RTX 3090 lists at $2,750
-    from leap_pipeline.public_data import AMORTIZATION_HOURS
+    from leap_pipeline.data.public_data import AMORTIZATION_HOURS
 
     cost = dict(zip(specs["hardware_type"], specs["hourly_cost_usd"], strict=True))
     assert cost["RTX-3090"] * AMORTIZATION_HOURS == pytest.approx(2750.0)

@@ -19,8 +19,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.simulation import SimulatedFleet
-from leap_pipeline.warehouse import open_warehouse
 from leap_serving.model import LeapModel
 from leap_serving.publish import verify_folder
 

@@ -4,7 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from leap_pipeline.fleet_stats import (
+from leap_pipeline.studies.fleet_stats import (
     STAT_RANGES,
     fleet_statistics,
     key_spread_share,

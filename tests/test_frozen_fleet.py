@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from leap_pipeline.fleet_stats import simulated_fleet_statistics
+from leap_pipeline.studies.fleet_stats import simulated_fleet_statistics
 
 ROOT = Path(__file__).resolve().parents[1]
 

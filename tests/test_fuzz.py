@@ -9,12 +9,12 @@ import random
 import polars as pl
 import pytest
 
-from leap_pipeline.cli import main
-from leap_pipeline.definitions import materialize_days
-from leap_pipeline.evaluation import fit_models
+from leap_pipeline.app.cli import main
+from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.evaluation import fit_models
+from leap_pipeline.modeling.training import save_trained
+from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import SimulatedFleet
-from leap_pipeline.training import save_trained
-from leap_pipeline.warehouse import open_warehouse
 from leap_serving.ranking import REASON_CODES, Ranker, Ranking
 
 pytestmark = pytest.mark.long

@@ -3,9 +3,9 @@
 import polars as pl
 import pytest
 
-from leap_pipeline.cli import main
+from leap_pipeline.app.cli import main
+from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.simulation import SimulatedFleet
-from leap_pipeline.warehouse import open_warehouse
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 import polars as pl
 import pytest
 
-from leap_pipeline.lookup_table import build_lookup_table
+from leap_pipeline.modeling.lookup_table import build_lookup_table
 
 
 def _window() -> pl.DataFrame:

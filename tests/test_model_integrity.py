@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 import skops.io as sio
 
-from leap_pipeline import registry
+from leap_pipeline.modeling import registry
 from leap_pipeline.simulation import SimulatedFleet
 from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS

@@ -9,10 +9,10 @@ import sys
 import dagster as dg
 import pytest
 
-from leap_pipeline.calendar import CALENDAR_FILE, DATA_ENV, Calendar
-from leap_pipeline.definitions import build_definitions, materialize_days
-from leap_pipeline.partitions import NIGHTS_TAG, NightlyState, plan_tick
-from leap_pipeline.resources import (
+from leap_pipeline.orchestration.calendar import CALENDAR_FILE, DATA_ENV, Calendar
+from leap_pipeline.orchestration.definitions import build_definitions, materialize_days
+from leap_pipeline.orchestration.partitions import NIGHTS_TAG, NightlyState, plan_tick
+from leap_pipeline.orchestration.resources import (
     MlflowResource,
     SourceResource,
     TrainingResource,
@@ -76,7 +76,7 @@ def test_a_bad_calendar_file_is_an_error_naming_the_field(tmp_path, text, names)
 
 
 def test_a_process_id_is_told_apart_from_its_reuse():
-    from leap_pipeline.partitions import process_alive, process_identity
+    from leap_pipeline.orchestration.partitions import process_alive, process_identity
 
     me = process_identity(os.getpid())
     assert process_alive(me)
@@ -89,7 +89,7 @@ def test_every_process_of_an_installation_builds_the_same_partitions(tmp_path):
     own environment says about sources: nothing is scanned at import."""
     Calendar(first_day=dt.date(2026, 10, 3), source=SOURCE).save(tmp_path)
     script = (
-        "import leap_pipeline.definitions as d\n"
+        "import leap_pipeline.orchestration.definitions as d\n"
         "defs = d.defs()\n"
         "p = defs.resolve_job_def('nightly').partitions_def\n"
         "print(p.get_first_partition_key())"
@@ -123,7 +123,7 @@ def test_a_day_with_no_launches_is_landed_and_has_no_night():
 def test_an_empty_day_of_a_files_source_is_recorded_as_landed(tmp_path):
     import polars as pl
 
-    from leap_pipeline.sources import SimulatorSource
+    from leap_pipeline.data.sources import SimulatorSource
 
     simulator = SimulatorSource(seed=3, scale=0.02)
     root = tmp_path / "logs"
@@ -217,7 +217,7 @@ def test_the_schedule_trains_each_night_once_from_the_records(tmp_path, monkeypa
 
     # a persistent instance of the test's own; not dg.instance_for_test(), which leaves its
     # definitions-state storage set in the process after it exits (Dagster 1.13)
-    from leap_pipeline.runs import DAGSTER_YAML
+    from leap_pipeline.orchestration.runs import DAGSTER_YAML
 
     (tmp_path / "dagster").mkdir()
     (tmp_path / "dagster" / "dagster.yaml").write_text(DAGSTER_YAML)
@@ -247,18 +247,18 @@ def test_after_the_demo_the_ui_process_plans_the_next_night_and_a_rerun_reuses(t
     data registers no new version."""
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", DATA_ENV)}
-    demo = [sys.executable, "-m", "leap_pipeline.cli", "demo", "--scale", "0.02", "--days", "10",
-            "--nights", "1", "--data", str(data), "--json"]  # fmt: skip
+    demo = [sys.executable, "-m", "leap_pipeline.app.cli", "demo", "--scale", "0.02",
+            "--days", "10", "--nights", "1", "--data", str(data), "--json"]  # fmt: skip
     first = subprocess.run(demo, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     calendar = Calendar.load(data)
     last = calendar.first_day + dt.timedelta(days=9)
     assert last == calendar.last_closed_day() - dt.timedelta(days=1)  # yesterday is left open
-    from leap_pipeline.ui import ui_environment
+    from leap_pipeline.app.ui import ui_environment
 
     script = f"""
 import datetime as dt, dagster as dg
-import leap_pipeline.definitions as d
+import leap_pipeline.orchestration.definitions as d
 defs = d.defs()
 schedule = defs.get_schedule_def("nightly_schedule")
 at = dt.datetime.fromisoformat("{last + dt.timedelta(days=2)}T02:00:00+00:00")
@@ -302,8 +302,8 @@ def test_a_day_that_fails_its_audit_is_not_published_and_keeps_its_rows(tmp_path
     day's rows are the ones published before, never the rejected ones."""
     import polars as pl
 
-    from leap_pipeline.sources import SimulatorSource
-    from leap_pipeline.warehouse import open_warehouse
+    from leap_pipeline.data.sources import SimulatorSource
+    from leap_pipeline.data.warehouse import open_warehouse
 
     root = tmp_path / "logs"
     day = SimulatorSource(seed=3, scale=0.02).read_day(_day(1))

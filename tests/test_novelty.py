@@ -61,7 +61,7 @@ def test_one_known_type_judges_nothing_novel():
 
 
 def test_novelty_scores_say_how_often_the_flag_is_right():
-    from leap_pipeline.evaluation import novelty_scores
+    from leap_pipeline.modeling.evaluation import novelty_scores
 
     reference = NoveltyReference.fit(*_rows(KNOWN))
     _, X = _rows({"near": [4.4], "far": [30.0], "unknown": [np.nan]})

@@ -34,7 +34,7 @@ def test_the_import_layers_hold():
 
 
 def test_dagster_definitions_load():
-    from leap_pipeline.definitions import defs
+    from leap_pipeline.orchestration.definitions import defs
 
     assert defs().resolve_asset_graph().get_all_asset_keys()  # what workspace.yaml loads
 
@@ -44,7 +44,7 @@ def _leap(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "LEAP_WAREHOUSE"}
     with tempfile.TemporaryDirectory() as empty:
         return subprocess.run(
-            [sys.executable, "-m", "leap_pipeline.cli", *args],
+            [sys.executable, "-m", "leap_pipeline.app.cli", *args],
             capture_output=True, text=True, cwd=empty, env=env,
         )  # fmt: skip
 
@@ -80,7 +80,7 @@ def test_fleet_stats_rejects_bad_arguments_by_name(args, named):
 def test_the_committed_dagster_yaml_is_the_one_the_demo_writes():
     from pathlib import Path
 
-    from leap_pipeline.runs import DAGSTER_YAML
+    from leap_pipeline.orchestration.runs import DAGSTER_YAML
 
     committed = Path(__file__).parents[1] / "data" / "dagster" / "dagster.yaml"
     assert committed.read_text() == DAGSTER_YAML

@@ -6,10 +6,10 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from leap_pipeline.definitions import materialize_days
-from leap_pipeline.evaluation import fit_models
-from leap_pipeline.training import expert_backend
-from leap_pipeline.warehouse import open_warehouse
+from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.evaluation import fit_models
+from leap_pipeline.modeling.training import expert_backend
+from leap_pipeline.orchestration.definitions import materialize_days
 from leap_serving.features import FEATURE_COLUMNS
 
 SOURCE = "simulator:seed=3,scale=0.02"

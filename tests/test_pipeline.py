@@ -9,10 +9,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from leap_pipeline.definitions import materialize_days
-from leap_pipeline.feature_table import FEATURE_TABLE_COLUMNS, land_day
-from leap_pipeline.sources import FileSource, SimulatorSource, source_from_uri
-from leap_pipeline.warehouse import WarehouseError, open_warehouse
+from leap_pipeline.data.feature_table import FEATURE_TABLE_COLUMNS, land_day
+from leap_pipeline.data.sources import FileSource, SimulatorSource, source_from_uri
+from leap_pipeline.data.warehouse import WarehouseError, open_warehouse
+from leap_pipeline.orchestration.definitions import materialize_days
 from leap_serving.features import FEATURE_COLUMNS, expand_candidates, launch_features
 from leap_serving.validation import ContractError
 
@@ -96,7 +96,7 @@ def test_warehouse_refuses_unknown_tables_and_changed_columns(tmp_path):
 
 
 def test_only_a_warehouse_with_other_feature_columns_is_discarded(tmp_path):
-    from leap_pipeline.feature_table import FEATURE_TABLE_COLUMNS, discard_stale_warehouse
+    from leap_pipeline.data.feature_table import FEATURE_TABLE_COLUMNS, discard_stale_warehouse
 
     current = {c: [FIRST] if c == "ds" else [1.0] for c in FEATURE_TABLE_COLUMNS}
     for name, columns, stale in (("old", {"attempt_id": ["a"]}, True), ("new", current, False)):
@@ -145,7 +145,7 @@ def test_a_warehouse_released_while_waiting_opens(warehouse):
 
 
 def test_discarding_a_stale_warehouse_removes_its_log(tmp_path):
-    from leap_pipeline.warehouse import remove_warehouse
+    from leap_pipeline.data.warehouse import remove_warehouse
 
     path = tmp_path / "w.duckdb"
     path.write_bytes(b"x")
@@ -332,7 +332,7 @@ def test_training_and_serving_extract_byte_identical_rows(warehouse):
 
 
 def test_fleet_stats_reads_the_feature_table(warehouse, capsys):
-    from leap_pipeline.cli import main
+    from leap_pipeline.app.cli import main
 
     assert main(["fleet", "stats", "--json", "--warehouse", str(warehouse)]) == 0
     stats = json.loads(capsys.readouterr().out)
@@ -364,7 +364,7 @@ def test_kill_still_stops_a_background_process_after_an_in_process_run(tmp_path)
 import datetime as dt, os, signal, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-from leap_pipeline.runs import land_days
+from leap_pipeline.orchestration.runs import land_days
 day = dt.date(2026, 1, 1)
 land_days(day, day, "simulator:seed=0,scale=0.01", {str(tmp_path / "w.duckdb")!r})
 print("SIGTERM handler after the run:", signal.getsignal(signal.SIGTERM), flush=True)

@@ -5,9 +5,9 @@ import logging
 
 import numpy as np
 
+from leap_pipeline.modeling.progress import LOGGER_NAME, Progress, TerminalLine
 from leap_serving import progress as progress_module
-from leap_serving.cascade import BinnedCascade, profile_params
-from leap_serving.progress import LOGGER_NAME, Progress, TerminalLine, cascade_units
+from leap_serving.cascade import BinnedCascade, cascade_units, profile_params
 
 
 def _fit_with_progress(caplog, n_bins: int, em_sample: float = 1.0) -> list[logging.LogRecord]:

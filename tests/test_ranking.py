@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leap_pipeline import registry
-from leap_pipeline.definitions import materialize_days
-from leap_pipeline.evaluation import fit_models
-from leap_pipeline.training import save_trained
-from leap_pipeline.warehouse import open_warehouse
+from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling import registry
+from leap_pipeline.modeling.evaluation import fit_models
+from leap_pipeline.modeling.training import save_trained
+from leap_pipeline.orchestration.definitions import materialize_days
 from leap_serving.compiled import CompiledCascade
 from leap_serving.features import FEATURE_COLUMNS, expand_candidates, launch_matrix
 from leap_serving.ranking import Ranker, Ranking, _check_job

@@ -7,8 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from leap_pipeline import routing
-from leap_serving.progress import LOGGER_NAME
+from leap_pipeline.modeling.progress import LOGGER_NAME
+from leap_pipeline.studies import routing
 
 
 def _jobs(n: int) -> pl.DataFrame:
@@ -63,7 +63,7 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     """Through the report's asset, which lands its own warehouse's days with the data assets."""
     import dagster as dg
 
-    from leap_pipeline.definitions import defs
+    from leap_pipeline.orchestration.definitions import defs
 
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         result = (
@@ -131,7 +131,7 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
 
 
 def test_first_choice_ties_are_ordered_by_type_name():
-    from leap_pipeline.report import first_choice_shares
+    from leap_pipeline.studies.report import first_choice_shares
 
     attempts = pl.DataFrame({"attempt_id": list("abcdef"), "model_type": ["m"] * 6})
     lists = {"a": ["T4"], "b": ["T4"], "c": ["L4"], "d": ["A10G"], "e": ["H100"], "f": []}
@@ -142,8 +142,8 @@ def test_first_choice_ties_are_ordered_by_type_name():
 
 
 def test_flags_left_out_take_the_report_settings_defaults():
-    from leap_pipeline.cli import build_parser
-    from leap_pipeline.report import ReportSettings
+    from leap_pipeline.app.cli import build_parser
+    from leap_pipeline.studies.report import ReportSettings
 
     args = build_parser().parse_args(["report"])
     settings = ReportSettings.from_options(args.scale, args.nights, args.seed, args.data, False)

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 import leap_serving
-from leap_pipeline import registry
+from leap_pipeline.modeling import registry
 from leap_pipeline.simulation import SimulatedFleet
 from leap_serving import pyfunc
 from leap_serving.cascade import BinnedCascade, profile_params

@@ -9,19 +9,19 @@ import numpy as np
 import polars as pl
 import pytest
 
-from leap_pipeline import registry
-from leap_pipeline.definitions import materialize_days
-from leap_pipeline.evaluation import (
+from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling import registry
+from leap_pipeline.modeling.evaluation import (
     check_window,
     evaluate,
     fit_models,
     frequency_band,
     training_window,
 )
-from leap_pipeline.runs import night_record
+from leap_pipeline.modeling.training import load_trained, models_folder, run_night
+from leap_pipeline.orchestration.definitions import materialize_days
+from leap_pipeline.orchestration.runs import night_record
 from leap_pipeline.settings import GateSettings, RegistrySettings, TrainingSettings
-from leap_pipeline.training import load_trained, models_folder, run_night
-from leap_pipeline.warehouse import open_warehouse
 
 SOURCE = "simulator:seed=3,scale=0.02"
 FIRST = dt.date(2026, 1, 1)
@@ -224,9 +224,9 @@ def test_an_asset_materialized_alone_uses_its_upstreams_record_or_says_what_to_r
     an older run left, and without such a record it fails saying what to materialize."""
     import dagster as dg
 
-    from leap_pipeline.calendar import Calendar
-    from leap_pipeline.definitions import build_definitions
-    from leap_pipeline.runs import DAGSTER_YAML
+    from leap_pipeline.orchestration.calendar import Calendar
+    from leap_pipeline.orchestration.definitions import build_definitions
+    from leap_pipeline.orchestration.runs import DAGSTER_YAML
 
     defs = build_definitions(Calendar(first_day=FIRST))
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from leap_pipeline.calendar import Calendar
-from leap_pipeline.ui import answers, free_port
+from leap_pipeline.app.ui import answers, free_port
+from leap_pipeline.orchestration.calendar import Calendar
 
 MODEL = "leap-throughput"
 DAYS = 10
@@ -62,14 +62,14 @@ def servers(tmp_path_factory):
         "MLFLOW_DISABLE_TELEMETRY": "true",
     }
     demo = subprocess.run(
-        [sys.executable, "-m", "leap_pipeline.cli", "demo", "--scale", "0.02", "--days",
+        [sys.executable, "-m", "leap_pipeline.app.cli", "demo", "--scale", "0.02", "--days",
          str(DAYS), "--nights", "1", "--data", str(data), "--json"],
         capture_output=True, text=True, env=env, cwd=data.parent,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stderr[-3000:]
     dagster_port, mlflow_port = free_port(), free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "leap_pipeline.cli", "ui", "--data", str(data),
+        [sys.executable, "-m", "leap_pipeline.app.cli", "ui", "--data", str(data),
          "--dagster-port", str(dagster_port), "--mlflow-port", str(mlflow_port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
@@ -122,7 +122,7 @@ def test_a_person_materializes_the_day_after_the_demo_from_the_ui(servers):
     day = (servers.last + dt.timedelta(days=1)).isoformat()
     launched = servers.graphql(
         "mutation { launchRun(executionParams: { selector: { repositoryLocationName: "
-        '"leap_pipeline.definitions", repositoryName: "__repository__", jobName: '
+        '"leap_pipeline.orchestration.definitions", repositoryName: "__repository__", jobName: '
         f'"daily_pipeline" }}, executionMetadata: {{ tags: [{{ key: "dagster/partition", '
         f'value: "{day}" }}] }} }}) {{ __typename ... on LaunchRunSuccess {{ run {{ runId }} }} '
         "... on PythonError { message } } }"

@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .calendar import Calendar
-from .definitions import materialize_days
-from .evaluation import MODELS
-from .lookup_table import MIN_SUPPORT
-from .registry import configure_tracking, model_uri, production_version
-from .runs import ensure_dagster_home, night_record
-from .sources import source_from_uri
+from leap_pipeline.data.sources import source_from_uri
+from leap_pipeline.modeling.evaluation import MODELS
+from leap_pipeline.modeling.registry import configure_tracking, model_uri, production_version
+from leap_pipeline.orchestration.calendar import Calendar
+from leap_pipeline.orchestration.definitions import materialize_days
+from leap_pipeline.orchestration.runs import ensure_dagster_home, night_record
+from leap_pipeline.settings import MIN_SUPPORT
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
 
 
 def _landed_days(warehouse: Path) -> list[dt.date]:
-    from .resources import WarehouseResource
+    from leap_pipeline.orchestration.resources import WarehouseResource
 
     return WarehouseResource(path=str(warehouse)).landed_days("source_log")
 

@@ -15,21 +15,18 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import polars as pl
 
+from leap_pipeline.settings import DEFAULT_SOURCE, SOURCE_ENV, environment  # noqa: F401
+from leap_pipeline.simulation import SPAN_START, SimulatedFleet
+from leap_pipeline.simulation.catalog import SPAN_DAYS
 from leap_serving.contract import schema
 from leap_serving.validation import ContractError, convert, with_contract_columns
 
-from .simulation import SPAN_START, SimulatedFleet
-from .simulation.catalog import SPAN_DAYS
-
-SOURCE_ENV = "LEAP_SOURCE"
-DEFAULT_SOURCE = "simulator:seed=0,scale=0.05"
 FILE_SUFFIXES = (".parquet", ".csv")
 
 
@@ -185,7 +182,7 @@ def typed_frame(frame: pl.DataFrame, source: str = "hardware_specs") -> pl.DataF
 
 def source_from_uri(uri: str | None = None) -> Source:
     """The source a URI names; empty means ``$LEAP_SOURCE``, then the default simulator."""
-    uri = uri or os.environ.get(SOURCE_ENV) or DEFAULT_SOURCE
+    uri = uri or environment().source
     if uri == "simulator" or uri.startswith("simulator:"):
         settings = {}
         for item in filter(None, uri.partition(":")[2].split(",")):

@@ -25,27 +25,41 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.model import ModelArtifactError, load_registered
-from leap_serving.publish import PublicationError, verify_folder
-
-from . import registry
-from .assets import SINGLE_RUN, partition_days, per_day_table, record_worker
-from .calendar import data_folder
-from .evaluation import (
+from leap_pipeline.data.sources import Oracle, logged_source
+from leap_pipeline.modeling import registry
+from leap_pipeline.modeling.evaluation import (
     EVALUATION_FILES,
     WINDOW_DAYS,
     headline,
     markdown_table,
     plot_nightly_w20,
 )
-from .locks import held
-from .report import ReportSettings, build_report
-from .resources import MlflowResource, TrainingResource, WarehouseResource
-from .runs import land_days
-from .settings import RegistrySettings
-from .sources import Oracle, logged_source
-from .training import models_folder, night_inputs, reusable_night, run_night, save_trained
+from leap_pipeline.modeling.training import (
+    models_folder,
+    night_inputs,
+    reusable_night,
+    run_night,
+    save_trained,
+)
+from leap_pipeline.orchestration.calendar import data_folder
+from leap_pipeline.orchestration.data_assets import (
+    SINGLE_RUN,
+    partition_days,
+    per_day_table,
+    record_worker,
+)
+from leap_pipeline.orchestration.locks import held
+from leap_pipeline.orchestration.resources import (
+    MlflowResource,
+    TrainingResource,
+    WarehouseResource,
+)
+from leap_pipeline.orchestration.runs import land_days
+from leap_pipeline.settings import RegistrySettings
+from leap_pipeline.studies.report import ReportSettings, build_report
+from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.model import ModelArtifactError, load_registered
+from leap_serving.publish import PublicationError, verify_folder
 
 EVALUATION_COLUMNS = ("w5", "w10", "w15", "w20", "mdape", "median_ratio", "coverage")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from .calendar import Calendar
-from .settings import GateSettings, RegistrySettings, TrainingSettings
-from .sources import Source, source_from_uri
-from .warehouse import Warehouse, default_path, open_warehouse
+from leap_pipeline.data.sources import Source, source_from_uri
+from leap_pipeline.data.warehouse import Warehouse, default_path, open_warehouse
+from leap_pipeline.orchestration.calendar import Calendar
+from leap_pipeline.settings import GateSettings, RegistrySettings, TrainingSettings
 
 
 class SourceResource(dg.ConfigurableResource):
@@ -103,7 +103,7 @@ class MlflowResource(dg.ConfigurableResource):
     store: str = ""
 
     def configure(self) -> str:
-        from .registry import configure_tracking
+        from leap_pipeline.modeling.registry import configure_tracking
 
         return configure_tracking(self.store or None)
 

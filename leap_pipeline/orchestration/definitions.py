@@ -10,11 +10,11 @@ import datetime as dt
 
 import dagster as dg
 
-from .assets import DATA_ASSET_KEYS, data_assets
-from .calendar import Calendar
-from .evaluation import MIN_WINDOW_DAYS
-from .model_assets import model_assets, paper_report
-from .partitions import (
+from leap_pipeline.data.warehouse import WarehouseError
+from leap_pipeline.orchestration.calendar import Calendar
+from leap_pipeline.orchestration.data_assets import DATA_ASSET_KEYS, data_assets
+from leap_pipeline.orchestration.model_assets import model_assets, paper_report
+from leap_pipeline.orchestration.partitions import (
     ATTEMPT_TAG,
     NIGHTS_TAG,
     PID_TAG,
@@ -23,15 +23,15 @@ from .partitions import (
     plan_tick,
     process_alive,
 )
-from .resources import (
+from leap_pipeline.orchestration.resources import (
     MlflowResource,
     NightRecords,
     SourceResource,
     TrainingResource,
     WarehouseResource,
 )
-from .runs import run_days
-from .warehouse import WarehouseError
+from leap_pipeline.orchestration.runs import run_days
+from leap_pipeline.settings import MIN_WINDOW_DAYS
 
 MODEL_ASSET_KEYS = [
     dg.AssetKey(n) for n in ("cascade_model", "model_evaluation", "production_model")
@@ -62,7 +62,7 @@ def nightly_state(
 ) -> NightlyState:
     """What happened, read from the records: the warehouse's landing log, the registry's
     versions, and the instance's runs."""
-    from . import registry
+    from leap_pipeline.modeling import registry
 
     landed = set(warehouse.landed_days("source_log"))
     empty = set(warehouse.empty_days())

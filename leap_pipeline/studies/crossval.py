@@ -17,14 +17,13 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
+from leap_pipeline.modeling.evaluation import novelty_scores, select_model
+from leap_pipeline.modeling.lookup_table import build_lookup_table
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS, build_features, roofline_log_q
 from leap_serving.history import history_features, history_snapshot, with_family
 from leap_serving.novelty import NoveltyReference
-
-from .evaluation import novelty_scores, select_model
-from .lookup_table import build_lookup_table
 
 SPLITS = ("leave-model-hardware-out", "leave-hardware-out", "leave-model-out", "random")
 MODELS = (

@@ -18,10 +18,7 @@ from collections.abc import Iterator
 import dagster as dg
 import polars as pl
 
-from leap_serving.features import ALWAYS_PRESENT_FEATURES
-from leap_serving.history import MAX_SNAPSHOT_FAMILIES, SNAPSHOT_INPUT_COLUMNS, history_snapshot
-
-from .feature_table import (
+from leap_pipeline.data.feature_table import (
     FEATURE_TABLE_COLUMNS,
     HISTORY_LOOKBACK_DAYS,
     LandedDay,
@@ -29,8 +26,10 @@ from .feature_table import (
     empty_snapshot,
     land_day,
 )
-from .partitions import PID_TAG, process_identity
-from .resources import SourceResource, WarehouseResource
+from leap_pipeline.orchestration.partitions import PID_TAG, process_identity
+from leap_pipeline.orchestration.resources import SourceResource, WarehouseResource
+from leap_serving.features import ALWAYS_PRESENT_FEATURES
+from leap_serving.history import MAX_SNAPSHOT_FAMILIES, SNAPSHOT_INPUT_COLUMNS, history_snapshot
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 FEATURE_CHECKS = (

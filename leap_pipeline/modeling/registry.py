@@ -11,8 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import json
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,10 +19,9 @@ import polars as pl
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from leap_pipeline.settings import MODEL_NAME_ENV, environment, set_environment  # noqa: F401
 from leap_serving.model import SHA256_TAG
 
-MODEL_NAME_ENV = "LEAP_MODEL_NAME"
-DEFAULT_MODEL_NAME = "leap-throughput"
 ALIAS = "production"
 EXPERIMENT = "leap-nightly"
 DEFAULT_STORE = Path("data") / "mlflow"
@@ -34,10 +31,8 @@ RUN_KINDS = ("nightly", "adhoc", "test")
 
 
 def model_name() -> str:
-    name = os.environ.get(MODEL_NAME_ENV) or DEFAULT_MODEL_NAME
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ValueError(f"{MODEL_NAME_ENV}={name!r}: use letters, digits, '_', '.' and '-'")
-    return name
+    """``$LEAP_MODEL_NAME``, validated, else the default name."""
+    return environment().model_name
 
 
 def model_uri(alias: str = ALIAS, name: str | None = None) -> str:
@@ -48,15 +43,15 @@ def configure_tracking(store: str | Path | None = None) -> str:
     """Point MLflow at a SQLite store under ``store`` when given, else ``$MLFLOW_TRACKING_URI``,
     else ``data/mlflow``; create the experiment (with its artifact folder beside a local store).
     Returns the tracking URI."""
-    if store is None and os.environ.get("MLFLOW_TRACKING_URI"):
-        uri = os.environ["MLFLOW_TRACKING_URI"]
+    if store is None and environment().mlflow_tracking_uri:
+        uri = environment().mlflow_tracking_uri
         artifacts = None
     else:
         folder = Path(store or DEFAULT_STORE).resolve()
         folder.mkdir(parents=True, exist_ok=True)
         uri = f"sqlite:///{folder / 'mlflow.db'}"
         artifacts = (folder / "artifacts").as_uri()
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    set_environment(overwrite=False, MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     if mlflow.get_experiment_by_name(EXPERIMENT) is None:

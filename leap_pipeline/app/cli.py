@@ -6,7 +6,6 @@ import argparse
 import datetime as dt
 import json
 import logging
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -14,14 +13,15 @@ from pathlib import Path
 
 import polars as pl
 
-from .fleet_stats import (
+from leap_pipeline.data.warehouse import WarehouseError, default_path
+from leap_pipeline.settings import set_environment
+from leap_pipeline.simulation import FleetArgumentError
+from leap_pipeline.studies.fleet_stats import (
     STAT_RANGES,
     in_range,
     simulated_fleet_statistics,
     warehouse_fleet_statistics,
 )
-from .simulation import FleetArgumentError
-from .warehouse import WarehouseError, default_path
 
 
 def _format(value: float | bool | None) -> str:
@@ -80,7 +80,7 @@ def fleet_stats(args: argparse.Namespace) -> int:
 
 
 def materialize(args: argparse.Namespace) -> int:
-    from .definitions import materialize_days
+    from leap_pipeline.orchestration.definitions import materialize_days
 
     end = args.end or args.start
     print(f"materializing {args.start} .. {end}", file=sys.stderr)
@@ -90,7 +90,7 @@ def materialize(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from .demo import DemoSettings, run_demo, summary_lines
+    from leap_pipeline.app.demo import DemoSettings, run_demo, summary_lines
 
     settings = DemoSettings(
         scale=args.scale, days=args.days, nights=args.nights, seed=args.seed,
@@ -106,7 +106,7 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def model_command(args: argparse.Namespace) -> int:
-    from . import registry
+    from leap_pipeline.modeling import registry
 
     registry.configure_tracking(Path(args.data) / "mlflow" if args.data else None)
     if args.model_command == "promote":
@@ -120,8 +120,8 @@ def model_command(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from .report import ReportSettings, build_report
-    from .runs import land_days
+    from leap_pipeline.orchestration.runs import land_days
+    from leap_pipeline.studies.report import ReportSettings, build_report
 
     settings = ReportSettings.from_options(
         args.scale, args.nights, args.seed, args.data, args.quick
@@ -141,7 +141,7 @@ def report(args: argparse.Namespace) -> int:
 def imported_calendar(data: Path, first: dt.date, source: str):
     """Imported logs bring their own days: the data folder's calendar starts no later than the
     first imported day, and names the staged logs as its source unless it names other logs."""
-    from .calendar import Calendar
+    from leap_pipeline.orchestration.calendar import Calendar
 
     calendar = Calendar.load(data)
     # the folder's own logs replace a simulated source; another folder of logs stays
@@ -155,9 +155,9 @@ def imported_calendar(data: Path, first: dt.date, source: str):
 
 
 def import_logs(args: argparse.Namespace) -> int:
-    from .definitions import materialize_days
-    from .importer import stage_import
-    from .warehouse import open_warehouse
+    from leap_pipeline.data.importer import stage_import
+    from leap_pipeline.data.warehouse import open_warehouse
+    from leap_pipeline.orchestration.definitions import materialize_days
 
     staging = Path(args.data) / "imports" / "staging"
     staged = stage_import(
@@ -190,13 +190,13 @@ def import_logs(args: argparse.Namespace) -> int:
 
 
 def user_interfaces(args: argparse.Namespace) -> int:
-    from .ui import serve
+    from leap_pipeline.app.ui import serve
 
     return serve(Path(args.data), args.dagster_port, args.mlflow_port)
 
 
 def crossval(args: argparse.Namespace) -> int:
-    from .crossval import MODELS, SPLITS, exclude_groups, run_split
+    from leap_pipeline.studies.crossval import MODELS, SPLITS, exclude_groups, run_split
 
     attempts, specs = _static_source(args)
     attempts = exclude_groups(attempts, args.exclude)
@@ -235,11 +235,10 @@ def crossval(args: argparse.Namespace) -> int:
 
 
 def _static_source(args: argparse.Namespace):
+    from leap_pipeline.data.importer import _read_all
+    from leap_pipeline.data.public_data import PUBLIC_SOURCES, public_sources
+    from leap_pipeline.data.sources import typed_frame
     from leap_serving.validation import validate_attempts
-
-    from .importer import _read_all
-    from .public_data import PUBLIC_SOURCES, public_sources
-    from .sources import typed_frame
 
     path = Path(args.path)
     if args.source in PUBLIC_SOURCES:
@@ -264,7 +263,7 @@ def _static_source(args: argparse.Namespace):
     return validated.kept, specs
 
 
-EXAMPLE_JOB = Path(__file__).parents[1] / "examples" / "job.json"
+EXAMPLE_JOB = Path(__file__).parents[2] / "examples" / "job.json"
 
 
 def rank(args: argparse.Namespace) -> int:
@@ -288,8 +287,9 @@ def rank(args: argparse.Namespace) -> int:
     if isinstance(job, dict):
         job.pop("candidates", None)
     if args.data:
-        os.environ.setdefault(
-            "MLFLOW_TRACKING_URI", f"sqlite:///{Path(args.data).resolve()}/mlflow/mlflow.db"
+        set_environment(
+            overwrite=False,
+            MLFLOW_TRACKING_URI=f"sqlite:///{Path(args.data).resolve()}/mlflow/mlflow.db",
         )
     ranker = Ranker(args.model or None, check_interval_s=float("inf"), wait=True)
     result: Ranking = ranker.rank(job, candidates if candidates is not None else [])
@@ -427,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
 @contextmanager
 def progress_on_stderr() -> Iterator[None]:
     """Training progress (``leap.progress``) on stderr: one line in place on a terminal."""
-    from leap_serving.progress import LOGGER, TerminalLine
+    from leap_pipeline.modeling.progress import LOGGER, TerminalLine
 
     handler = TerminalLine(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))

@@ -22,11 +22,9 @@ import joblib
 import polars as pl
 from sklearn.ensemble import HistGradientBoostingRegressor
 
-from leap_serving.cascade import BinnedCascade
-from leap_serving.model import LeapModel, dump_skops, load_skops
-from leap_serving.publish import PublicationError, publish_folder, verify_folder
-
-from .evaluation import (
+from leap_pipeline.data.sources import Oracle
+from leap_pipeline.data.warehouse import Warehouse
+from leap_pipeline.modeling.evaluation import (
     TrainedModels,
     evaluate,
     evaluation_summary,
@@ -34,10 +32,11 @@ from .evaluation import (
     training_window,
     write_evaluation_files,
 )
-from .lookup_table import LookupTable
-from .settings import TrainingSettings
-from .sources import Oracle
-from .warehouse import Warehouse
+from leap_pipeline.modeling.lookup_table import LookupTable
+from leap_pipeline.settings import TrainingSettings
+from leap_serving.cascade import BinnedCascade
+from leap_serving.model import LeapModel, dump_skops, load_skops
+from leap_serving.publish import PublicationError, publish_folder, verify_folder
 
 
 def models_folder(warehouse_path: Path, day: dt.date) -> Path:

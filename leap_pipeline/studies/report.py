@@ -22,27 +22,32 @@ import numpy as np
 import polars as pl
 from threadpoolctl import threadpool_limits
 
-from leap_serving import metrics
-from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
-from leap_serving.compiled import CompiledCascade
-from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
-from leap_serving.novelty import NoveltyReference
-from leap_serving.progress import SINGLE_GBDT_UNITS, BoostingRounds, Progress, cascade_units
-from leap_serving.publish import write_atomic
-from leap_serving.ranking import Ranker
-
-from . import routing
-from .evaluation import (
+from leap_pipeline.data.feature_table import discard_stale_warehouse
+from leap_pipeline.data.sources import source_from_uri
+from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.evaluation import (
     WINDOW_DAYS,
     novelty_scores,
     validation_rows,
 )
-from .feature_table import discard_stale_warehouse
-from .lookup_table import MIN_SUPPORT
-from .settings import TrainingSettings
-from .sources import source_from_uri
-from .training import run_night, save_trained
-from .warehouse import open_warehouse
+from leap_pipeline.modeling.progress import Progress
+from leap_pipeline.modeling.training import run_night, save_trained
+from leap_pipeline.settings import MIN_SUPPORT, TrainingSettings
+from leap_pipeline.studies import routing
+from leap_serving import metrics
+from leap_serving.cascade import (
+    SINGLE_GBDT_UNITS,
+    BinnedCascade,
+    cascade_units,
+    fit_booster,
+    profile_params,
+    single_gbdt,
+)
+from leap_serving.compiled import CompiledCascade
+from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
+from leap_serving.novelty import NoveltyReference
+from leap_serving.publish import write_atomic
+from leap_serving.ranking import Ranker
 
 
 @dataclass(frozen=True)
@@ -244,7 +249,7 @@ def ablation(
             columns = [c for g in chosen for c in FEATURE_GROUPS[g]]
             X = window.select(columns).to_numpy()
             model = single_gbdt(settings.profile)
-            with BoostingRounds(progress, model, SINGLE_GBDT_UNITS, f"rung {rung}/{len(groups)}, "):
+            with progress.rounds(model, SINGLE_GBDT_UNITS, f"rung {rung}/{len(groups)}, "):
                 model = fit_booster(model, X, y, held_out)
             ladder.append(
                 {
@@ -454,7 +459,7 @@ def figures(window: pl.DataFrame, series: pl.DataFrame, report: dict, root: Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .evaluation import plot_nightly_w20
+    from leap_pipeline.modeling.evaluation import plot_nightly_w20
 
     paths = []
     long = series.unpivot(index="ds", variable_name="model", value_name="w20")

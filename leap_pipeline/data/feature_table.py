@@ -13,13 +13,12 @@ from pathlib import Path
 
 import polars as pl
 
+from leap_pipeline.data.sources import SourceDay, typed_frame
+from leap_pipeline.data.warehouse import open_warehouse, remove_warehouse
 from leap_serving.contract import schema
 from leap_serving.features import FEATURE_COLUMNS, build_features
 from leap_serving.history import SNAPSHOT_SCHEMA, history_features, with_family
 from leap_serving.validation import validate_attempts
-
-from .sources import SourceDay, typed_frame
-from .warehouse import open_warehouse, remove_warehouse
 
 ID_COLUMNS: tuple[str, ...] = (
     "attempt_id",

@@ -7,7 +7,6 @@ start, and it is recorded in ``$DAGSTER_HOME`` when that is set, visible in the 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -15,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
+
+from leap_pipeline.settings import environment, set_environment
 
 # The instance settings of data/dagster/dagster.yaml (a test keeps the committed file equal).
 DAGSTER_YAML = """\
@@ -41,19 +42,19 @@ run_monitoring:
 
 def ensure_dagster_home(folder: Path) -> Path:
     """Use ``folder`` as ``DAGSTER_HOME`` unless one is set; create it with its dagster.yaml."""
-    if not os.environ.get("DAGSTER_HOME"):
+    if not environment().dagster_home:
         folder = folder.resolve()
         folder.mkdir(parents=True, exist_ok=True)
         config = folder / "dagster.yaml"
         if not config.exists():
             config.write_text(DAGSTER_YAML)
-        os.environ["DAGSTER_HOME"] = str(folder)
-    return Path(os.environ["DAGSTER_HOME"])
+        set_environment(DAGSTER_HOME=str(folder))
+    return Path(environment().dagster_home)
 
 
 def dagster_instance() -> dg.DagsterInstance:
     """The persistent instance when ``DAGSTER_HOME`` is set, else a throwaway one."""
-    if os.environ.get("DAGSTER_HOME"):
+    if environment().dagster_home:
         return dg.DagsterInstance.get()
     return dg.DagsterInstance.ephemeral()
 
@@ -124,9 +125,9 @@ def land_days(first: dt.date, last: dt.date, source: str, warehouse: str) -> Non
     """Run the data assets for days ``first`` .. ``last`` of ``source`` into the warehouse file
     ``warehouse``, in one run: the report's ``LandDays``, for the CLI and the report's asset
     alike (an asset cannot reach the definitions it belongs to)."""
-    from .assets import data_assets
-    from .calendar import Calendar
-    from .resources import SourceResource, WarehouseResource
+    from leap_pipeline.orchestration.calendar import Calendar
+    from leap_pipeline.orchestration.data_assets import data_assets
+    from leap_pipeline.orchestration.resources import SourceResource, WarehouseResource
 
     calendar = Calendar(first_day=first)  # the caller's own days, whatever the installation's
     calendar.check_days(first, last)

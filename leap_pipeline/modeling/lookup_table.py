@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from leap_pipeline.settings import MIN_SUPPORT
+
 LOOKUP_KEY: tuple[str, ...] = ("model_type", "num_trainers", "batch_size", "hardware_type")
 TOP_MODEL_TYPES = 19
-MIN_SUPPORT = 20
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-log = logging.getLogger("leap_pipeline.locks")
+log = logging.getLogger("leap_pipeline.orchestration.locks")
 
 
 @contextmanager

@@ -19,9 +19,10 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from .calendar import DATA_ENV, Calendar
+from leap_pipeline.orchestration.calendar import Calendar
+from leap_pipeline.settings import DATA_ENV, WAREHOUSE_ENV, child_environment
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT_S = 20.0
 
 
@@ -46,14 +47,15 @@ def ui_environment(data: Path) -> dict[str, str]:
     daemon, its run workers): its data folder, whose calendar file sets the partitions, the
     Dagster home, the warehouse and the MLflow store."""
     data = data.resolve()
-    return {
-        **os.environ,
-        DATA_ENV: str(data),
-        "DAGSTER_HOME": str(data / "dagster"),
-        "LEAP_WAREHOUSE": str(data / "leap.duckdb"),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{data / 'mlflow' / 'mlflow.db'}",
-        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-    }
+    return child_environment(
+        **{
+            DATA_ENV: str(data),
+            "DAGSTER_HOME": str(data / "dagster"),
+            WAREHOUSE_ENV: str(data / "leap.duckdb"),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{data / 'mlflow' / 'mlflow.db'}",
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        }
+    )
 
 
 def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple[list, dict]]:

@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from leap_pipeline.modeling.lookup_table import LOOKUP_KEY, build_lookup_table
 from leap_serving import metrics
-
-from .lookup_table import LOOKUP_KEY, build_lookup_table
 
 MIN_ROWS_PER_TYPE = 1_000
 # The attempt columns the statistics read (the feature table carries them all).
@@ -176,7 +175,9 @@ def simulated_fleet_statistics(
 
     The last day is the held-out day; the oracle scores its true medians (the noise ceiling).
     """
-    from .simulation import SimulatedFleet  # the simulator is only needed for this entry point
+    from leap_pipeline.simulation import (
+        SimulatedFleet,  # the simulator is only needed for this entry point
+    )
 
     fleet = SimulatedFleet(seed=seed, scale=scale)
     if isinstance(days, bool) or not isinstance(days, int) or days < 2:
@@ -202,8 +203,8 @@ def warehouse_fleet_statistics(
     warehouse was filled from the simulator, its oracle scores the held-out day and its scale
     applies; otherwise the scale is 1.0.
     """
-    from .sources import logged_simulator
-    from .warehouse import open_warehouse
+    from leap_pipeline.data.sources import logged_simulator
+    from leap_pipeline.data.warehouse import open_warehouse
 
     with open_warehouse(path, read_only=True) as wh:
         stored = wh.partitions("feature_table")

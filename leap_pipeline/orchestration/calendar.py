@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import tomllib
 import zoneinfo
 from dataclasses import dataclass, replace
@@ -27,17 +26,16 @@ from pathlib import Path
 
 import dagster as dg
 
-from .sources import SPAN_START
+from leap_pipeline.data.sources import SPAN_START
+from leap_pipeline.settings import DATA_ENV, environment  # noqa: F401 (DATA_ENV: for callers)
 
-DATA_ENV = "LEAP_DATA"
-DEFAULT_DATA = Path("data")
 CALENDAR_FILE = "leap.toml"
 
 
 def data_folder() -> Path:
     """The installation's data folder: ``$LEAP_DATA``, else ``data`` under the working
     directory."""
-    return Path(os.environ.get(DATA_ENV) or DEFAULT_DATA)
+    return environment().data
 
 
 @dataclass(frozen=True)

@@ -14,23 +14,6 @@ import time
 LOGGER_NAME = "leap.progress"
 LOGGER = logging.getLogger(LOGGER_NAME)
 
-# Work units, measured on a demo night (scale 0.1, fast profile, K = 6): one EM iteration
-# (every expert once on all rows) 14 s, the refit 13 s, the classifier 18 s, a single GBDT 11 s.
-EM_ITERATION_UNITS = 1.0
-CLASSIFIER_UNITS_PER_BIN = 0.2
-SINGLE_GBDT_UNITS = 0.75
-
-
-def cascade_units(
-    max_em_iter: int, n_bins: int, expert_overlap: float = 0.0, em_sample: float = 1.0
-) -> float:
-    """An upper bound on a cascade fit's work (EM may stop early: ``Progress.drop``)."""
-    if n_bins == 1:
-        return SINGLE_GBDT_UNITS
-    refit = EM_ITERATION_UNITS * (1.0 + 2.0 * expert_overlap)
-    em = max_em_iter * EM_ITERATION_UNITS * em_sample
-    return em + refit + CLASSIFIER_UNITS_PER_BIN * n_bins
-
 
 def _duration(seconds: float) -> str:
     seconds = round(seconds)
@@ -63,6 +46,10 @@ class Progress:
     def drop(self, units: float) -> None:
         """Work the estimate counted that will not be done (EM converged early)."""
         self.total = max(self.done, self.total - units)
+
+    def rounds(self, estimator, units: float, step: str = "", done: str = "") -> BoostingRounds:
+        """One fit's boosting rounds as steps of this task (see ``BoostingRounds``)."""
+        return BoostingRounds(self, estimator, units, step, done)
 
 
 # seconds between two reports of a long fit's boosting rounds (``BoostingRounds``)

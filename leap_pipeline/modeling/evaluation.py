@@ -18,16 +18,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from leap_pipeline.modeling.lookup_table import LookupTable, build_lookup_table
+from leap_pipeline.modeling.progress import Progress
+from leap_pipeline.settings import MIN_SUPPORT, MIN_WINDOW_DAYS, WINDOW_DAYS
 from leap_serving import metrics
-from leap_serving.cascade import GATINGS, BinnedCascade, profile_params
+from leap_serving.cascade import GATINGS, BinnedCascade, cascade_units, profile_params
 from leap_serving.features import FEATURE_COLUMNS
 from leap_serving.novelty import Novelty, NoveltyReference
-from leap_serving.progress import Progress, cascade_units
 
-from .lookup_table import MIN_SUPPORT, LookupTable, build_lookup_table
-
-WINDOW_DAYS = 30
-MIN_WINDOW_DAYS = 7
 HEAD_MODEL_TYPES = 19  # the lookup table's model types
 TORSO_MODEL_TYPES = 100
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -20,10 +19,10 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-log = logging.getLogger("leap_pipeline.warehouse")
+from leap_pipeline.settings import LOCK_WAIT_ENV, environment
 
-DEFAULT_PATH = Path("data") / "leap.duckdb"
-PATH_ENV = "LEAP_WAREHOUSE"
+log = logging.getLogger("leap_pipeline.data.warehouse")
+
 
 # Table names cannot be bound parameters; only these are ever interpolated.
 TABLES: tuple[str, ...] = (
@@ -72,7 +71,7 @@ class WarehouseError(RuntimeError):
 
 def default_path() -> Path:
     """``$LEAP_WAREHOUSE`` if set, else ``data/leap.duckdb`` under the working directory."""
-    return Path(os.environ.get(PATH_ENV) or DEFAULT_PATH)
+    return environment().warehouse_path
 
 
 def _table(name: str) -> str:
@@ -180,10 +179,6 @@ class Warehouse:
         return int(self._con.sql(query, params=[ds]).pl()["n"][0])
 
 
-LOCK_WAIT_ENV = "LEAP_WAREHOUSE_WAIT_S"
-DEFAULT_LOCK_WAIT_S = 120.0
-
-
 def _connect(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
     """Connect, waiting with backoff while another process holds the file's lock."""
     deadline = time.monotonic() + wait_s
@@ -222,7 +217,7 @@ def open_warehouse(
         raise WarehouseError(f"no warehouse at {path}: materialize the pipeline first")
     path.parent.mkdir(parents=True, exist_ok=True)
     if wait_s is None:
-        wait_s = float(os.environ.get(LOCK_WAIT_ENV) or DEFAULT_LOCK_WAIT_S)
+        wait_s = environment().warehouse_wait_s
     connection = _connect(path, read_only, wait_s)
     try:
         yield Warehouse(connection, path)

@@ -1,0 +1,86 @@
+"""The codebase's shape, held by tests: the import layers, module size, where settings are read."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leap_pipeline.settings import VARIABLES
+
+PROJECT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+MAX_MODULE_LINES = 400
+
+
+def _lint(project: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(LINT), "--no-cache"],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env={"PYTHONPATH": str(project), "PATH": str(LINT.parent)},
+    )
+
+
+def test_the_import_contracts_hold():
+    """pyproject.toml's contracts: leap_serving needs neither the pipeline nor Dagster and reaches
+    MLflow only through its adapters; the pipeline's layers import downwards only; settings import
+    no layer; only app and orchestration import Dagster; no cycles; the simulator is reached
+    through the source adapter."""
+    result = _lint(PROJECT)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "7 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "wrong_way", "contract"),
+    [
+        ("modeling/lookup_table.py", "leap_pipeline.orchestration.runs", "layers"),
+        ("studies/routing.py", "leap_pipeline.orchestration.partitions", "layers"),
+        ("data/public_data.py", "leap_pipeline.modeling.lookup_table", "layers"),
+        ("settings.py", "leap_pipeline.data.warehouse", "settings sit under every layer"),
+    ],
+)
+def test_a_wrong_way_import_breaks_a_contract(tmp_path, module, wrong_way, contract):
+    """A scratch copy with one import against the layers fails lint-imports, naming it."""
+    for package in ("leap_pipeline", "leap_serving"):
+        shutil.copytree(PROJECT / package, tmp_path / package)
+    shutil.copy(PROJECT / "pyproject.toml", tmp_path)
+    with (tmp_path / "leap_pipeline" / module).open("a") as source:
+        source.write(f"\nimport {wrong_way}  # noqa\n")
+    result = _lint(tmp_path)
+    assert result.returncode != 0
+    broken = [line for line in result.stdout.splitlines() if line.endswith("BROKEN")]
+    assert any(contract in line for line in broken) or contract in result.stdout, result.stdout
+    assert wrong_way in result.stdout
+
+
+def test_every_pipeline_module_reads_in_one_sitting():
+    """No module of leap_pipeline outside the simulator runs over 400 lines."""
+    long = {
+        str(path.relative_to(PROJECT)): n
+        for path in (PROJECT / "leap_pipeline").rglob("*.py")
+        if "simulation" not in path.parts
+        and (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
+def test_only_the_settings_module_touches_the_environment():
+    readers = [
+        str(path.relative_to(PROJECT))
+        for path in (PROJECT / "leap_pipeline").rglob("*.py")
+        if path.name != "settings.py" and re.search(r"os\.environ|os\.getenv", path.read_text())
+    ]
+    assert readers == []
+
+
+def test_the_readme_lists_every_variable_with_its_default():
+    readme = (PROJECT / "README.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \| `([^`]*)` \|", readme, re.M)}
+    assert {name: rows.get(name) for name in VARIABLES} == {
+        name: default for name, (default, _) in VARIABLES.items()
+    }
