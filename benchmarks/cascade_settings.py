@@ -27,7 +27,7 @@ from joblib import Parallel, delayed
 
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.evaluation import training_window, validation_rows
+from leap_pipeline.modeling.selection import training_window, validation_rows
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.settings import WINDOW_DAYS
 from leap_pipeline.simulation import SPAN_START

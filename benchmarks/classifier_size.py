@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.evaluation import training_window, validation_rows
+from leap_pipeline.modeling.selection import training_window, validation_rows
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import SPAN_START
 from leap_serving import metrics

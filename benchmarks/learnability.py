@@ -31,7 +31,7 @@ from threadpoolctl import threadpool_limits
 
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.evaluation import training_window, validation_rows
+from leap_pipeline.modeling.selection import training_window, validation_rows
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import HIDDEN_FACTORS, SPAN_START, SimulatedFleet
 from leap_serving import metrics

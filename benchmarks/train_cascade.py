@@ -27,7 +27,7 @@ import polars as pl
 from leap_pipeline.app.cli import progress_on_stderr
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.evaluation import fit_models, training_window, validation_rows
+from leap_pipeline.modeling.selection import fit_models, training_window, validation_rows
 from leap_pipeline.modeling.training import expert_backend
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import SPAN_START

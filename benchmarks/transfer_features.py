@@ -14,12 +14,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.evaluation import (
-    HISTORY_GROUPS,
-    history_group,
-    training_window,
-    validation_rows,
-)
+from leap_pipeline.modeling.evaluation import HISTORY_GROUPS, history_group
+from leap_pipeline.modeling.selection import training_window, validation_rows
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
 from leap_serving.features import FEATURE_COLUMNS

@@ -297,7 +297,7 @@ def test_the_cascade_beats_the_single_gbdt_where_regimes_are_separable():
     (_eight_regimes, "cascade"),
 ])  # fmt: skip
 def test_selection_publishes_the_model_that_wins_on_unseen_rows(make, published):
-    from leap_pipeline.modeling.evaluation import select_model
+    from leap_pipeline.modeling.selection import select_model
 
     cascade, single, (X_new, y_new) = _fit_pair(make)
     chosen = select_model(cascade, single, X_new, np.exp(y_new))

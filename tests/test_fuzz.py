@@ -11,7 +11,7 @@ import pytest
 
 from leap_pipeline.app.cli import main
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.evaluation import fit_models
+from leap_pipeline.modeling.selection import fit_models
 from leap_pipeline.modeling.training import save_trained
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import SimulatedFleet

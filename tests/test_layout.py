@@ -80,7 +80,9 @@ def test_only_the_settings_module_touches_the_environment():
 
 def test_the_readme_lists_every_variable_with_its_default():
     readme = (PROJECT / "README.md").read_text()
-    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \| `([^`]*)` \|", readme, re.M)}
+    rows = {
+        m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \| `([^`]*)` \|", readme, re.M)
+    }
     assert {name: rows.get(name) for name in VARIABLES} == {
         name: default for name, (default, _) in VARIABLES.items()
     }

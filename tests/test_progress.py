@@ -5,8 +5,8 @@ import logging
 
 import numpy as np
 
+from leap_pipeline.modeling import progress as progress_module
 from leap_pipeline.modeling.progress import LOGGER_NAME, Progress, TerminalLine
-from leap_serving import progress as progress_module
 from leap_serving.cascade import BinnedCascade, cascade_units, profile_params
 
 

@@ -11,13 +11,8 @@ import pytest
 
 from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling import registry
-from leap_pipeline.modeling.evaluation import (
-    check_window,
-    evaluate,
-    fit_models,
-    frequency_band,
-    training_window,
-)
+from leap_pipeline.modeling.evaluation import evaluate, frequency_band
+from leap_pipeline.modeling.selection import check_window, fit_models, training_window
 from leap_pipeline.modeling.training import load_trained, models_folder, run_night
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.orchestration.runs import night_record

@@ -13,6 +13,8 @@ import polars as pl
 
 from leap_pipeline.settings import MIN_SUPPORT
 
+HEAD_MODEL_TYPES = 19  # the model types the table answers for: the window's most frequent
+
 LOOKUP_KEY: tuple[str, ...] = ("model_type", "num_trainers", "batch_size", "hardware_type")
 TOP_MODEL_TYPES = 19
 

@@ -24,15 +24,10 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 
 from leap_pipeline.data.sources import Oracle
 from leap_pipeline.data.warehouse import Warehouse
-from leap_pipeline.modeling.evaluation import (
-    TrainedModels,
-    evaluate,
-    evaluation_summary,
-    fit_models,
-    training_window,
-    write_evaluation_files,
-)
+from leap_pipeline.modeling.evaluation import evaluate, evaluation_summary
+from leap_pipeline.modeling.evaluation_files import write_evaluation_files
 from leap_pipeline.modeling.lookup_table import LookupTable
+from leap_pipeline.modeling.selection import TrainedModels, fit_models, training_window
 from leap_pipeline.settings import TrainingSettings
 from leap_serving.cascade import BinnedCascade
 from leap_serving.model import LeapModel, dump_skops, load_skops

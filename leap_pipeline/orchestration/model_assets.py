@@ -27,10 +27,9 @@ import polars as pl
 
 from leap_pipeline.data.sources import Oracle, logged_source
 from leap_pipeline.modeling import registry
-from leap_pipeline.modeling.evaluation import (
+from leap_pipeline.modeling.evaluation import headline
+from leap_pipeline.modeling.evaluation_files import (
     EVALUATION_FILES,
-    WINDOW_DAYS,
-    headline,
     markdown_table,
     plot_nightly_w20,
 )
@@ -55,7 +54,7 @@ from leap_pipeline.orchestration.resources import (
     WarehouseResource,
 )
 from leap_pipeline.orchestration.runs import land_days
-from leap_pipeline.settings import RegistrySettings
+from leap_pipeline.settings import WINDOW_DAYS, RegistrySettings
 from leap_pipeline.studies.report import ReportSettings, build_report
 from leap_serving.features import FEATURE_COLUMNS
 from leap_serving.model import ModelArtifactError, load_registered

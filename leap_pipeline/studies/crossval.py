@@ -17,8 +17,9 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from leap_pipeline.modeling.evaluation import novelty_scores, select_model
+from leap_pipeline.modeling.evaluation import novelty_scores
 from leap_pipeline.modeling.lookup_table import build_lookup_table
+from leap_pipeline.modeling.selection import select_model
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS, build_features, roofline_log_q

@@ -25,14 +25,11 @@ from threadpoolctl import threadpool_limits
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.sources import source_from_uri
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.evaluation import (
-    WINDOW_DAYS,
-    novelty_scores,
-    validation_rows,
-)
+from leap_pipeline.modeling.evaluation import novelty_scores
 from leap_pipeline.modeling.progress import Progress
+from leap_pipeline.modeling.selection import validation_rows
 from leap_pipeline.modeling.training import run_night, save_trained
-from leap_pipeline.settings import MIN_SUPPORT, TrainingSettings
+from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings
 from leap_pipeline.studies import routing
 from leap_serving import metrics
 from leap_serving.cascade import (
@@ -459,7 +456,7 @@ def figures(window: pl.DataFrame, series: pl.DataFrame, report: dict, root: Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from leap_pipeline.modeling.evaluation import plot_nightly_w20
+    from leap_pipeline.modeling.evaluation_files import plot_nightly_w20
 
     paths = []
     long = series.unpivot(index="ds", variable_name="model", value_name="w20")

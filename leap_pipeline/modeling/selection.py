@@ -1,0 +1,210 @@
+"""The night's candidate models: fit on the 30 days before day D, select the one to publish.
+
+Pure functions over feature-table frames (paper sections 2.4 and 3.1). The cascade, the single
+GBDT and the lookup table are fitted on the same window; the selection compares them on the
+window's last day, which none of them trains on, and publishes one.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from leap_pipeline.modeling.lookup_table import HEAD_MODEL_TYPES, LookupTable, build_lookup_table
+from leap_pipeline.modeling.progress import Progress
+from leap_pipeline.settings import MIN_SUPPORT, MIN_WINDOW_DAYS, WINDOW_DAYS
+from leap_serving import metrics
+from leap_serving.cascade import GATINGS, BinnedCascade, cascade_units, profile_params
+from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.novelty import NoveltyReference
+
+
+def training_window(day: dt.date, window_days: int = WINDOW_DAYS) -> tuple[dt.date, dt.date]:
+    """First and last training day for evaluation day ``day``: the ``window_days`` before it."""
+    if window_days < 1:
+        raise ValueError(f"window_days={window_days!r} must be at least 1")
+    return day - dt.timedelta(days=window_days), day - dt.timedelta(days=1)
+
+
+# The cascade must beat the single GBDT on the selection day by this many standard errors of the
+# paired difference in w20 (the rows where exactly one of the two lands within 20%): a day is
+# about a thousand attempts at the report's scale, where a 1.5-point lead is chance as often as
+# not, and the simpler model is the safer bet on a tie. At full scale the bar is a fraction of a
+# point, so a cascade that is really better still ships.
+SELECTION_Z = 2.0
+
+
+@dataclass
+class TrainedModels:
+    """A night's models. ``published`` is what ships: the selection's winner, as trained (a
+    one-bin cascade when the single GBDT won, so the artifact and the serving path are one)."""
+
+    cascade: BinnedCascade
+    single_gbdt: object
+    published: BinnedCascade
+    selection: dict
+    lookup: LookupTable
+    window: tuple[dt.date, dt.date]
+    training_rows: int
+    model_type_ranks: pl.DataFrame  # model_type, rank (1 = most attempts in the window)
+    novelty: NoveltyReference | None = None  # the window's model types, to flag new ones
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def check_window(window: pl.DataFrame, day: dt.date, min_days: int = MIN_WINDOW_DAYS) -> None:
+    """Refuse a window that reaches the evaluation day or has too few days to learn from."""
+    if window.height and window["ds"].max() >= day:
+        raise ValueError(f"training rows reach {window['ds'].max()}, not before {day}")
+    days = window["ds"].n_unique() if window.height else 0
+    if days < min_days:
+        raise ValueError(
+            f"the training window before {day} has {days} day(s) of feature table; at least "
+            f"{min_days} are needed: materialize earlier partitions first"
+        )
+
+
+def validation_rows(window: pl.DataFrame) -> np.ndarray:
+    """The rows early stopping judges on: the window's last day. A split in time, so the
+    retries of one job (identical features, one day) never straddle it."""
+    return (window["ds"] == window["ds"].max()).to_numpy()
+
+
+def fit_models(
+    window: pl.DataFrame,
+    day: dt.date,
+    profile: str = "fast",
+    random_state: int = 0,
+    lookup_min_support: int = MIN_SUPPORT,
+    cascade_params: dict | None = None,
+) -> TrainedModels:
+    """Fit the cascade, the single GBDT, the single GBDT on the history's prior
+    (``residual_on_prior``) and the lookup table on a window of feature-table rows, and select
+    the model to publish.
+
+    The window's last day is held out for the selection (``select_model``); the models train on
+    the days before it and early-stop on the last of those. The winner is published as trained,
+    not refitted: what ships is exactly what the selection scored, at the cost of one day of
+    rows, and a refit would double the night's training whenever the cascade wins."""
+    check_window(window, day)
+    selection_day = window["ds"].max()
+    training = window.filter(pl.col("ds") < selection_day)
+    selection_rows = window.filter(pl.col("ds") == selection_day)
+    X = training.select(FEATURE_COLUMNS).to_numpy()
+    y = training["log_q"].to_numpy()
+    held_out = validation_rows(training)
+    params = profile_params(profile) | (cascade_params or {})
+    models = {
+        "cascade": BinnedCascade(**params, random_state=random_state),
+        "single_gbdt": BinnedCascade(**(params | {"n_bins": 1}), random_state=random_state),
+        "single_gbdt_prior": BinnedCascade(
+            **(params | {"n_bins": 1, "residual_on_prior": True}), random_state=random_state
+        ),
+    }
+    progress = Progress(
+        f"night {day}",
+        sum(
+            cascade_units(m.max_em_iter, m.n_bins, m.expert_overlap, m.em_sample)
+            for m in models.values()
+        ),
+    )
+    seconds = {}
+    for name, model in models.items():
+        start = time.perf_counter()
+        progress.phase = name
+        model.fit(X, y, validation=held_out, progress=progress)
+        seconds[name] = time.perf_counter() - start
+    cascade, one_bin, on_prior = models.values()
+    selection = select_model(
+        cascade,
+        one_bin,
+        selection_rows.select(FEATURE_COLUMNS).to_numpy(),
+        selection_rows["throughput"].to_numpy(),
+        challengers={"single_gbdt_prior": on_prior},
+    )
+    selection["selection_day"] = selection_day.isoformat()
+    ranks = (
+        window.group_by("model_type")
+        .len()
+        .sort(["len", "model_type"], descending=[True, False])
+        .with_row_index("rank", offset=1)
+        .select("model_type", "rank")
+    )
+    return TrainedModels(
+        cascade=cascade,
+        single_gbdt=one_bin.experts_[0],
+        published=selection.pop("model"),
+        selection=selection,
+        lookup=build_lookup_table(
+            window, top_model_types=HEAD_MODEL_TYPES, min_support=lookup_min_support
+        ),
+        window=(window["ds"].min(), window["ds"].max()),
+        training_rows=window.height,
+        model_type_ranks=ranks,
+        novelty=NoveltyReference.fit(
+            window["model_type"].to_list(), window.select(FEATURE_COLUMNS).to_numpy()
+        ),
+        seconds=seconds,
+    )
+
+
+def select_model(
+    cascade: BinnedCascade,
+    single_gbdt: BinnedCascade,
+    X: np.ndarray,
+    measured: np.ndarray,
+    z: float = SELECTION_Z,
+    challengers: dict[str, BinnedCascade] | None = None,
+) -> dict:
+    """Score the single GBDT (a one-bin cascade), the cascade under every gating and any other
+    ``challengers`` on rows no model trained on, and pick the one to publish: the best
+    challenger if its w20 beats the single GBDT's by more than ``z`` standard errors of the
+    paired difference, else the single GBDT. Returns the model, its name, every candidate's
+    w20, the best challenger's margin and the bar it had to clear."""
+
+    def hits(model: BinnedCascade) -> np.ndarray:
+        return metrics.within_mask(np.exp(model.predict(X)), measured, 20)
+
+    candidates = {"single_gbdt": single_gbdt}
+    for gating in GATINGS:
+        candidates[f"cascade_{gating}"] = copy.copy(cascade).set_params(gating=gating)
+    candidates |= challengers or {}
+    landed = {name: hits(model) for name, model in candidates.items()}
+    scores = {name: float(hit.mean()) if len(hit) else 0.0 for name, hit in landed.items()}
+    best = max((n for n in scores if n != "single_gbdt"), key=lambda n: scores[n])
+    difference = landed[best].astype(float) - landed["single_gbdt"].astype(float)
+    standard_error = (
+        float(difference.std(ddof=1) / np.sqrt(len(difference))) if len(difference) > 1 else 1.0
+    )
+    bar = z * standard_error
+    margin = scores[best] - scores["single_gbdt"]
+    name = best if margin > bar else "single_gbdt"
+    return {
+        "model": candidates[name],
+        "published": name,
+        "scores": scores,
+        "margin": margin,
+        "required_margin": bar,
+        "selection_rows": len(measured),
+        "refit": False,
+    }
+
+
+def predictions(models: TrainedModels, rows: pl.DataFrame) -> pl.DataFrame:
+    """Predicted throughput of every model per row (null where a model gives no estimate)."""
+    X = rows.select(FEATURE_COLUMNS).to_numpy()
+    bins, probability = models.cascade.predict_bins(X)
+    return pl.DataFrame(
+        {
+            "published": np.exp(models.published.predict(X)),
+            "cascade": np.exp(models.cascade.predict(X)),
+            "single_gbdt": np.exp(models.single_gbdt.predict(X)),
+            "lookup": models.lookup.predict(rows).cast(pl.Float64),
+            "cascade_bin": bins,
+            "cascade_bin_probability": probability,
+        }
+    )
