@@ -91,8 +91,8 @@ def paper_model(scale: float, cascade: str) -> Path:
     ``default`` (the cascade the pipeline trains), ``paper`` (the paper's 13 bins, argmax) or
     ``single`` (one bin: the single GBDT)."""
     from leap_pipeline.data.warehouse import open_warehouse
+    from leap_pipeline.modeling.night_store import save_trained
     from leap_pipeline.modeling.selection import fit_models, training_window
-    from leap_pipeline.modeling.training import save_trained
     from leap_pipeline.orchestration.definitions import materialize_days
     from leap_pipeline.simulation import SPAN_START
     from leap_serving.cascade import PAPER_CASCADE, BinnedCascade, profile_params

@@ -112,7 +112,7 @@ class Soak:
         from leap_pipeline.app.ui import ui_environment
         from leap_pipeline.data.sources import SimulatorSource
         from leap_pipeline.orchestration.calendar import Calendar
-        from leap_pipeline.orchestration.runs import DAGSTER_YAML
+        from leap_pipeline.orchestration.instance import DAGSTER_YAML
 
         # the environment `leap ui` gives the UI, the daemon and its runs, on the soak's folder
         os.environ.update(ui_environment(self.data))

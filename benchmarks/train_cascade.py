@@ -1,7 +1,7 @@
 """Train one night on a full-scale window and print where the time goes.
 
 Materializes the simulated fleet's days up to the evaluation day that a benchmark warehouse
-lacks, then runs a night's training (``evaluation.fit_models``: the cascade, the single GBDT,
+lacks, then runs a night's training (``selection.fit_models``: the cascade, the single GBDT,
 the single GBDT on the prior, the lookup table and the selection) on the 30 days before it with
 one profile, and scores the models on the evaluation day. ``--serial-baseline`` then fits the
 night's cascade again the slow way (one expert at a time, every row) to compare.
@@ -27,8 +27,8 @@ import polars as pl
 from leap_pipeline.app.cli import progress_on_stderr
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.parallel import expert_backend
 from leap_pipeline.modeling.selection import fit_models, training_window, validation_rows
-from leap_pipeline.modeling.training import expert_backend
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import SPAN_START
 from leap_serving import metrics

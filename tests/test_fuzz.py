@@ -11,8 +11,8 @@ import pytest
 
 from leap_pipeline.app.cli import main
 from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.night_store import save_trained
 from leap_pipeline.modeling.selection import fit_models
-from leap_pipeline.modeling.training import save_trained
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import SimulatedFleet
 from leap_serving.ranking import REASON_CODES, Ranker, Ranking

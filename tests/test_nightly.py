@@ -217,7 +217,7 @@ def test_the_schedule_trains_each_night_once_from_the_records(tmp_path, monkeypa
 
     # a persistent instance of the test's own; not dg.instance_for_test(), which leaves its
     # definitions-state storage set in the process after it exits (Dagster 1.13)
-    from leap_pipeline.orchestration.runs import DAGSTER_YAML
+    from leap_pipeline.orchestration.instance import DAGSTER_YAML
 
     (tmp_path / "dagster").mkdir()
     (tmp_path / "dagster" / "dagster.yaml").write_text(DAGSTER_YAML)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.parallel import expert_backend
 from leap_pipeline.modeling.selection import fit_models
-from leap_pipeline.modeling.training import expert_backend
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_serving.features import FEATURE_COLUMNS
 

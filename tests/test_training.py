@@ -1,6 +1,7 @@
 """Nightly training, next-day evaluation, the registry and the production pointer."""
 
 import datetime as dt
+import json
 import re
 import subprocess
 import sys
@@ -12,8 +13,9 @@ import pytest
 from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling import registry
 from leap_pipeline.modeling.evaluation import evaluate, frequency_band
+from leap_pipeline.modeling.night_store import load_trained, models_folder
 from leap_pipeline.modeling.selection import check_window, fit_models, training_window
-from leap_pipeline.modeling.training import load_trained, models_folder, run_night
+from leap_pipeline.modeling.training import run_night
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.orchestration.runs import night_record
 from leap_pipeline.settings import GateSettings, RegistrySettings, TrainingSettings
@@ -214,14 +216,14 @@ assert not any(m.split(".")[0] in ("leap_pipeline", "dagster") for m in sys.modu
 def test_an_asset_materialized_alone_uses_its_upstreams_record_or_says_what_to_run(
     fleet, tmp_path, monkeypatch
 ):
-    """The model assets hand a night over through Dagster (``NightRecords``): production_model
+    """The model assets hand a night over through an IO manager (``NightRecords``): production_model
     alone acts on what model_evaluation recorded for that day in this instance, never on files
     an older run left, and without such a record it fails saying what to materialize."""
     import dagster as dg
 
     from leap_pipeline.orchestration.calendar import Calendar
     from leap_pipeline.orchestration.definitions import build_definitions
-    from leap_pipeline.orchestration.runs import DAGSTER_YAML
+    from leap_pipeline.orchestration.instance import DAGSTER_YAML
 
     defs = build_definitions(Calendar(first_day=FIRST))
 
@@ -291,3 +293,18 @@ def test_an_asset_materialized_alone_uses_its_upstreams_record_or_says_what_to_r
 def test_a_bad_setting_is_an_error_naming_the_field_and_value(make, names):
     with pytest.raises(ValueError, match=re.escape(names)):
         make()
+
+
+def test_a_night_record_is_read_only_from_the_run_that_wrote_it(tmp_path):
+    """A record file left by another run (a crashed one, an older instance) is not this run's:
+    reading it for the wrong run id fails, so no asset acts on it."""
+    from leap_pipeline.orchestration.night_records import record_path, stored_record
+    from leap_serving.publish import write_atomic
+
+    path = record_path("model_evaluation", "2026-02-01", tmp_path)
+    write_atomic(path, json.dumps({"run_id": "old-run", "record": {"version": "3"}}))
+    assert stored_record("model_evaluation", "2026-02-01", "old-run", tmp_path) == {"version": "3"}
+    with pytest.raises(KeyError, match="new-run recorded no model_evaluation"):
+        stored_record("model_evaluation", "2026-02-01", "new-run", tmp_path)
+    with pytest.raises(KeyError):
+        stored_record("model_evaluation", "2026-02-02", "old-run", tmp_path)

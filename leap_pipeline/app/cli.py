@@ -3,312 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import logging
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
-import polars as pl
-
-from leap_pipeline.data.warehouse import WarehouseError, default_path
-from leap_pipeline.settings import set_environment
+from leap_pipeline.app import commands as command
+from leap_pipeline.data.warehouse import WarehouseError
 from leap_pipeline.simulation import FleetArgumentError
-from leap_pipeline.studies.fleet_stats import (
-    STAT_RANGES,
-    in_range,
-    simulated_fleet_statistics,
-    warehouse_fleet_statistics,
-)
-
-
-def _format(value: float | bool | None) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    if abs(value) < 1:
-        return f"{value:.3f}"
-    return f"{value:.1f}"
-
-
-def _progress(done: int, total: int) -> None:
-    print(f"\rgenerating day {done}/{total}", end="" if done < total else "\n", file=sys.stderr)
-
-
-def _date(text: str) -> dt.date:
-    try:
-        return dt.date.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a date YYYY-MM-DD") from None
-
-
-def fleet_stats(args: argparse.Namespace) -> int:
-    warehouse = Path(args.warehouse) if args.warehouse else default_path()
-    use_warehouse = args.read == "warehouse" or (args.read == "auto" and warehouse.exists())
-    if use_warehouse:
-        stats, where, scale = warehouse_fleet_statistics(warehouse, days=args.days)
-    else:
-        stats = simulated_fleet_statistics(
-            seed=args.seed,
-            scale=args.scale,
-            days=args.days,
-            progress=None if args.json else _progress,
-        )
-        where = f"simulated fleet: seed {args.seed}, scale {args.scale}, {args.days} days"
-        scale = args.scale
-    if args.json:
-        print(json.dumps({**stats, "read_from": where}))
-        return 0
-    print(where)
-    print(f"{'statistic':30} {'value':>14} {'paper':>16} {'accepted':>22}  ok")
-    for key, accepted in STAT_RANGES.items():
-        low, high = accepted.low, accepted.high
-        if key == "attempts_per_day":
-            low, high = low * scale, high * scale
-        bounds = (
-            f"{_format(low)} - {_format(high)}" if high != float("inf") else f">= {_format(low)}"
-        )
-        ok = "yes" if in_range(key, stats[key], scale) else "NO"
-        print(f"{key:30} {_format(stats[key]):>14} {accepted.paper:>16} {bounds:>22}  {ok}")
-    print(f"within_range: {_format(stats['within_range'])}")
-    return 0
-
-
-def materialize(args: argparse.Namespace) -> int:
-    from leap_pipeline.orchestration.definitions import materialize_days
-
-    end = args.end or args.start
-    print(f"materializing {args.start} .. {end}", file=sys.stderr)
-    materialize_days(args.start, end, source=args.source, warehouse=args.warehouse)
-    print(f"done: {args.start} .. {end} in {args.warehouse or default_path()}", file=sys.stderr)
-    return 0
-
-
-def demo(args: argparse.Namespace) -> int:
-    from leap_pipeline.app.demo import DemoSettings, run_demo, summary_lines
-
-    settings = DemoSettings(
-        scale=args.scale, days=args.days, nights=args.nights, seed=args.seed,
-        profile=args.profile, data=Path(args.data), last_day=args.last_day,
-    )  # fmt: skip
-    result = run_demo(settings, log=lambda line: print(line, file=sys.stderr))
-    print("\n".join(summary_lines(result, settings)))
-    if args.json:
-        keys = ("w20", "coverage", "oracle_w20", "published_model", "selection", "table1",
-                "model_uri", "tracking_uri")  # fmt: skip
-        print(json.dumps({k: result[k] for k in keys}))
-    return 0
-
-
-def model_command(args: argparse.Namespace) -> int:
-    from leap_pipeline.modeling import registry
-
-    registry.configure_tracking(Path(args.data) / "mlflow" if args.data else None)
-    if args.model_command == "promote":
-        record = registry.promote(args.version, reason=args.reason)
-        print(f"production: version {record['from_version']} -> {record['to_version']}")
-    else:
-        for record in registry.promotion_history():
-            print(f"{record['at']}  {record['from_version']} -> {record['to_version']}  "
-                  f"by {record['by']}: {record['reason']}")  # fmt: skip
-    return 0
-
-
-def report(args: argparse.Namespace) -> int:
-    from leap_pipeline.orchestration.runs import land_days
-    from leap_pipeline.studies.report import ReportSettings, build_report
-
-    settings = ReportSettings.from_options(
-        args.scale, args.nights, args.seed, args.data, args.quick
-    )
-
-    result = build_report(settings, land_days, log=lambda line: print(line, file=sys.stderr))
-    if args.json:
-        keys = ("nightly_w20", "nightly_w20_median", "oracle_w20_median",
-                "single_gbdt_w20_median", "table1", "ablation", "holdout_hardware_delta_w20",
-                "holdout_family_delta_w20", "routing", "routing_capture")  # fmt: skip
-        print(json.dumps({k: result[k] for k in keys}))
-    else:
-        print((Path(args.data) / "reports" / "report.md").read_text())
-    return 0
-
-
-def imported_calendar(data: Path, first: dt.date, source: str):
-    """Imported logs bring their own days: the data folder's calendar starts no later than the
-    first imported day, and names the staged logs as its source unless it names other logs."""
-    from leap_pipeline.orchestration.calendar import Calendar
-
-    calendar = Calendar.load(data)
-    # the folder's own logs replace a simulated source; another folder of logs stays
-    keep = calendar.source and not calendar.source.startswith("simulator")
-    if not Calendar.exists(data) or first < calendar.first_day or not keep:
-        calendar = Calendar(min(first, calendar.first_day) if Calendar.exists(data) else first,
-                            calendar.timezone, calendar.source if keep else source)  # fmt: skip
-        path = calendar.save(data)
-        print(f"calendar: partitions from {calendar.first_day} ({path})", file=sys.stderr)
-    return calendar
-
-
-def import_logs(args: argparse.Namespace) -> int:
-    from leap_pipeline.data.importer import stage_import
-    from leap_pipeline.data.warehouse import open_warehouse
-    from leap_pipeline.orchestration.definitions import materialize_days
-
-    staging = Path(args.data) / "imports" / "staging"
-    staged = stage_import(
-        Path(args.attempts), Path(args.allocations), Path(args.hardware), staging, args.days_from
-    )
-    first, last = staged.days[0], staged.days[-1]
-    print(f"importing {staged.rows['job_attempts']:,} attempts over {len(staged.days)} days "
-          f"({first} .. {last})", file=sys.stderr)  # fmt: skip
-    warehouse = args.warehouse or str(Path(args.data) / "leap.duckdb")
-    calendar = imported_calendar(Path(args.data), first, f"files:{staging}")
-    materialize_days(first, last, source=f"files:{staging}", warehouse=warehouse,
-                     log_level="WARNING", calendar=calendar)  # fmt: skip
-    with open_warehouse(warehouse, read_only=True) as wh:
-        kept = wh.read("job_attempts", first, last, columns=["ds"]).height
-        quarantine = (
-            wh.read("quarantine", first, last, columns=["reason"])
-            if wh.has("quarantine") else pl.DataFrame({"reason": []}, schema={"reason": pl.String})
-        )  # fmt: skip
-    rows_in = staged.rows["job_attempts"]
-    orphans = staged.rows["allocations_without_attempt"]
-    print(f"rows in {rows_in:,}, kept {kept:,}, dropped (no throughput) "
-          f"{rows_in - kept - quarantine.height:,}, quarantined {quarantine.height:,}; "
-          f"allocations without an attempt {orphans:,}")  # fmt: skip
-    for reason, count in (
-        quarantine.group_by("reason").len().sort("len", descending=True).head(10).iter_rows()
-    ):
-        print(f"  quarantined: {reason} ({count})")
-    print(f"landed in {warehouse}; train with: leap materialize ... or the Dagster UI")
-    return 0
-
-
-def user_interfaces(args: argparse.Namespace) -> int:
-    from leap_pipeline.app.ui import serve
-
-    return serve(Path(args.data), args.dagster_port, args.mlflow_port)
-
-
-def crossval(args: argparse.Namespace) -> int:
-    from leap_pipeline.studies.crossval import MODELS, SPLITS, exclude_groups, run_split
-
-    attempts, specs = _static_source(args)
-    attempts = exclude_groups(attempts, args.exclude)
-    splits = SPLITS if args.split == "all" else (args.split,)
-    results = {}
-    for split in splits:
-        results[split] = run_split(attempts, specs, split, profile=args.profile,
-                                   log=lambda line: print(line, file=sys.stderr))  # fmt: skip
-    if args.json:
-        print(json.dumps(results))
-        return 0
-    for split, result in results.items():
-        print(
-            f"{split}: {result['n_rows']:,} rows, {result['folds']} folds; leap published "
-            + ", ".join(f"{m} {n}x" for m, n in sorted(result["selection"].items()))
-        )
-        print(f"  {'model':12} {'w10':>6} {'w20':>6} {'MdAPE':>7} {'coverage':>9} "
-              f"{'top1 fastest':>13} {'top1 per $':>11}")  # fmt: skip
-        top1 = result["top1"]
-        for model in MODELS:
-            r = result[model]
-            print(f"  {model:12} {r['w10']:6.3f} {r['w20']:6.3f} {r['mdape']:6.1f}% "
-                  f"{r['coverage']:9.3f} {top1['fastest'][model]:13.3f} "
-                  f"{top1['per_cost'][model]:11.3f}")  # fmt: skip
-        novelty = result["novelty"]
-        if novelty["flagged_share"]:
-            print(
-                f"  flagged novel: {novelty['flagged_share']:.3f} of launches (ranked by the "
-                f"roofline); leap w20 flagged {novelty['w20_flagged']:.3f}, unflagged "
-                f"{novelty['w20_unflagged'] or 0:.3f}; flag right {novelty['flag_right']:.3f}"
-            )
-        rule = (top1["fastest"]["highest_fp16_peak"], top1["per_cost"]["highest_fp16_peak"])
-        print(f"  rule 'highest FP16 peak': top1 fastest {rule[0]:.3f}, per $ {rule[1]:.3f} "
-              f"({top1['configurations']} configurations on 2+ types)")  # fmt: skip
-    return 0
-
-
-def _static_source(args: argparse.Namespace):
-    from leap_pipeline.data.importer import _read_all
-    from leap_pipeline.data.public_data import PUBLIC_SOURCES, public_sources
-    from leap_pipeline.data.sources import typed_frame
-    from leap_serving.validation import validate_attempts
-
-    path = Path(args.path)
-    if args.source in PUBLIC_SOURCES:
-        if not args.hardware:
-            raise ValueError(f"--hardware: the Epoch ml_hardware.csv is needed for {args.source}")
-        attempts, _, specs = public_sources(args.source, path, Path(args.hardware))
-        return attempts, specs
-    specs_path = Path(args.hardware) if args.hardware else next(
-        (p for p in (path / "hardware_specs.parquet", path / "hardware_specs.csv") if p.exists()),
-        path / "hardware_specs.csv",
-    )  # fmt: skip
-    specs = typed_frame(_read_all(specs_path, "hardware_specs"), "hardware_specs")
-    found = [p for p in (path / "job_attempts", *(path / f"job_attempts{s}" for s in
-             (".parquet", ".csv"))) if p.exists()]  # fmt: skip
-    if not found:
-        raise ValueError(f"--path {path}: no job_attempts folder, .parquet or .csv in it")
-    raw = _read_all(found[0], "job_attempts")
-    validated = validate_attempts(raw, specs["hardware_type"])
-    if validated.quarantined.height:
-        print(f"quarantined {validated.quarantined.height} rows, e.g. "
-              f"{validated.quarantined['reason'][0]}", file=sys.stderr)  # fmt: skip
-    return validated.kept, specs
-
-
-EXAMPLE_JOB = Path(__file__).parents[2] / "examples" / "job.json"
-
-
-def rank(args: argparse.Namespace) -> int:
-    """Rank a job's candidates; a bad job still exits 0, with an empty ranking and a reason."""
-    import logging
-
-    from leap_serving.ranking import Ranker, Ranking
-
-    logging.getLogger("leap_serving").setLevel(logging.ERROR)  # the reason is printed below
-    try:
-        job = json.loads(Path(args.job).read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--job {args.job}: cannot read a JSON object: {exc}") from None
-    candidates = (
-        [c.strip() for c in args.candidates.split(",") if c.strip()]
-        if args.candidates
-        else job.pop("candidates", None)
-        if isinstance(job, dict)
-        else None
-    )
-    if isinstance(job, dict):
-        job.pop("candidates", None)
-    if args.data:
-        set_environment(
-            overwrite=False,
-            MLFLOW_TRACKING_URI=f"sqlite:///{Path(args.data).resolve()}/mlflow/mlflow.db",
-        )
-    ranker = Ranker(args.model or None, check_interval_s=float("inf"), wait=True)
-    result: Ranking = ranker.rank(job, candidates if candidates is not None else [])
-    if args.json:
-        print(json.dumps(result.to_dict()))
-        return 0
-    print(f"model version {result.model_version}")
-    if result.reason:
-        print(f"no ranking: {result.reason}")
-    for c in result.ranking:
-        history = "history" if c.history_found else "cold start"
-        print(f"{c.rank:>3}. {c.hardware_type:14} {c.predicted_throughput:>14,.0f} samples/s "
-              f"{c.cost_per_hour:>9,.2f} $/h {c.throughput_per_cost:>16,.0f} samples/$ "
-              f"bin {c.bin:>2} ({c.bin_probability:.2f}) {history}")  # fmt: skip
-    for c in result.removed:
-        print(f"  - {c.hardware_type}: {c.removed_reason}")
-    if result.ignored_fields:
-        print(f"ignored fields: {', '.join(result.ignored_fields)}")
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -332,16 +34,18 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument(
         "--warehouse", default="", help="DuckDB file (default: $LEAP_WAREHOUSE or data/leap.duckdb)"
     )
-    stats.set_defaults(handler=fleet_stats)
+    stats.set_defaults(handler=command.fleet_stats)
 
     run = commands.add_parser(
         "materialize", help="run the daily pipeline for a range of days (one Dagster run)"
     )
-    run.add_argument("--start", type=_date, required=True, help="first day, YYYY-MM-DD")
-    run.add_argument("--end", type=_date, help="last day (default: --start)")
+    run.add_argument(
+        "--start", type=command.parse_date, required=True, help="first day, YYYY-MM-DD"
+    )
+    run.add_argument("--end", type=command.parse_date, help="last day (default: --start)")
     run.add_argument("--source", default="", help="simulator[:seed=S,scale=X] or files:/folder")
     run.add_argument("--warehouse", default="", help="DuckDB file")
-    run.set_defaults(handler=materialize)
+    run.set_defaults(handler=command.materialize)
 
     show = commands.add_parser("demo", help="everything, end to end, on a small simulated fleet")
     show.add_argument("--scale", type=float, default=0.1, help="fleet scale (1.0: ~25k/day)")
@@ -352,16 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--data", default="data", help="folder for the warehouse and MLflow")
     show.add_argument(
         "--last-day",
-        type=_date,
+        type=command.parse_date,
         default=None,
         help="the last day to land "
         "(default: the day before yesterday; a data folder keeps its own)",
     )
     show.add_argument("--json", action="store_true", help="end with one JSON line")
-    show.set_defaults(handler=demo)
+    show.set_defaults(handler=command.demo)
 
     ranking = commands.add_parser("rank", help="rank candidate hardware for one job")
-    ranking.add_argument("--job", default=str(EXAMPLE_JOB), help="launch config as JSON "
+    ranking.add_argument("--job", default=str(command.EXAMPLE_JOB), help="launch config as JSON "
                          "(default: examples/job.json)")  # fmt: skip
     ranking.add_argument("--candidates", default="", help="A,B,C (default: the job's candidates)")
     ranking.add_argument("--model", default="", help="models:/name@alias or a model folder "
@@ -369,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     ranking.add_argument("--data", default="data", help="where the demo's MLflow store lives, "
                          "used unless MLFLOW_TRACKING_URI is set")  # fmt: skip
     ranking.add_argument("--json", action="store_true", help="print one JSON object")
-    ranking.set_defaults(handler=rank)
+    ranking.set_defaults(handler=command.rank)
 
     imports = commands.add_parser("import", help="land your own logs as daily partitions")
     imports.add_argument("--attempts", required=True, help="job attempts: a file or a folder")
@@ -379,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(a date or a timestamp, e.g. launch_ts)")  # fmt: skip
     imports.add_argument("--data", default="data", help="staging goes under DATA/imports/")
     imports.add_argument("--warehouse", default="", help="DuckDB file (default DATA/leap.duckdb)")
-    imports.set_defaults(handler=import_logs)
+    imports.set_defaults(handler=command.import_logs)
 
     static = commands.add_parser("crossval", help="grouped-split evaluation of static data")
     static.add_argument("--source", choices=("sia", "lambda", "contract"), required=True)
@@ -394,13 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     static.add_argument("--exclude", default="", help="MODEL:TYPE,... groups dropped before "
                         "splitting, e.g. input-bound measurements")  # fmt: skip
     static.add_argument("--json", action="store_true")
-    static.set_defaults(handler=crossval)
+    static.set_defaults(handler=command.crossval)
 
     ui = commands.add_parser("ui", help="the Dagster and MLflow UIs on the project's data")
     ui.add_argument("--data", default="data", help="the folder the demo and pipeline write")
     ui.add_argument("--dagster-port", type=int, default=3000)
     ui.add_argument("--mlflow-port", type=int, default=5000)
-    ui.set_defaults(handler=user_interfaces)
+    ui.set_defaults(handler=command.user_interfaces)
 
     paper = commands.add_parser("report", help="the paper's evaluation and routing value")
     paper.add_argument("--scale", type=float, help="fleet scale (default: the largest at which "
@@ -410,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     paper.add_argument("--data", default="data", help="warehouse and data/reports/ go here")
     paper.add_argument("--quick", action="store_true", help="a one-minute run for tests")
     paper.add_argument("--json", action="store_true")
-    paper.set_defaults(handler=report)
+    paper.set_defaults(handler=command.report)
 
     model = commands.add_parser("model", help="the registered model and its production pointer")
     model_commands = model.add_subparsers(dest="model_command", required=True)
@@ -420,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_commands.add_parser("history", help="every recorded move of the pointer")
     model.add_argument("--data", default="", help="data folder (default: $MLFLOW_TRACKING_URI "
                        "or data/mlflow)")  # fmt: skip
-    model.set_defaults(handler=model_command)
+    model.set_defaults(handler=command.model_command)
     return parser
 
 

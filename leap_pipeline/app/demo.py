@@ -17,7 +17,8 @@ from leap_pipeline.modeling.evaluation import MODELS
 from leap_pipeline.modeling.registry import configure_tracking, model_uri, production_version
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.definitions import materialize_days
-from leap_pipeline.orchestration.runs import ensure_dagster_home, night_record
+from leap_pipeline.orchestration.instance import ensure_dagster_home
+from leap_pipeline.orchestration.runs import night_record
 from leap_pipeline.settings import MIN_SUPPORT
 
 

@@ -21,19 +21,6 @@ def write_evaluation_files(evaluation: dict, folder: Path) -> list[Path]:
     return files
 
 
-def markdown_table(frame: pl.DataFrame, digits: int = 3) -> str:
-    """A frame as a markdown table (floats rounded), for Dagster metadata and reports."""
-
-    def cell(value) -> str:
-        if isinstance(value, float):
-            return f"{value:.{digits}f}"
-        return str(value)
-
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * frame.width]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.iter_rows()]
-    return "\n".join(lines)
-
-
 def plot_predicted_vs_measured(scored: pl.DataFrame, path: str) -> str:
     """Scatter of predicted against measured throughput on the evaluation day (log axes)."""
     import matplotlib

@@ -17,9 +17,13 @@ from pathlib import Path
 import mlflow
 import polars as pl
 from mlflow import MlflowClient
+from mlflow.data.artifact_dataset_sources import LocalArtifactDatasetSource
+from mlflow.data.meta_dataset import MetaDataset
 from mlflow.exceptions import MlflowException
+from mlflow.types import ColSpec, Schema
 
 from leap_pipeline.settings import MODEL_NAME_ENV, environment, set_environment  # noqa: F401
+from leap_serving.features import FEATURE_COLUMNS
 from leap_serving.model import SHA256_TAG
 
 ALIAS = "production"
@@ -233,10 +237,15 @@ def log_candidate(
     selection: dict | None = None,
     fingerprint: str = "",
     gate_reason: str = "",
+    training_source: str = "",
+    training_rows: int | None = None,
 ) -> tuple[str, str]:
     """Log one night's run and register its model as a new version; returns (run id, version).
-    ``selection`` (from ``evaluation.select_model``) puts the choice and its scores on the
-    version; ``fingerprint`` (the night's inputs) lets a re-run of the night find it."""
+    ``selection`` (from ``selection.select_model``) puts the choice and its scores on the
+    version; ``fingerprint`` (the night's inputs) lets a re-run of the night find it. The
+    training window is the run's input: a dataset named by its days, read from
+    ``training_source`` (the warehouse), with the feature columns as its schema and the night's
+    fingerprint as its digest."""
     from leap_serving import mlflow_model, pyfunc
     from leap_serving.model import ARTIFACTS, check_artifacts
 
@@ -254,6 +263,10 @@ def log_candidate(
     }
     with mlflow.start_run(run_name=f"{run_kind} {day.isoformat()}", tags=tags) as run:
         mlflow.log_params(params)
+        mlflow.log_input(
+            training_window_dataset(window, training_source, fingerprint, training_rows),
+            context="training",
+        )
         mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None})
         for path in files:
             mlflow.log_artifact(str(path))
@@ -278,6 +291,25 @@ def log_candidate(
     }
     registered = mlflow.register_model(info.model_uri, name, tags=version_tags_)
     return run.info.run_id, str(registered.version)
+
+
+def training_window_dataset(
+    window: tuple[dt.date, dt.date], source: str, fingerprint: str, rows: int | None
+) -> MetaDataset:
+    """The night's training window as an MLflow dataset: its metadata only (the rows stay in the
+    warehouse, which the source names with the window's days)."""
+    first, last = (d.isoformat() for d in window)
+    uri = (
+        Path(source or "warehouse").resolve().as_uri() + f"?table=feature_table&ds={first}..{last}"
+    )
+    schema = Schema([ColSpec("double", name) for name in FEATURE_COLUMNS])
+    name = f"feature_table {first}..{last}" + (f" ({rows:,} rows)" if rows is not None else "")
+    return MetaDataset(
+        LocalArtifactDatasetSource(uri),
+        name=name,
+        digest=(fingerprint or first)[:16],
+        schema=schema,
+    )
 
 
 # what a person scans in the version list; every metric stays on the run

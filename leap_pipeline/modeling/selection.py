@@ -208,3 +208,21 @@ def predictions(models: TrainedModels, rows: pl.DataFrame) -> pl.DataFrame:
             "cascade_bin_probability": probability,
         }
     )
+
+
+def hyperparameters(models: TrainedModels) -> dict[str, str]:
+    """Every hyperparameter of every model the night fitted, as MLflow params: the cascade's,
+    the single GBDT's and the published model's ``get_params()`` (scikit-learn's convention),
+    prefixed by the model, and the lookup table's size."""
+    params = {
+        f"{name}.{key}": str(value)
+        for name, model in (
+            ("cascade", models.cascade),
+            ("single_gbdt", models.single_gbdt),
+            ("published", models.published),
+        )
+        for key, value in sorted(model.get_params().items())
+    }
+    params["lookup.top_model_types"] = str(len(models.lookup.model_types))
+    params["lookup.entries"] = str(models.lookup.entries.height)
+    return params

@@ -26,6 +26,7 @@ from leap_pipeline.data.feature_table import (
     empty_snapshot,
     land_day,
 )
+from leap_pipeline.orchestration.metadata import table
 from leap_pipeline.orchestration.partitions import PID_TAG, process_identity
 from leap_pipeline.orchestration.resources import SourceResource, WarehouseResource
 from leap_serving.features import ALWAYS_PRESENT_FEATURES
@@ -51,15 +52,6 @@ def record_worker(context: dg.AssetExecutionContext) -> None:
     worker = process_identity(os.getpid())
     if context.run.tags.get(PID_TAG) != worker:
         context.instance.add_run_tags(context.run.run_id, {PID_TAG: worker})
-
-
-def per_day_table(rows: list[dict]) -> dg.MetadataValue:
-    if not rows:
-        return dg.MetadataValue.md("(no days)")
-    header = list(rows[0])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(r[h]) for h in header) + " |" for r in rows]
-    return dg.MetadataValue.md("\n".join(lines))
 
 
 def content_sha256(*frames: pl.DataFrame) -> str:
@@ -140,7 +132,7 @@ def land_sources(
     totals = {k: sum(r[k] for r in per_day) for k in ("rows_in", "kept", "dropped", "quarantined")}
     yield dg.MaterializeResult(
         asset_key="job_attempts",
-        metadata={**totals, "source": adapter.description, "per_day": per_day_table(per_day)},
+        metadata={**totals, "source": adapter.description, "per_day": table(per_day)},
     )
     yield dg.MaterializeResult(
         asset_key="allocations", metadata={"rows": sum(r["allocations"] for r in per_day)}
@@ -183,7 +175,7 @@ def build_snapshots(
     yield dg.MaterializeResult(
         metadata={
             "families_last_day": per_day[-1]["families"] if per_day else 0,
-            "per_day": per_day_table(per_day),
+            "per_day": table(per_day),
         }
     )
     yield dg.AssetCheckResult(
@@ -243,7 +235,7 @@ def build_features(
         metadata={
             "rows": sum(r["rows"] for r in per_day),
             "features": len(FEATURE_TABLE_COLUMNS),
-            "per_day": per_day_table(per_day),
+            "per_day": table(per_day),
         }
     )
     for name, failed in failures.items():

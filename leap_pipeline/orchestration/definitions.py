@@ -13,7 +13,8 @@ import dagster as dg
 from leap_pipeline.data.warehouse import WarehouseError
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.data_assets import DATA_ASSET_KEYS, data_assets
-from leap_pipeline.orchestration.model_assets import model_assets, paper_report
+from leap_pipeline.orchestration.model_assets import model_assets
+from leap_pipeline.orchestration.night_records import NightRecords
 from leap_pipeline.orchestration.partitions import (
     ATTEMPT_TAG,
     NIGHTS_TAG,
@@ -23,9 +24,9 @@ from leap_pipeline.orchestration.partitions import (
     plan_tick,
     process_alive,
 )
+from leap_pipeline.orchestration.report_asset import paper_report
 from leap_pipeline.orchestration.resources import (
     MlflowResource,
-    NightRecords,
     SourceResource,
     TrainingResource,
     WarehouseResource,
@@ -34,7 +35,7 @@ from leap_pipeline.orchestration.runs import run_days
 from leap_pipeline.settings import MIN_WINDOW_DAYS
 
 MODEL_ASSET_KEYS = [
-    dg.AssetKey(n) for n in ("cascade_model", "model_evaluation", "production_model")
+    dg.AssetKey(n) for n in ("cascade_model", "model_evaluation", "evaluation", "production_model")
 ]
 LIVE = (
     dg.DagsterRunStatus.QUEUED,

@@ -11,38 +11,23 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import polars as pl
-from threadpoolctl import threadpool_limits
 
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.sources import source_from_uri
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.evaluation import novelty_scores
-from leap_pipeline.modeling.progress import Progress
-from leap_pipeline.modeling.selection import validation_rows
-from leap_pipeline.modeling.training import run_night, save_trained
+from leap_pipeline.modeling.night_store import save_trained
+from leap_pipeline.modeling.training import run_night
 from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings
 from leap_pipeline.studies import routing
-from leap_serving import metrics
-from leap_serving.cascade import (
-    SINGLE_GBDT_UNITS,
-    BinnedCascade,
-    cascade_units,
-    fit_booster,
-    profile_params,
-    single_gbdt,
-)
-from leap_serving.compiled import CompiledCascade
-from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
-from leap_serving.novelty import NoveltyReference
+from leap_pipeline.studies.ablations import ablation, holdouts, permutation_importance
+from leap_pipeline.studies.report_markdown import figures, markdown
 from leap_serving.publish import write_atomic
 from leap_serving.ranking import Ranker
 
@@ -188,11 +173,11 @@ def build_report(
         },
     }
     log("ablation ladder")
-    report["ablation"] = ablation(window, rows, settings, models.cascade)
+    report["ablation"] = ablation(window, rows, settings.profile, models.cascade)
     log("permutation importance")
     report["importance"] = permutation_importance(models.cascade, rows, settings.shuffles)
     log("hold-outs")
-    report.update(holdouts(window, rows, settings, models.cascade))
+    report.update(holdouts(window, rows, settings.profile, models.cascade))
     log("first choices and routing")
     with tempfile.TemporaryDirectory() as tmp:
         night = Path(tmp) / "night"
@@ -213,140 +198,6 @@ def build_report(
     write_atomic(root / "report.json", json.dumps(report, indent=2))
     write_atomic(root / "report.md", markdown(report))
     return report
-
-
-def _holdout_cascade(settings: ReportSettings) -> BinnedCascade:
-    """A hold-out's cascade, on every core as the nights' are (at scale 1.0 the four fits took
-    42 minutes on one)."""
-    return BinnedCascade(**profile_params(settings.profile), n_jobs=settings.training().n_jobs)
-
-
-def _w20_log(predicted_log_q: np.ndarray, rows: pl.DataFrame) -> float:
-    return metrics.within(np.exp(predicted_log_q), rows["throughput"].to_numpy(), 20)
-
-
-def ablation(
-    window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings, cascade: BinnedCascade
-) -> list[dict]:
-    """Table 2's ladder on one held-out day: add feature groups, then the cascade (``cascade``:
-    the night's model, already fitted on ``window``). Every rung is fitted at the report's profile,
-    so a step up the ladder measures the features or the model, never a change of tree budget."""
-    groups = [
-        ("single GBDT: launch config + hardware specs", ("job", "cfg", "hw")),
-        ("+ job history", ("job", "cfg", "hw", "hist")),
-        ("+ throughput-ratio features", ("job", "cfg", "hw", "hist", "ratio")),
-        ("+ architecture features", ("job", "cfg", "hw", "hist", "ratio", "arch")),
-    ]
-    y = window["log_q"].to_numpy()
-    held_out = validation_rows(window)
-    ladder = []
-    progress = Progress("ablation ladder", SINGLE_GBDT_UNITS * len(groups))
-    with threadpool_limits(1):
-        for rung, (name, chosen) in enumerate(groups, start=1):
-            columns = [c for g in chosen for c in FEATURE_GROUPS[g]]
-            X = window.select(columns).to_numpy()
-            model = single_gbdt(settings.profile)
-            with progress.rounds(model, SINGLE_GBDT_UNITS, f"rung {rung}/{len(groups)}, "):
-                model = fit_booster(model, X, y, held_out)
-            ladder.append(
-                {
-                    "configuration": f"{name} ({settings.profile} profile)",
-                    "w20": _w20_log(model.predict(rows.select(columns).to_numpy()), rows),
-                }
-            )
-    ladder.append(
-        {
-            "configuration": f"+ binned cascade ({settings.profile} profile)",
-            "w20": _w20_log(cascade.predict(rows.select(FEATURE_COLUMNS).to_numpy()), rows),
-        }
-    )
-    return ladder
-
-
-def permutation_importance(cascade: BinnedCascade, rows: pl.DataFrame, shuffles: int) -> dict:
-    """Drop in w20 when one feature (or one group together) is shuffled on the held-out day.
-    A day's rows of many launches, scored (features + groups) x shuffles times: through the
-    compiled trees' many-row walk, one thread per core."""
-    compiled = CompiledCascade(cascade)
-    X = rows.select(FEATURE_COLUMNS).to_numpy()
-    threads = os.cpu_count() or 1
-    base = _w20_log(compiled.predict(X, threads)[0], rows)
-    rng = np.random.default_rng(0)
-    progress = Progress("permutation importance", len(FEATURE_COLUMNS) + len(FEATURE_GROUPS))
-
-    def drop(name: str, columns: list[int]) -> float:
-        losses = []
-        for _ in range(shuffles):
-            shuffled = X.copy()
-            order = rng.permutation(len(X))
-            shuffled[:, columns] = X[order][:, columns]
-            losses.append(base - _w20_log(compiled.predict(shuffled, threads)[0], rows))
-        progress.advance(f"{name} shuffled {shuffles}x")
-        return float(np.mean(losses))
-
-    index = {name: i for i, name in enumerate(FEATURE_COLUMNS)}
-    per_feature = {name: drop(name, [index[name]]) for name in FEATURE_COLUMNS}
-    per_group = {
-        g: drop(f"group {g}", [index[c] for c in cols]) for g, cols in FEATURE_GROUPS.items()
-    }
-    top = sorted(per_feature.items(), key=lambda item: -item[1])[:15]
-    return {
-        "base_w20": base,
-        "per_group": per_group,
-        "top_features": dict(top),
-        "per_feature": per_feature,
-    }
-
-
-def holdouts(
-    window: pl.DataFrame, rows: pl.DataFrame, settings: ReportSettings, cascade: BinnedCascade
-) -> dict:
-    """Table 4: remove one hardware type, or one model type, from training; the same number of
-    random rows removed is the control. Scored on the held-out day's rows of that type; the
-    full model is ``cascade``, the night's model fitted on all of ``window``."""
-    X_all, y_all = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
-    held_out = validation_rows(window)
-    rng = np.random.default_rng(0)
-    model = _holdout_cascade(settings)
-    progress = Progress(
-        "hold-outs",
-        4 * cascade_units(model.max_em_iter, model.n_bins, model.expert_overlap, model.em_sample),
-    )
-    out = {}
-    for key, column in (("hardware", "hardware_type"), ("family", "model_type")):
-        counts = rows.group_by(column).len().sort(["len", column], descending=[True, False])
-        target = counts[column][0]
-        scored = rows.filter(pl.col(column) == target)
-        removed = (window[column] == target).to_numpy()
-        control = np.zeros(len(y_all), dtype=bool)
-        control[rng.choice(len(y_all), size=int(removed.sum()), replace=False)] = True
-        X_day = scored.select(FEATURE_COLUMNS).to_numpy()
-        w20 = {"full": _w20_log(cascade.predict(X_day), scored)}
-        predicted = {}
-        for name, drop in (("held_out", removed), ("control", control)):
-            progress.phase = (f"{column} {target} held out" if name == "held_out"
-                              else f"{column} control: as many random rows out")  # fmt: skip
-            fitted = _holdout_cascade(settings).fit(
-                X_all[~drop], y_all[~drop], validation=held_out[~drop], progress=progress
-            )
-            predicted[name] = np.exp(fitted.predict(X_day))
-            w20[name] = _w20_log(np.log(predicted[name]), scored)
-        out[f"holdout_{key}"] = {
-            "held_out": target,
-            "rows_removed": int(removed.sum()),
-            "rows_scored": scored.height,
-            **w20,
-        }
-        if key == "family":  # the novelty flag where the model type really is new to the model
-            reference = NoveltyReference.fit(window.filter(~removed)["model_type"].to_list(),
-                                             X_all[~removed])  # fmt: skip
-            out["holdout_family"]["novelty"] = novelty_scores(
-                reference.assess_rows(scored["model_type"].to_list(), X_day),
-                predicted["held_out"], scored["throughput"].to_numpy(),
-            )  # fmt: skip
-        out[f"holdout_{key}_delta_w20"] = w20["held_out"] - w20["full"]
-        out[f"holdout_{key}_control_delta_w20"] = w20["control"] - w20["full"]
-    return out
 
 
 def leap_preferences(ranker: Ranker, attempts: pl.DataFrame, day: dt.date) -> dict[str, list]:
@@ -448,110 +299,3 @@ def routing_value(attempts, specs, models, leap_lists, oracle) -> tuple[dict, fl
         outcomes["as_logged"]["cost"], outcomes["leap"]["cost"], outcomes["oracle"]["cost"]
     )
     return outcomes, captured
-
-
-def figures(window: pl.DataFrame, series: pl.DataFrame, report: dict, root: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from leap_pipeline.modeling.evaluation_files import plot_nightly_w20
-
-    paths = []
-    long = series.unpivot(index="ds", variable_name="model", value_name="w20")
-    paths.append(plot_nightly_w20(long, str(root / "figure8_nightly_w20.png")))
-    by_type = window.group_by("hardware_type").agg(pl.col("log_q")).sort("hardware_type")
-    fig, ax = plt.subplots(figsize=(9, 4))
-    ax.boxplot([np.array(v) / np.log(10) for v in by_type["log_q"]], showfliers=False)
-    ax.set_xticks(range(1, by_type.height + 1), by_type["hardware_type"].to_list(), rotation=60)
-    ax.set(ylabel="log10 samples/s", title="Figure 5: throughput per hardware type")
-    fig.tight_layout()
-    fig.savefig(root / "figure5_throughput_by_type.png", dpi=90)
-    plt.close(fig)
-    paths.append(str(root / "figure5_throughput_by_type.png"))
-    groups = report["importance"]["per_group"]
-    fig, ax = plt.subplots(figsize=(5, 3))
-    ax.barh(list(groups), list(groups.values()))
-    ax.set(xlabel="drop in w20 when shuffled", title="Figure 4: importance by group")
-    fig.tight_layout()
-    fig.savefig(root / "figure4_importance.png", dpi=90)
-    plt.close(fig)
-    paths.append(str(root / "figure4_importance.png"))
-    return paths
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
-def _points(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:+.1f} points"
-
-
-def markdown(report: dict) -> str:
-    novelty = report["holdout_family"].get("novelty", {})
-    lines = [
-        f"# LEAP report ({report['settings']['scale']} scale, evaluation day "
-        f"{report['evaluation_day']})",
-        "",
-        "| figure | ours | paper |",
-        "|---|---|---|",
-        f"| published model w20, median | {_pct(report['published_w20_median'])} "
-        "| 77.0% (73.5 - 80.6) |",
-        f"| cascade w20, median (range) | {_pct(report['nightly_w20_median'])} "
-        f"({_pct(report['nightly_w20_range'][0])} - {_pct(report['nightly_w20_range'][1])}) "
-        "| 77.0% (73.5 - 80.6) |",
-        f"| single GBDT w20, median | {_pct(report['single_gbdt_w20_median'])} "
-        "| 0.5 points below the cascade (Table 2) |",
-        f"| oracle (noise ceiling) w20, median | {_pct(report['oracle_w20_median'])} | - |",
-        f"| Table 1: lookup coverage | {_pct(report['table1']['coverage'])} | 13.3% |",
-        f"| Table 1: lookup w20 / cascade w20 on covered | "
-        f"{_pct(report['table1'].get('lookup_w20'))} / "
-        f"{_pct(report['table1'].get('cascade_w20'))} | 53.2% / 85.1% |",
-        f"| hold out a hardware type: change in w20 | "
-        f"{_points(report['holdout_hardware_delta_w20'])} (control "
-        f"{_points(report['holdout_hardware_control_delta_w20'])}) | -37 points (control < 2) |",
-        f"| hold out a model type: change in w20 | {_points(report['holdout_family_delta_w20'])} "
-        f"(control {_points(report['holdout_family_control_delta_w20'])}) | -49.7 points |",
-        f"| held-out model type: launches flagged novel; w20 flagged / unflagged; flag right | "
-        f"{_pct(novelty.get('flagged_share'))}; {_pct(novelty.get('w20_flagged'))} / "
-        f"{_pct(novelty.get('w20_unflagged'))}; {_pct(novelty.get('flag_right'))} | - |",
-        f"| routing capture of the oracle's saving | {_pct(report['routing_capture'])} | - |",
-        "",
-        "## Ablation (one held-out day)",
-        "",
-        "| configuration | w20 |",
-        "|---|---|",
-    ]
-    lines += [f"| {a['configuration']} | {_pct(a['w20'])} |" for a in report["ablation"]]
-    lines += [
-        "",
-        "## Nightly selection (scored on each window's last day, published as trained)",
-        "",
-        "| night | published | best challenger's margin over the single GBDT on the selection "
-        "day (bar) | published w20 | single GBDT w20 |",
-        "|---|---|---|---|---|",
-    ]
-    for night in report["selection"]:
-        lines.append(
-            f"| {night['ds']} | {night['published']} | {_points(night['margin'])} "
-            f"({_points(night['required_margin'])}) | "
-            f"{_pct(night['published_w20'])} | {_pct(night['single_gbdt_w20'])} |"
-        )
-    lines += [
-        "",
-        "## Routing",
-        "",
-        "| policy | cost (USD) | device-hours | mean queue (s) | top choice | fallback |",
-        "|---|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {name} | {o['cost']:,.0f} | {o['device_hours']:,.0f} | "
-        f"{o['mean_queue_delay_s']:,.0f} | {_pct(o['top_choice_share'])} | "
-        f"{_pct(o['fallback_share'])} |"
-        for name, o in report["routing"].items()
-    ]
-    lines += ["", "## Importance by group (drop in w20)", ""]
-    lines += [f"- {g}: {v:.3f}" for g, v in report["importance"]["per_group"].items()]
-    return "\n".join(lines) + "\n"

@@ -1,0 +1,308 @@
+"""What each ``leap`` command does, one function per command; ``cli.build_parser`` wires them to
+their flags and ``cli.main`` runs one, turning a bad argument into an error that names it."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import sys
+from pathlib import Path
+
+import polars as pl
+
+from leap_pipeline.data.warehouse import default_path
+from leap_pipeline.settings import set_environment
+from leap_pipeline.studies.fleet_stats import (
+    STAT_RANGES,
+    in_range,
+    simulated_fleet_statistics,
+    warehouse_fleet_statistics,
+)
+
+
+def _format(value: float | bool | None) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) < 1:
+        return f"{value:.3f}"
+    return f"{value:.1f}"
+
+
+def _progress(done: int, total: int) -> None:
+    print(f"\rgenerating day {done}/{total}", end="" if done < total else "\n", file=sys.stderr)
+
+
+def parse_date(text: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date YYYY-MM-DD") from None
+
+
+def fleet_stats(args: argparse.Namespace) -> int:
+    warehouse = Path(args.warehouse) if args.warehouse else default_path()
+    use_warehouse = args.read == "warehouse" or (args.read == "auto" and warehouse.exists())
+    if use_warehouse:
+        stats, where, scale = warehouse_fleet_statistics(warehouse, days=args.days)
+    else:
+        stats = simulated_fleet_statistics(
+            seed=args.seed,
+            scale=args.scale,
+            days=args.days,
+            progress=None if args.json else _progress,
+        )
+        where = f"simulated fleet: seed {args.seed}, scale {args.scale}, {args.days} days"
+        scale = args.scale
+    if args.json:
+        print(json.dumps({**stats, "read_from": where}))
+        return 0
+    print(where)
+    print(f"{'statistic':30} {'value':>14} {'paper':>16} {'accepted':>22}  ok")
+    for key, accepted in STAT_RANGES.items():
+        low, high = accepted.low, accepted.high
+        if key == "attempts_per_day":
+            low, high = low * scale, high * scale
+        bounds = (
+            f"{_format(low)} - {_format(high)}" if high != float("inf") else f">= {_format(low)}"
+        )
+        ok = "yes" if in_range(key, stats[key], scale) else "NO"
+        print(f"{key:30} {_format(stats[key]):>14} {accepted.paper:>16} {bounds:>22}  {ok}")
+    print(f"within_range: {_format(stats['within_range'])}")
+    return 0
+
+
+def materialize(args: argparse.Namespace) -> int:
+    from leap_pipeline.orchestration.definitions import materialize_days
+
+    end = args.end or args.start
+    print(f"materializing {args.start} .. {end}", file=sys.stderr)
+    materialize_days(args.start, end, source=args.source, warehouse=args.warehouse)
+    print(f"done: {args.start} .. {end} in {args.warehouse or default_path()}", file=sys.stderr)
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    from leap_pipeline.app.demo import DemoSettings, run_demo, summary_lines
+
+    settings = DemoSettings(
+        scale=args.scale, days=args.days, nights=args.nights, seed=args.seed,
+        profile=args.profile, data=Path(args.data), last_day=args.last_day,
+    )  # fmt: skip
+    result = run_demo(settings, log=lambda line: print(line, file=sys.stderr))
+    print("\n".join(summary_lines(result, settings)))
+    if args.json:
+        keys = ("w20", "coverage", "oracle_w20", "published_model", "selection", "table1",
+                "model_uri", "tracking_uri")  # fmt: skip
+        print(json.dumps({k: result[k] for k in keys}))
+    return 0
+
+
+def model_command(args: argparse.Namespace) -> int:
+    from leap_pipeline.modeling import registry
+
+    registry.configure_tracking(Path(args.data) / "mlflow" if args.data else None)
+    if args.model_command == "promote":
+        record = registry.promote(args.version, reason=args.reason)
+        print(f"production: version {record['from_version']} -> {record['to_version']}")
+    else:
+        for record in registry.promotion_history():
+            print(f"{record['at']}  {record['from_version']} -> {record['to_version']}  "
+                  f"by {record['by']}: {record['reason']}")  # fmt: skip
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    from leap_pipeline.orchestration.runs import land_days
+    from leap_pipeline.studies.report import ReportSettings, build_report
+
+    settings = ReportSettings.from_options(
+        args.scale, args.nights, args.seed, args.data, args.quick
+    )
+
+    result = build_report(settings, land_days, log=lambda line: print(line, file=sys.stderr))
+    if args.json:
+        keys = ("nightly_w20", "nightly_w20_median", "oracle_w20_median",
+                "single_gbdt_w20_median", "table1", "ablation", "holdout_hardware_delta_w20",
+                "holdout_family_delta_w20", "routing", "routing_capture")  # fmt: skip
+        print(json.dumps({k: result[k] for k in keys}))
+    else:
+        print((Path(args.data) / "reports" / "report.md").read_text())
+    return 0
+
+
+def imported_calendar(data: Path, first: dt.date, source: str):
+    """Imported logs bring their own days: the data folder's calendar starts no later than the
+    first imported day, and names the staged logs as its source unless it names other logs."""
+    from leap_pipeline.orchestration.calendar import Calendar
+
+    calendar = Calendar.load(data)
+    # the folder's own logs replace a simulated source; another folder of logs stays
+    keep = calendar.source and not calendar.source.startswith("simulator")
+    if not Calendar.exists(data) or first < calendar.first_day or not keep:
+        calendar = Calendar(min(first, calendar.first_day) if Calendar.exists(data) else first,
+                            calendar.timezone, calendar.source if keep else source)  # fmt: skip
+        path = calendar.save(data)
+        print(f"calendar: partitions from {calendar.first_day} ({path})", file=sys.stderr)
+    return calendar
+
+
+def import_logs(args: argparse.Namespace) -> int:
+    from leap_pipeline.data.importer import stage_import
+    from leap_pipeline.data.warehouse import open_warehouse
+    from leap_pipeline.orchestration.definitions import materialize_days
+
+    staging = Path(args.data) / "imports" / "staging"
+    staged = stage_import(
+        Path(args.attempts), Path(args.allocations), Path(args.hardware), staging, args.days_from
+    )
+    first, last = staged.days[0], staged.days[-1]
+    print(f"importing {staged.rows['job_attempts']:,} attempts over {len(staged.days)} days "
+          f"({first} .. {last})", file=sys.stderr)  # fmt: skip
+    warehouse = args.warehouse or str(Path(args.data) / "leap.duckdb")
+    calendar = imported_calendar(Path(args.data), first, f"files:{staging}")
+    materialize_days(first, last, source=f"files:{staging}", warehouse=warehouse,
+                     log_level="WARNING", calendar=calendar)  # fmt: skip
+    with open_warehouse(warehouse, read_only=True) as wh:
+        kept = wh.read("job_attempts", first, last, columns=["ds"]).height
+        quarantine = (
+            wh.read("quarantine", first, last, columns=["reason"])
+            if wh.has("quarantine") else pl.DataFrame({"reason": []}, schema={"reason": pl.String})
+        )  # fmt: skip
+    rows_in = staged.rows["job_attempts"]
+    orphans = staged.rows["allocations_without_attempt"]
+    print(f"rows in {rows_in:,}, kept {kept:,}, dropped (no throughput) "
+          f"{rows_in - kept - quarantine.height:,}, quarantined {quarantine.height:,}; "
+          f"allocations without an attempt {orphans:,}")  # fmt: skip
+    for reason, count in (
+        quarantine.group_by("reason").len().sort("len", descending=True).head(10).iter_rows()
+    ):
+        print(f"  quarantined: {reason} ({count})")
+    print(f"landed in {warehouse}; train with: leap materialize ... or the Dagster UI")
+    return 0
+
+
+def user_interfaces(args: argparse.Namespace) -> int:
+    from leap_pipeline.app.ui import serve
+
+    return serve(Path(args.data), args.dagster_port, args.mlflow_port)
+
+
+def crossval(args: argparse.Namespace) -> int:
+    from leap_pipeline.studies.crossval import MODELS, SPLITS, exclude_groups, run_split
+
+    attempts, specs = _static_source(args)
+    attempts = exclude_groups(attempts, args.exclude)
+    splits = SPLITS if args.split == "all" else (args.split,)
+    results = {}
+    for split in splits:
+        results[split] = run_split(attempts, specs, split, profile=args.profile,
+                                   log=lambda line: print(line, file=sys.stderr))  # fmt: skip
+    if args.json:
+        print(json.dumps(results))
+        return 0
+    for split, result in results.items():
+        print(
+            f"{split}: {result['n_rows']:,} rows, {result['folds']} folds; leap published "
+            + ", ".join(f"{m} {n}x" for m, n in sorted(result["selection"].items()))
+        )
+        print(f"  {'model':12} {'w10':>6} {'w20':>6} {'MdAPE':>7} {'coverage':>9} "
+              f"{'top1 fastest':>13} {'top1 per $':>11}")  # fmt: skip
+        top1 = result["top1"]
+        for model in MODELS:
+            r = result[model]
+            print(f"  {model:12} {r['w10']:6.3f} {r['w20']:6.3f} {r['mdape']:6.1f}% "
+                  f"{r['coverage']:9.3f} {top1['fastest'][model]:13.3f} "
+                  f"{top1['per_cost'][model]:11.3f}")  # fmt: skip
+        novelty = result["novelty"]
+        if novelty["flagged_share"]:
+            print(
+                f"  flagged novel: {novelty['flagged_share']:.3f} of launches (ranked by the "
+                f"roofline); leap w20 flagged {novelty['w20_flagged']:.3f}, unflagged "
+                f"{novelty['w20_unflagged'] or 0:.3f}; flag right {novelty['flag_right']:.3f}"
+            )
+        rule = (top1["fastest"]["highest_fp16_peak"], top1["per_cost"]["highest_fp16_peak"])
+        print(f"  rule 'highest FP16 peak': top1 fastest {rule[0]:.3f}, per $ {rule[1]:.3f} "
+              f"({top1['configurations']} configurations on 2+ types)")  # fmt: skip
+    return 0
+
+
+def _static_source(args: argparse.Namespace):
+    from leap_pipeline.data.importer import _read_all
+    from leap_pipeline.data.public_data import PUBLIC_SOURCES, public_sources
+    from leap_pipeline.data.sources import typed_frame
+    from leap_serving.validation import validate_attempts
+
+    path = Path(args.path)
+    if args.source in PUBLIC_SOURCES:
+        if not args.hardware:
+            raise ValueError(f"--hardware: the Epoch ml_hardware.csv is needed for {args.source}")
+        attempts, _, specs = public_sources(args.source, path, Path(args.hardware))
+        return attempts, specs
+    specs_path = Path(args.hardware) if args.hardware else next(
+        (p for p in (path / "hardware_specs.parquet", path / "hardware_specs.csv") if p.exists()),
+        path / "hardware_specs.csv",
+    )  # fmt: skip
+    specs = typed_frame(_read_all(specs_path, "hardware_specs"), "hardware_specs")
+    found = [p for p in (path / "job_attempts", *(path / f"job_attempts{s}" for s in
+             (".parquet", ".csv"))) if p.exists()]  # fmt: skip
+    if not found:
+        raise ValueError(f"--path {path}: no job_attempts folder, .parquet or .csv in it")
+    raw = _read_all(found[0], "job_attempts")
+    validated = validate_attempts(raw, specs["hardware_type"])
+    if validated.quarantined.height:
+        print(f"quarantined {validated.quarantined.height} rows, e.g. "
+              f"{validated.quarantined['reason'][0]}", file=sys.stderr)  # fmt: skip
+    return validated.kept, specs
+
+
+EXAMPLE_JOB = Path(__file__).parents[2] / "examples" / "job.json"
+
+
+def rank(args: argparse.Namespace) -> int:
+    """Rank a job's candidates; a bad job still exits 0, with an empty ranking and a reason."""
+
+    from leap_serving.ranking import Ranker, Ranking
+
+    logging.getLogger("leap_serving").setLevel(logging.ERROR)  # the reason is printed below
+    try:
+        job = json.loads(Path(args.job).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--job {args.job}: cannot read a JSON object: {exc}") from None
+    candidates = (
+        [c.strip() for c in args.candidates.split(",") if c.strip()]
+        if args.candidates
+        else job.pop("candidates", None)
+        if isinstance(job, dict)
+        else None
+    )
+    if isinstance(job, dict):
+        job.pop("candidates", None)
+    if args.data:
+        set_environment(
+            overwrite=False,
+            MLFLOW_TRACKING_URI=f"sqlite:///{Path(args.data).resolve()}/mlflow/mlflow.db",
+        )
+    ranker = Ranker(args.model or None, check_interval_s=float("inf"), wait=True)
+    result: Ranking = ranker.rank(job, candidates if candidates is not None else [])
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return 0
+    print(f"model version {result.model_version}")
+    if result.reason:
+        print(f"no ranking: {result.reason}")
+    for c in result.ranking:
+        history = "history" if c.history_found else "cold start"
+        print(f"{c.rank:>3}. {c.hardware_type:14} {c.predicted_throughput:>14,.0f} samples/s "
+              f"{c.cost_per_hour:>9,.2f} $/h {c.throughput_per_cost:>16,.0f} samples/$ "
+              f"bin {c.bin:>2} ({c.bin_probability:.2f}) {history}")  # fmt: skip
+    for c in result.removed:
+        print(f"  - {c.hardware_type}: {c.removed_reason}")
+    if result.ignored_fields:
+        print(f"ignored fields: {', '.join(result.ignored_fields)}")
+    return 0

@@ -1,0 +1,134 @@
+"""A trained night on disk: its published folder under ``<data>/models/<day>/``, written atomically
+with a manifest, and found again by its inputs' fingerprint so a re-run reuses it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import polars as pl
+from sklearn.ensemble import HistGradientBoostingRegressor
+
+from leap_pipeline.modeling.evaluation_files import write_evaluation_files
+from leap_pipeline.modeling.lookup_table import LookupTable
+from leap_pipeline.modeling.selection import (
+    TrainedModels,
+)
+from leap_serving.cascade import BinnedCascade
+from leap_serving.model import LeapModel, dump_skops, load_skops
+from leap_serving.publish import PublicationError, publish_folder, verify_folder
+
+
+def models_folder(warehouse_path: Path, day: dt.date) -> Path:
+    return Path(warehouse_path).parent / "models" / day.isoformat()
+
+
+def save_trained(
+    models: TrainedModels,
+    folder: Path,
+    snapshot: pl.DataFrame,
+    specs: pl.DataFrame,
+    profile: str,
+    evaluation: dict | None = None,
+    night: dict | None = None,
+) -> None:
+    """Publish a night's models, and its evaluation's files when given; the cascade folder is
+    the artifact a model version ships. ``night`` (the night's record, with its inputs'
+    fingerprint) is kept beside them, so a night run again on the same inputs reuses them."""
+
+    def write(version: Path) -> dict:
+        if evaluation is not None:
+            write_evaluation_files(evaluation, version)
+        if night is not None:
+            (version / NIGHT_RECORD).write_text(json.dumps(night, indent=1))
+        LeapModel(
+            cascade=models.published,
+            history_snapshot=snapshot,
+            hardware_specs=specs,
+            metadata={
+                "training_window": [d.isoformat() for d in models.window],
+                "training_rows": models.training_rows,
+                "profile": profile,
+                "selection": models.selection,
+                "novelty": models.novelty.to_dict() if models.novelty else None,
+            },
+        ).save(version / "cascade")
+        types = dump_skops(models.single_gbdt, version / "single_gbdt.skops")
+        cascade_types = dump_skops(models.cascade, version / "cascade_candidate.skops")
+        models.lookup.entries.write_parquet(version / "lookup_entries.parquet")
+        models.model_type_ranks.write_parquet(version / "model_type_ranks.parquet")
+        (version / "trained.json").write_text(
+            json.dumps(
+                {
+                    "window": [d.isoformat() for d in models.window],
+                    "training_rows": models.training_rows,
+                    "lookup_model_types": list(models.lookup.model_types),
+                    "seconds": models.seconds,
+                    "profile": profile,
+                }
+            )
+        )
+        return {
+            "skops_types": {
+                "single_gbdt.skops": types,
+                "cascade_candidate.skops": cascade_types,
+            }
+        }
+
+    publish_folder(folder, write)
+
+
+NIGHT_RECORD = "night.json"
+
+
+def reusable_night(folder: Path, fingerprint: str) -> dict | None:
+    """The record of the night published in ``folder`` when it was computed from inputs with
+    ``fingerprint`` and its files are intact; None otherwise (then the night is computed)."""
+    path = Path(folder) / NIGHT_RECORD
+    if not path.is_file():
+        return None
+    try:
+        verify_folder(Path(folder).resolve())
+        record = json.loads(path.read_text())
+    except (PublicationError, ValueError):
+        return None
+    return record if record.get("fingerprint") == fingerprint else None
+
+
+def load_trained(folder: Path) -> tuple[TrainedModels, LeapModel]:
+    if not (folder / "trained.json").is_file():
+        raise FileNotFoundError(f"no trained models in {folder}: materialize cascade_model first")
+    folder = folder.resolve()
+    try:
+        manifest = verify_folder(folder)
+    except PublicationError as exc:
+        raise FileNotFoundError(f"{exc}: materialize cascade_model again") from exc
+    meta = json.loads((folder / "trained.json").read_text())
+    published = LeapModel.load(folder / "cascade")
+    gbdt = load_skops(
+        folder / "single_gbdt.skops",
+        HistGradientBoostingRegressor,
+        manifest.get("skops_types", {}).get("single_gbdt.skops"),
+    )
+    cascade = load_skops(
+        folder / "cascade_candidate.skops",
+        BinnedCascade,
+        manifest.get("skops_types", {}).get("cascade_candidate.skops"),
+    )
+    models = TrainedModels(
+        cascade=cascade,
+        single_gbdt=gbdt,
+        published=published.cascade,
+        selection=published.metadata["selection"],
+        lookup=LookupTable(
+            entries=pl.read_parquet(folder / "lookup_entries.parquet"),
+            model_types=tuple(meta["lookup_model_types"]),
+        ),
+        window=tuple(dt.date.fromisoformat(d) for d in meta["window"]),
+        training_rows=meta["training_rows"],
+        model_type_ranks=pl.read_parquet(folder / "model_type_ranks.parquet"),
+        novelty=published.novelty,
+        seconds=meta["seconds"],
+    )
+    return models, published

@@ -1,0 +1,80 @@
+"""The production alias, moved forward: to the newest night of a run whose gate passed, never
+backwards, read, compared and moved under one lock; old versions past retention removed."""
+
+import datetime as dt
+
+import dagster as dg
+
+from leap_pipeline.modeling import registry
+from leap_pipeline.orchestration.calendar import data_folder
+from leap_pipeline.orchestration.locks import held
+from leap_pipeline.orchestration.resources import (
+    MlflowResource,
+    TrainingResource,
+)
+
+
+def move_alias(
+    context: dg.AssetExecutionContext,
+    model_evaluation: dict[str, dict],
+    training: TrainingResource,
+    mlflow_tracking: MlflowResource,
+) -> dg.MaterializeResult:
+    """The ``production`` alias: moved to the newest night of the run whose gate passed, on a
+    nightly run (or when promotion is asked for), never to a night older than the one it names;
+    old versions past retention removed (never one a promotion record names)."""
+    mlflow_tracking.configure()
+    passing = [
+        (dt.date.fromisoformat(day), record)
+        for day, record in sorted(model_evaluation.items())
+        if record.get("gate_passed")
+    ]
+    # read, compare and move under one lock: two runs that promote at once (in-process runs do
+    # not queue) cannot move the alias backwards between another's read and its move
+    with held(data_folder() / "locks" / f"{registry.model_name()}.production.lock", "the alias"):
+        current = registry.production_version()
+        current_day = evaluation_day(current)
+        moved = None
+        if not passing:
+            note = "not promoted: no night of the run passed its gate"
+        else:
+            day, registered = passing[-1]
+            allowed = registered["run_kind"] == "nightly" or training.registry_settings().promote
+            if not allowed:
+                kind = registered["run_kind"]
+                note = f"not promoted: a {kind} run moves the pointer only when asked"
+            elif current is not None and str(current.version) == str(registered["version"]):
+                note = f"version {registered['version']} ({day}) is production already"
+            elif current_day is not None and day < current_day:
+                note = (
+                    f"not promoted: night {day} is older than production's ({current_day}, version "
+                    f"{current.version}); a backfill never moves the alias backwards"
+                )
+            else:
+                why = (
+                    "nightly run" if registered["run_kind"] == "nightly" else "promotion asked for"
+                )
+                moved = registry.promote(
+                    registered["version"],
+                    reason=f"{why}, evaluated on {day}: {registered['gate_reason']}",
+                    actor=f"dagster run {context.run.run_id}",
+                )
+                note = f"promoted version {registered['version']} ({day})"
+    deleted = registry.enforce_retention(training.registry_settings().keep_versions)
+    current = registry.production_version()
+    context.log.info(note)
+    return dg.MaterializeResult(
+        metadata={
+            "decision": note,
+            "production_version": str(current.version) if current else "none",
+            "model_uri": registry.model_uri(),
+            "moved_from": str(moved["from_version"]) if moved else "",
+            "versions_deleted": ", ".join(deleted),
+        }
+    )
+
+
+def evaluation_day(version) -> dt.date | None:
+    """The day a registered version was evaluated on (its ``evaluation_day`` tag), if any."""
+    day = version.tags.get("evaluation_day") if version is not None else None
+    return dt.date.fromisoformat(day) if day else None

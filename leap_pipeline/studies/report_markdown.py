@@ -1,0 +1,115 @@
+"""The report as a person reads it: its figures (Figures 4, 5 and 8) and its markdown page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+
+def figures(window: pl.DataFrame, series: pl.DataFrame, report: dict, root: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from leap_pipeline.modeling.evaluation_files import plot_nightly_w20
+
+    paths = []
+    long = series.unpivot(index="ds", variable_name="model", value_name="w20")
+    paths.append(plot_nightly_w20(long, str(root / "figure8_nightly_w20.png")))
+    by_type = window.group_by("hardware_type").agg(pl.col("log_q")).sort("hardware_type")
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.boxplot([np.array(v) / np.log(10) for v in by_type["log_q"]], showfliers=False)
+    ax.set_xticks(range(1, by_type.height + 1), by_type["hardware_type"].to_list(), rotation=60)
+    ax.set(ylabel="log10 samples/s", title="Figure 5: throughput per hardware type")
+    fig.tight_layout()
+    fig.savefig(root / "figure5_throughput_by_type.png", dpi=90)
+    plt.close(fig)
+    paths.append(str(root / "figure5_throughput_by_type.png"))
+    groups = report["importance"]["per_group"]
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.barh(list(groups), list(groups.values()))
+    ax.set(xlabel="drop in w20 when shuffled", title="Figure 4: importance by group")
+    fig.tight_layout()
+    fig.savefig(root / "figure4_importance.png", dpi=90)
+    plt.close(fig)
+    paths.append(str(root / "figure4_importance.png"))
+    return paths
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _points(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:+.1f} points"
+
+
+def markdown(report: dict) -> str:
+    novelty = report["holdout_family"].get("novelty", {})
+    lines = [
+        f"# LEAP report ({report['settings']['scale']} scale, evaluation day "
+        f"{report['evaluation_day']})",
+        "",
+        "| figure | ours | paper |",
+        "|---|---|---|",
+        f"| published model w20, median | {_pct(report['published_w20_median'])} "
+        "| 77.0% (73.5 - 80.6) |",
+        f"| cascade w20, median (range) | {_pct(report['nightly_w20_median'])} "
+        f"({_pct(report['nightly_w20_range'][0])} - {_pct(report['nightly_w20_range'][1])}) "
+        "| 77.0% (73.5 - 80.6) |",
+        f"| single GBDT w20, median | {_pct(report['single_gbdt_w20_median'])} "
+        "| 0.5 points below the cascade (Table 2) |",
+        f"| oracle (noise ceiling) w20, median | {_pct(report['oracle_w20_median'])} | - |",
+        f"| Table 1: lookup coverage | {_pct(report['table1']['coverage'])} | 13.3% |",
+        f"| Table 1: lookup w20 / cascade w20 on covered | "
+        f"{_pct(report['table1'].get('lookup_w20'))} / "
+        f"{_pct(report['table1'].get('cascade_w20'))} | 53.2% / 85.1% |",
+        f"| hold out a hardware type: change in w20 | "
+        f"{_points(report['holdout_hardware_delta_w20'])} (control "
+        f"{_points(report['holdout_hardware_control_delta_w20'])}) | -37 points (control < 2) |",
+        f"| hold out a model type: change in w20 | {_points(report['holdout_family_delta_w20'])} "
+        f"(control {_points(report['holdout_family_control_delta_w20'])}) | -49.7 points |",
+        f"| held-out model type: launches flagged novel; w20 flagged / unflagged; flag right | "
+        f"{_pct(novelty.get('flagged_share'))}; {_pct(novelty.get('w20_flagged'))} / "
+        f"{_pct(novelty.get('w20_unflagged'))}; {_pct(novelty.get('flag_right'))} | - |",
+        f"| routing capture of the oracle's saving | {_pct(report['routing_capture'])} | - |",
+        "",
+        "## Ablation (one held-out day)",
+        "",
+        "| configuration | w20 |",
+        "|---|---|",
+    ]
+    lines += [f"| {a['configuration']} | {_pct(a['w20'])} |" for a in report["ablation"]]
+    lines += [
+        "",
+        "## Nightly selection (scored on each window's last day, published as trained)",
+        "",
+        "| night | published | best challenger's margin over the single GBDT on the selection "
+        "day (bar) | published w20 | single GBDT w20 |",
+        "|---|---|---|---|---|",
+    ]
+    for night in report["selection"]:
+        lines.append(
+            f"| {night['ds']} | {night['published']} | {_points(night['margin'])} "
+            f"({_points(night['required_margin'])}) | "
+            f"{_pct(night['published_w20'])} | {_pct(night['single_gbdt_w20'])} |"
+        )
+    lines += [
+        "",
+        "## Routing",
+        "",
+        "| policy | cost (USD) | device-hours | mean queue (s) | top choice | fallback |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {name} | {o['cost']:,.0f} | {o['device_hours']:,.0f} | "
+        f"{o['mean_queue_delay_s']:,.0f} | {_pct(o['top_choice_share'])} | "
+        f"{_pct(o['fallback_share'])} |"
+        for name, o in report["routing"].items()
+    ]
+    lines += ["", "## Importance by group (drop in w20)", ""]
+    lines += [f"- {g}: {v:.3f}" for g, v in report["importance"]["per_group"].items()]
+    return "\n".join(lines) + "\n"
