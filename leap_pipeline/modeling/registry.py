@@ -11,13 +11,14 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
 import polars as pl
 from mlflow import MlflowClient
-from mlflow.data.artifact_dataset_sources import LocalArtifactDatasetSource
+from mlflow.data.dataset_source_registry import resolve_dataset_source
 from mlflow.data.meta_dataset import MetaDataset
 from mlflow.exceptions import MlflowException
 from mlflow.types import ColSpec, Schema
@@ -304,12 +305,11 @@ def training_window_dataset(
     )
     schema = Schema([ColSpec("double", name) for name in FEATURE_COLUMNS])
     name = f"feature_table {first}..{last}" + (f" ({rows:,} rows)" if rows is not None else "")
-    return MetaDataset(
-        LocalArtifactDatasetSource(uri),
-        name=name,
-        digest=(fingerprint or first)[:16],
-        schema=schema,
-    )
+    with warnings.catch_warnings():  # a file URI resolves to two equal local sources: either
+        warnings.simplefilter("ignore", UserWarning)
+        source = resolve_dataset_source(uri)
+    digest = (fingerprint or first)[:16]
+    return MetaDataset(source, name=name, digest=digest, schema=schema)
 
 
 # what a person scans in the version list; every metric stays on the run
