@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling import registry
+from leap_pipeline.modeling.night_store import save_trained
 from leap_pipeline.modeling.selection import fit_models
-from leap_pipeline.modeling.training import save_trained
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_serving.compiled import CompiledCascade
 from leap_serving.features import FEATURE_COLUMNS, expand_candidates, launch_matrix
