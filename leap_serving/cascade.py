@@ -509,7 +509,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
     def _errors(self, experts: list, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Every row's absolute error under every expert (inf for a bin without one), through
         the packed trees on ``n_jobs`` threads: scikit-learn's predictions, several times
-        faster (docs/results.md)."""
+        faster (docs/changelog.md)."""
         threads = self._threads() or os.cpu_count() or 1
         errors = np.full((len(y), len(experts)), np.inf)
         for b, expert in enumerate(experts):
