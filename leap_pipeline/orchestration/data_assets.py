@@ -26,7 +26,7 @@ from leap_pipeline.data.feature_table import (
     empty_snapshot,
     land_day,
 )
-from leap_pipeline.orchestration.metadata import table
+from leap_pipeline.orchestration.metadata import table_metadata
 from leap_pipeline.orchestration.partitions import PID_TAG, process_identity
 from leap_pipeline.orchestration.resources import SourceResource, WarehouseResource
 from leap_serving.features import ALWAYS_PRESENT_FEATURES
@@ -132,7 +132,7 @@ def land_sources(
     totals = {k: sum(r[k] for r in per_day) for k in ("rows_in", "kept", "dropped", "quarantined")}
     yield dg.MaterializeResult(
         asset_key="job_attempts",
-        metadata={**totals, "source": adapter.description, "per_day": table(per_day)},
+        metadata={**totals, "source": adapter.description, "per_day": table_metadata(per_day)},
     )
     yield dg.MaterializeResult(
         asset_key="allocations", metadata={"rows": sum(r["allocations"] for r in per_day)}
@@ -175,7 +175,7 @@ def build_snapshots(
     yield dg.MaterializeResult(
         metadata={
             "families_last_day": per_day[-1]["families"] if per_day else 0,
-            "per_day": table(per_day),
+            "per_day": table_metadata(per_day),
         }
     )
     yield dg.AssetCheckResult(
@@ -235,7 +235,7 @@ def build_features(
         metadata={
             "rows": sum(r["rows"] for r in per_day),
             "features": len(FEATURE_TABLE_COLUMNS),
-            "per_day": table(per_day),
+            "per_day": table_metadata(per_day),
         }
     )
     for name, failed in failures.items():

@@ -13,7 +13,7 @@ import polars as pl
 _COLUMN_TYPES = {"Float64": "float", "Float32": "float", "Boolean": "bool", "String": "string"}
 
 
-def table(rows: pl.DataFrame | Sequence[dict], digits: int = 4) -> dg.MetadataValue:
+def table_metadata(rows: pl.DataFrame | Sequence[dict], digits: int = 4) -> dg.MetadataValue:
     """A frame (or a list of row dicts) as ``MetadataValue.table``; floats rounded to ``digits``."""
     frame = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(list(rows))
     frame = frame.with_columns(pl.col(pl.Float32, pl.Float64).round(digits))
@@ -34,7 +34,7 @@ def table(rows: pl.DataFrame | Sequence[dict], digits: int = 4) -> dg.MetadataVa
     return dg.MetadataValue.table(records=records, schema=schema)
 
 
-def image(path: str | Path) -> dg.MetadataValue:
+def image_metadata(path: str | Path) -> dg.MetadataValue:
     """A PNG shown inline in the UI (markdown with the image embedded, as Dagster's own
     examples do: the event log keeps it whatever happens to the file)."""
     encoded = base64.b64encode(Path(path).read_bytes()).decode()

@@ -32,7 +32,7 @@ from leap_pipeline.orchestration.data_assets import (
     record_worker,
 )
 from leap_pipeline.orchestration.locks import held
-from leap_pipeline.orchestration.metadata import table
+from leap_pipeline.orchestration.metadata import table_metadata
 from leap_pipeline.orchestration.night_evaluation import evaluate_nights, record_evaluations
 from leap_pipeline.orchestration.promotion import move_alias
 from leap_pipeline.orchestration.resources import (
@@ -104,7 +104,7 @@ def train_nights(
             "training_rows": last["rows"],
             "nights_reused": sum(r["reused"] for r in per_day),
             "profile": training.profile,
-            "per_day": table([{k: r.get(k) for k in columns} for r in per_day]),
+            "per_day": table_metadata([{k: r.get(k) for k in columns} for r in per_day]),
         },
     )
 

@@ -20,7 +20,7 @@ from leap_pipeline.modeling.evaluation import headline
 from leap_pipeline.modeling.evaluation_files import EVALUATION_FILES, plot_nightly_w20
 from leap_pipeline.orchestration.data_assets import partition_days
 from leap_pipeline.orchestration.locks import held
-from leap_pipeline.orchestration.metadata import image, table
+from leap_pipeline.orchestration.metadata import image_metadata, table_metadata
 from leap_pipeline.orchestration.promotion import evaluation_day
 from leap_pipeline.orchestration.resources import (
     MlflowResource,
@@ -160,11 +160,11 @@ def evaluate_nights(
             **{k: v for k, v in headline(evaluation).items() if v is not None},
             "tracking_uri": tracking_uri,
             "run_kind": run_kind,
-            "registered_versions": table(per_day),
-            "overall": table(overall),
-            "breakdown": table(breakdown),
+            "registered_versions": table_metadata(per_day),
+            "overall": table_metadata(overall),
+            "breakdown": table_metadata(breakdown),
             "table1": dg.MetadataValue.json(evaluation["table1"]),
-            "predicted_vs_measured": image(scatter),
+            "predicted_vs_measured": image_metadata(scatter),
         },
     )
     # each night on its own: the check reports every night and fails when the newest one did;
@@ -250,7 +250,7 @@ def record_evaluations(
         if newest.get("run_id"):  # the Figure 8 series so far, with the newest night's run
             for path in (plot, csv):
                 registry.MlflowClient().log_artifact(newest["run_id"], str(path))
-        shown = image(plot)
+        shown = image_metadata(plot)
     return dg.MaterializeResult(
-        metadata={"nightly_w20 (Figure 8)": table(figure8), "nightly_w20 plot": shown}
+        metadata={"nightly_w20 (Figure 8)": table_metadata(figure8), "nightly_w20 plot": shown}
     )

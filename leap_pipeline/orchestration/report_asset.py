@@ -4,7 +4,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from leap_pipeline.orchestration.metadata import image
+from leap_pipeline.orchestration.metadata import image_metadata
 from leap_pipeline.orchestration.runs import land_days
 from leap_pipeline.studies.report import ReportSettings, build_report
 
@@ -33,6 +33,6 @@ def paper_report(context: dg.AssetExecutionContext, config: ReportConfig) -> dg.
             "oracle_w20_median": report["oracle_w20_median"],
             "routing_capture": report["routing_capture"] or float("nan"),
             "report": dg.MetadataValue.md((root / "report.md").read_text()),
-            **{Path(path).stem: image(path) for path in report["figures"]},
+            **{Path(path).stem: image_metadata(path) for path in report["figures"]},
         }
     )
