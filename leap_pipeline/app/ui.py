@@ -23,6 +23,9 @@ from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.settings import DATA_ENV, WAREHOUSE_ENV, child_environment
 
 PROJECT = Path(__file__).resolve().parents[2]
+# Dagster's recommended command (``dagster dev`` warns that ``dg dev`` supersedes it); with
+# ``-w`` it loads workspace.yaml in this environment
+DG = Path(sys.executable).with_name("dg")
 STOP_TIMEOUT_S = 20.0
 
 
@@ -65,7 +68,7 @@ def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple
     tracking = env["MLFLOW_TRACKING_URI"]
     return {
         "dagster": (
-            [sys.executable, "-m", "dagster", "dev", "-w", str(PROJECT / "workspace.yaml"),
+            [str(DG), "dev", "-w", str(PROJECT / "workspace.yaml"),
              "-h", "127.0.0.1", "-p", str(dagster_port)],
             env,
         ),
