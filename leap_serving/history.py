@@ -459,28 +459,3 @@ def _transfer(columns, i, profile, target, ratios_to, log_specs) -> None:
             ]
             if carried:
                 columns[feature][i] = sum(carried) / len(carried)
-
-
-def point_in_time_history(
-    rows: pl.DataFrame, hardware_specs: pl.DataFrame | SpecTable
-) -> pl.DataFrame:
-    """History features for every row of a multi-day frame, each as of the end of its previous day.
-
-    Literally ``history_features(day_rows, history_snapshot(rows, day - 1), hardware_specs)`` for
-    each day, so training sees exactly what serving would; job names are normalized once, up
-    front. Rows keep their order.
-    """
-    rows = with_family(rows).with_row_index("_row")
-    parts = []
-    for day in rows["ds"].unique().sort():
-        today = rows.filter(pl.col("ds") == day)
-        snapshot = history_snapshot(rows, day - dt.timedelta(days=1))
-        parts.append(
-            pl.concat(
-                [today.select("_row"), history_features(today, snapshot, hardware_specs)],
-                how="horizontal",
-            )
-        )
-    if not parts:
-        return pl.DataFrame(schema={name: pl.Float64 for name in HISTORY_FEATURES})
-    return pl.concat(parts).sort("_row").drop("_row")

@@ -2,6 +2,7 @@
 
 import datetime as dt
 import json
+import math
 import os
 from pathlib import Path
 
@@ -54,7 +55,32 @@ def test_physics_baseline_scales_by_what_bounds_the_job():
     assert np.isnan(physics_predict(train, other, specs)[0])
 
 
-def test_crossval_on_contract_files(tmp_path, capsys):
+def _share_within_20(predicted, measured) -> float:
+    """w20 counted by hand: a prediction is a hit when it is a number within 20% of the
+    measured throughput; a missing one is a miss."""
+    pairs = zip(predicted, measured, strict=True)
+    hits = [math.isfinite(p) and abs(p - q) <= 0.2 * q for p, q in pairs]
+    return sum(hits) / len(hits)
+
+
+def test_crossval_on_contract_files(tmp_path, capsys, monkeypatch):
+    from leap_pipeline.studies import crossval
+    from leap_serving import metrics
+
+    scored = []  # (predicted, measured) of each model's w20, in the order run_split scores them
+
+    class Recording:
+        """crossval's ``metrics``, keeping the out-of-fold predictions each w20 is taken of."""
+
+        def __getattr__(self, name):
+            return getattr(metrics, name)
+
+        def within(self, predicted, measured, k, weights=None):
+            if k == 20:
+                scored.append((np.array(predicted, dtype=float), np.array(measured, dtype=float)))
+            return metrics.within(predicted, measured, k, weights)
+
+    monkeypatch.setattr(crossval, "metrics", Recording())
     fleet = SimulatedFleet(seed=2, scale=0.01)
     attempts = pl.concat([d.attempts for _, d in fleet.days(0, 3)]).with_columns(
         ds=pl.lit(dt.date(2026, 1, 1))
@@ -66,11 +92,23 @@ def test_crossval_on_contract_files(tmp_path, capsys):
                  "--split", "leave-hardware-out", "--profile", "quick", "--json"])  # fmt: skip
     assert code == 0
     result = json.loads(capsys.readouterr().out)["leave-hardware-out"]
-    assert result["n_rows"] == attempts.filter(pl.col("throughput") > 0).height
+    measured = attempts.filter(pl.col("throughput") > 0)["throughput"].to_numpy()
+    assert result["n_rows"] == len(measured)
+    # each model's w20 and coverage are those of its out-of-fold predictions, counted by hand,
+    # against every measured attempt in order
+    assert len(scored) == len(crossval.MODELS)
+    for model, (predicted, against) in zip(crossval.MODELS, scored, strict=True):
+        assert np.array_equal(against, measured), model
+        assert result[model]["w20"] == pytest.approx(_share_within_20(predicted, measured)), model
+        assert result[model]["coverage"] == pytest.approx(np.isfinite(predicted).mean()), model
     for model in ("leap", "cascade", "single_gbdt", "lookup", "physics", "fleet_ratio",
                   "roofline"):  # fmt: skip
-        assert 0.0 <= result[model]["w20"] <= 1.0
         assert model in result["top1"]["fastest"] and model in result["top1"]["per_cost"]
+    # leap's predictions are each its own row's: the same values on other rows (a broken
+    # predictor) land within 20% far less often
+    leap = scored[crossval.MODELS.index("leap")][0]
+    shuffled = np.random.default_rng(0).permutation(leap)
+    assert result["leap"]["w20"] > 2 * _share_within_20(shuffled, measured)
     # leap is, fold by fold, one of the models it chose from
     assert sum(result["selection"].values()) == result["folds"]
     # every row has an architecture to judge; few model types ran on one type alone

@@ -3,14 +3,15 @@ import datetime as dt
 import polars as pl
 import pytest
 
+from leap_pipeline.data.feature_table import build_feature_table
 from leap_serving.contract import HARDWARE_SPEC_COLUMNS
+from leap_serving.features import FEATURE_COLUMNS, launch_features
 from leap_serving.history import (
     HISTORY_FEATURES,
     HistoryIndex,
     history_features,
     history_snapshot,
     normalize_job_name,
-    point_in_time_history,
 )
 
 
@@ -84,14 +85,45 @@ def _rows() -> pl.DataFrame:
     )
 
 
+def _feature_table(rows: pl.DataFrame) -> pl.DataFrame:
+    """Every row's feature-table row as the daily pipeline builds it, in ``rows``' order: the
+    history_snapshot asset stores ``history_snapshot(attempts, as_of=D)`` per day, and the
+    feature_table asset gives day D's attempts ``build_feature_table(..., snapshot of D - 1)``.
+    The snapshot is handed every row, day D's and later ones included: only ``as_of`` keeps
+    them out of day D's history."""
+    # the identifying columns the table carries, unknown here (the snapshot is given the rows as
+    # they are: without trainers and batch size, no lookup-key levels)
+    unknown = {"num_trainers": pl.Int64, "batch_size": pl.Int64, "duration_s": pl.Float64}
+    attempts = rows.with_columns(
+        pl.lit(None, dtype=dtype).alias(name)
+        for name, dtype in unknown.items()
+        if name not in rows.columns
+    )
+    no_allocations = pl.DataFrame(
+        schema={"attempt_id": pl.String, "num_hosts": pl.Int64, "devices_per_host": pl.Int64}
+    )
+    tables = [
+        build_feature_table(
+            attempts.filter(pl.col("ds") == day),
+            no_allocations,
+            SPECS,
+            history_snapshot(rows, as_of=day - dt.timedelta(days=1)),
+        )
+        for day in rows["ds"].unique().sort()
+    ]
+    table = pl.concat(tables)
+    return rows.select("attempt_id").join(table, on="attempt_id", maintain_order="left")
+
+
+def _history_by_attempt(rows: pl.DataFrame) -> dict[str, dict]:
+    history = _feature_table(rows).select("attempt_id", *HISTORY_FEATURES)
+    return {r["attempt_id"]: r for r in history.iter_rows(named=True)}
+
+
 def test_every_history_value_is_what_serving_saw_the_day_before():
     import math
 
-    rows = _rows()
-    hist = pl.concat(
-        [rows.select("attempt_id"), point_in_time_history(rows, SPECS)], how="horizontal"
-    )
-    got = {r["attempt_id"]: r for r in hist.iter_rows(named=True)}
+    got = _history_by_attempt(_rows())
     ln = math.log
     # day 1: nobody has history; with no earlier day there is no fallback level either
     for i in ("1", "2"):
@@ -128,10 +160,7 @@ def test_levels_on_other_types_are_carried_to_the_target_type():
 
     ln = math.log
     rows = _rows()
-    hist = pl.concat(
-        [rows.select("attempt_id"), point_in_time_history(rows, SPECS)], how="horizontal"
-    )
-    got = {r["attempt_id"]: r for r in hist.iter_rows(named=True)}
+    got = _history_by_attempt(rows)
     # day 2, family a on X: as of day 1 it ran on X (100) and Y (400); only Y is another type
     a2 = got["3"]
     assert a2["hist_xfer_types"] == 1.0
@@ -162,12 +191,19 @@ def test_levels_on_other_types_are_carried_to_the_target_type():
 
 
 def test_training_history_equals_serving_from_the_snapshot():
+    """Day 4's feature-table rows (what the model trains on) are what the ranker computes for
+    the same launches from the snapshot a model ships (as of day 3, through its index)."""
     rows = _rows()
-    day4 = rows.filter(pl.col("ds") == D4)
-    served = history_features(day4, history_snapshot(rows, D3), SPECS)
-    trained = point_in_time_history(rows, SPECS).filter(rows["ds"] == D4)
-    assert served.equals(trained)
-    assert served.columns == list(HISTORY_FEATURES)
+    trained = _feature_table(rows).filter(pl.col("ds") == D4)
+    launches = rows.filter(pl.col("ds") == D4).drop("throughput")  # a launch has no label
+    index = HistoryIndex.from_snapshot(history_snapshot(rows, D3))
+    served = launch_features(launches, SPECS, index)
+    assert served.columns == list(FEATURE_COLUMNS)
+    assert served.equals(trained.select(FEATURE_COLUMNS))
+    history = served.select(HISTORY_FEATURES)
+    assert history.equals(history_features(launches, history_snapshot(rows, D3), SPECS))
+    # and it is history: family a's three earlier runs, not day 4's own
+    assert history["hist_count"].to_list() == [3.0, 0.0, 3.0]
 
 
 def test_snapshot_ignores_missing_throughput_and_caps_families():
@@ -199,10 +235,7 @@ def test_the_model_types_record_and_the_lookup_key_level_are_history_too():
         num_trainers=pl.lit(4, dtype=pl.Int64),
         batch_size=pl.when(pl.col("attempt_id") == "2").then(512).otherwise(256),
     )
-    hist = pl.concat(
-        [rows.select("attempt_id"), point_in_time_history(rows, SPECS)], how="horizontal"
-    )
-    got = {r["attempt_id"]: r for r in hist.iter_rows(named=True)}
+    got = _history_by_attempt(rows)
     # day 2 on X: m ran once on X on day 1 (100); the key (m, 4, 256, X) has one attempt only
     assert got["4"]["hist_mt_hw_count"] == 1.0
     assert got["4"]["hist_mt_hw_mean_log_q"] == pytest.approx(ln(100))

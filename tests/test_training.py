@@ -308,3 +308,31 @@ def test_a_night_record_is_read_only_from_the_run_that_wrote_it(tmp_path):
         stored_record("model_evaluation", "2026-02-01", "new-run", tmp_path)
     with pytest.raises(KeyError):
         stored_record("model_evaluation", "2026-02-02", "old-run", tmp_path)
+
+
+def test_the_run_carries_every_hyperparameter_and_its_training_window(fleet):
+    """Every fitted model's ``get_params()`` is on the MLflow run, prefixed by the model, beside
+    the training window as the run's input dataset (named by its days, with the feature list as
+    its schema); the materialization's records stay one path, whatever the number of days."""
+    from leap_serving.cascade import BinnedCascade, single_gbdt
+    from leap_serving.features import FEATURE_COLUMNS
+
+    trained = _train(fleet, run_kind="test", window_days=8)
+    assert trained.success
+    record = night_record(trained, "model_evaluation", NIGHT)
+    run = registry.MlflowClient().get_run(record["run_id"])
+    params = run.data.params
+    for prefix, names in (
+        ("cascade", BinnedCascade().get_params()),
+        ("published", BinnedCascade().get_params()),
+        ("single_gbdt", single_gbdt("quick").get_params()),
+    ):
+        missing = sorted(f"{prefix}.{n}" for n in names if f"{prefix}.{n}" not in params)
+        assert missing == []
+    assert params["profile"] == "quick" and int(params["lookup.entries"]) >= 0
+    (dataset,) = [d.dataset for d in run.inputs.dataset_inputs]
+    first, last = NIGHT - dt.timedelta(days=8), NIGHT - dt.timedelta(days=1)
+    assert dataset.name.startswith(f"feature_table {first}..{last}")
+    assert json.loads(dataset.schema)["mlflow_colspec"][0]["name"] == FEATURE_COLUMNS[0]
+    records = trained.asset_materializations_for_node("model_evaluation")[-1].metadata["records"]
+    assert str(records.value).endswith("model_evaluation")  # a folder, not the records
