@@ -19,8 +19,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from leap_serving.cascade import PROFILES
-
 WINDOW_DAYS = 30  # a night trains on the 30 days before day D (paper section 3.1)
 MIN_WINDOW_DAYS = 7  # a shorter window is refused: too few days to fit and early-stop on
 MIN_SUPPORT = 20  # attempts a lookup-table key needs before the table answers for it
@@ -59,7 +57,7 @@ class Environment(BaseModel):
 # name -> (default as the README shows it, what it sets); the serving runtime's own two variables
 # are read by ``leap_serving.ranking`` (it imports nothing of the pipeline) and listed here too.
 VARIABLES: dict[str, tuple[str, str]] = {
-    DATA_ENV: ("data", "the install's folder: calendar, warehouse, MLflow store, Dagster home"),
+    DATA_ENV: ("data", "the install's folder: its calendar, night records and locks"),
     WAREHOUSE_ENV: ("data/leap.duckdb", "the DuckDB warehouse file"),
     LOCK_WAIT_ENV: ("120", "seconds to wait for another process's warehouse lock (0-86400)"),
     SOURCE_ENV: (DEFAULT_SOURCE, "where days come from: a simulator URI or a folder of logs"),
@@ -109,6 +107,8 @@ class TrainingSettings:
     dask_scheduler: str = ""  # fit the experts on a Dask cluster: its address, or "local"
 
     def __post_init__(self) -> None:
+        from leap_serving.cascade import PROFILES  # here: scikit-learn loads only for a night
+
         if self.profile not in PROFILES:
             raise ValueError(f"profile={self.profile!r} is not one of {sorted(PROFILES)}")
         if not MIN_WINDOW_DAYS <= self.window_days <= WINDOW_DAYS:

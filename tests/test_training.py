@@ -296,16 +296,20 @@ def test_a_bad_setting_is_an_error_naming_the_field_and_value(make, names):
 
 
 def test_a_night_record_is_read_only_from_the_run_that_wrote_it(tmp_path):
-    """A record file left by another run (a crashed one, an older instance) is not this run's:
-    reading it for the wrong run id fails, so no asset acts on it."""
+    """Each run's record of a day is its own file: a record another run left (a crashed one, one
+    racing this one) is never read for this run, and never overwritten by it."""
     from leap_pipeline.orchestration.night_records import record_path, stored_record
     from leap_serving.publish import write_atomic
 
-    path = record_path("model_evaluation", "2026-02-01", tmp_path)
-    write_atomic(path, json.dumps({"run_id": "old-run", "record": {"version": "3"}}))
+    for run, version in (("old-run", "3"), ("new-run", "4")):
+        payload = {"run_id": run, "record": {"version": version}}
+        write_atomic(
+            record_path("model_evaluation", "2026-02-01", run, tmp_path), json.dumps(payload)
+        )
     assert stored_record("model_evaluation", "2026-02-01", "old-run", tmp_path) == {"version": "3"}
-    with pytest.raises(KeyError, match="new-run recorded no model_evaluation"):
-        stored_record("model_evaluation", "2026-02-01", "new-run", tmp_path)
+    assert stored_record("model_evaluation", "2026-02-01", "new-run", tmp_path) == {"version": "4"}
+    with pytest.raises(KeyError, match="other-run recorded no model_evaluation"):
+        stored_record("model_evaluation", "2026-02-01", "other-run", tmp_path)
     with pytest.raises(KeyError):
         stored_record("model_evaluation", "2026-02-02", "old-run", tmp_path)
 

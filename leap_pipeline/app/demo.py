@@ -19,7 +19,7 @@ from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.orchestration.instance import ensure_dagster_home
 from leap_pipeline.orchestration.runs import night_record
-from leap_pipeline.settings import MIN_SUPPORT
+from leap_pipeline.settings import DATA_ENV, MIN_SUPPORT, set_environment
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,9 @@ class DemoSettings:
 
 def run_demo(settings: DemoSettings, log=print) -> dict:
     settings.check()
+    # the demo's folder is the install's: its night records and locks go there, as `leap ui
+    # --data` will look for them
+    set_environment(**{DATA_ENV: str(settings.data.resolve())})
     dagster_home = ensure_dagster_home(settings.data / "dagster")  # runs show up in the UI
     warehouse = settings.data / "leap.duckdb"
     store = settings.data / "mlflow"

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.request
 from collections.abc import Callable
@@ -25,7 +27,7 @@ from leap_pipeline.settings import DATA_ENV, WAREHOUSE_ENV, child_environment
 PROJECT = Path(__file__).resolve().parents[2]
 # Dagster's recommended command (``dagster dev`` warns that ``dg dev`` supersedes it); with
 # ``-w`` it loads workspace.yaml in this environment
-DG = Path(sys.executable).with_name("dg")
+DG = shutil.which("dg", path=sysconfig.get_path("scripts")) or shutil.which("dg") or "dg"
 STOP_TIMEOUT_S = 20.0
 
 

@@ -4,6 +4,7 @@ images. Every asset builds its metadata through these two functions."""
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +16,12 @@ _COLUMN_TYPES = {"Float64": "float", "Float32": "float", "Boolean": "bool", "Str
 
 def table_metadata(rows: pl.DataFrame | Sequence[dict], digits: int = 4) -> dg.MetadataValue:
     """A frame (or a list of row dicts) as ``MetadataValue.table``; floats rounded to ``digits``."""
-    frame = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(list(rows))
+    # every row read for the types: a long backfill's first rows may lack a column (reused nights)
+    frame = (
+        rows
+        if isinstance(rows, pl.DataFrame)
+        else pl.DataFrame(list(rows), infer_schema_length=None)
+    )
     frame = frame.with_columns(pl.col(pl.Float32, pl.Float64).round(digits))
     schema = dg.TableSchema(
         columns=[
@@ -27,11 +33,17 @@ def table_metadata(rows: pl.DataFrame | Sequence[dict], digits: int = 4) -> dg.M
         ]
     )
     records = [
-        dg.TableRecord({k: v if isinstance(v, int | float | bool) or v is None else str(v)
-                        for k, v in row.items()})
-        for row in frame.iter_rows(named=True)
-    ]  # fmt: skip
+        dg.TableRecord({k: _cell(v) for k, v in row.items()}) for row in frame.iter_rows(named=True)
+    ]
     return dg.MetadataValue.table(records=records, schema=schema)
+
+
+def _cell(value):
+    """A value the UI can show: NaN and infinities become empty (the UI drops a row whose JSON
+    holds NaN), anything not a number a string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value if isinstance(value, int | float | bool) or value is None else str(value)
 
 
 def image_metadata(path: str | Path) -> dg.MetadataValue:

@@ -119,7 +119,7 @@ def _night_row(record: dict) -> dict:
 
 
 def model_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
-    """The three model assets over ``partitions``. ``cascade_model`` declares every feature day
+    """The four model assets over ``partitions``. ``cascade_model`` declares every feature day
     it reads, D-30 .. D, so lineage, staleness and backfills see day D too."""
 
     @dg.asset(
@@ -199,9 +199,10 @@ def model_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinitio
         context: dg.AssetExecutionContext,
         model_evaluation: dict[str, dict],
         warehouse: WarehouseResource,
+        mlflow_tracking: MlflowResource,
     ) -> dg.MaterializeResult:
         """The warehouse's ``evaluation`` table: each model's scores on day D, night after night."""
-        return record_evaluations(context, model_evaluation, warehouse)
+        return record_evaluations(context, model_evaluation, warehouse, mlflow_tracking)
 
     return [cascade_model, model_evaluation, evaluation, production_model]
 

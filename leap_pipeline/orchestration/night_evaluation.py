@@ -227,6 +227,7 @@ def record_evaluations(
     context: dg.AssetExecutionContext,
     model_evaluation: dict[str, dict],
     warehouse: WarehouseResource,
+    mlflow_tracking: MlflowResource,
 ) -> dg.MaterializeResult:
     """The ``evaluation`` table's partitions: each evaluated night's scores on day D, one row per
     model, replacing the day's rows; then Figure 8 (w20 per nightly retrain so far) as a table
@@ -239,9 +240,10 @@ def record_evaluations(
                 continue
             wh.replace_partition("evaluation", day, _evaluation_rows(record["evaluation"]))
             newest = record
+        if newest is None:  # every night of the run was skipped: the table may not exist yet
+            return dg.MaterializeResult(metadata={"nights": "none evaluated"})
         series = wh.read("evaluation", columns=["ds", "model", "w20"])
-    if newest is None:
-        return dg.MaterializeResult(metadata={"nights": "none evaluated"})
+    mlflow_tracking.configure()  # materialized alone, the run's store is still the one it names
     figure8 = series.pivot("model", index="ds", values="w20").sort("ds")
     with tempfile.TemporaryDirectory() as tmp:
         plot = plot_nightly_w20(series, str(Path(tmp) / "nightly_w20.png"))

@@ -1,15 +1,17 @@
 """The model assets' per-night records, handed from one asset to the next by an IO manager.
 
 A record is small (the trained night's folder, the registered version, the gate's decision, the
-evaluation's summary). Each partition's record is a JSON object stored on its own under
-``<data>/records/<asset>/<day>.json`` (written atomically) with the id of the run that wrote it, so
-a backfill of N days writes N small files and the event log keeps one path per materialization,
+evaluation's summary). Each run's record of a partition is a JSON object stored on its own under
+``<data>/records/<asset>/<day>/<run id>.json`` (written atomically, never overwritten), so a
+backfill of N days writes N small files and the event log keeps one path per materialization,
 whatever the backfill's size.
 
-An input reads a day's record only when the run that wrote it is the run of that partition's
-latest materialization: an asset materialized alone uses what its upstream last recorded for that
-day, or fails saying which asset and day to materialize first. It never acts on a file an older
-or crashed run left behind.
+An input reads the record of the run of that partition's latest materialization: an asset
+materialized alone uses what its upstream last recorded for that day, or fails saying which asset
+and day to materialize first. A run killed between writing its file and recording its
+materialization, or two runs writing the same day at once, leave files no input reads: only the
+event log says which run's record counts. Materializations made before records were files carry
+the record in their metadata, which is read as before.
 """
 
 from __future__ import annotations
@@ -31,17 +33,16 @@ def records_root(root: str | Path = "") -> Path:
     return Path(root) if root else data_folder() / RECORDS_FOLDER
 
 
-def record_path(asset: str, day: str, root: str | Path = "") -> Path:
-    return records_root(root) / asset / f"{day}.json"
+def record_path(asset: str, day: str, run_id: str, root: str | Path = "") -> Path:
+    return records_root(root) / asset / day / f"{run_id}.json"
 
 
 def stored_record(asset: str, day: str | dt.date, run_id: str, root: str | Path = "") -> dict:
     """The record ``run_id`` wrote for ``asset`` on ``day``; ``KeyError`` when that run did not."""
-    path = record_path(asset, str(day), root)
-    stored = json.loads(path.read_text()) if path.is_file() else None
-    if stored is None or stored.get("run_id") != run_id:
+    path = record_path(asset, str(day), run_id, root)
+    if not path.is_file():
         raise KeyError(f"run {run_id} recorded no {asset} for {day}")
-    return stored["record"]
+    return json.loads(path.read_text())["record"]
 
 
 class NightRecords(dg.ConfigurableIOManager):
@@ -58,9 +59,10 @@ class NightRecords(dg.ConfigurableIOManager):
             raise dg.Failure(f"{asset} recorded no result for {missing}")
         for key in keys:
             payload = {"run_id": context.run_id, "asset": asset, "day": key, "record": obj[key]}
-            path = record_path(asset, key, self.root)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, json.dumps(payload, indent=1, default=str))
+            write_atomic(
+                record_path(asset, key, context.run_id, self.root),
+                json.dumps(payload, indent=1, default=str),
+            )
         context.add_output_metadata(
             {"records": dg.MetadataValue.path(str(records_root(self.root) / asset))}
         )
@@ -76,7 +78,11 @@ class NightRecords(dg.ConfigurableIOManager):
             try:
                 if not found:
                     raise KeyError(key)
-                records[key] = stored_record(upstream, key, found[0].run_id, self.root)
+                legacy = found[0].asset_materialization.metadata.get("records")
+                if legacy is not None and isinstance(legacy.value, dict) and key in legacy.value:
+                    records[key] = legacy.value[key]  # recorded before records were files
+                else:
+                    records[key] = stored_record(upstream, key, found[0].run_id, self.root)
             except KeyError:
                 raise dg.Failure(
                     f"{upstream} has no recorded result for {key} in this Dagster instance: "
