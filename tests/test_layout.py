@@ -86,3 +86,18 @@ def test_the_readme_lists_every_variable_with_its_default():
     assert {name: rows.get(name) for name in VARIABLES} == {
         name: default for name, (default, _) in VARIABLES.items()
     }
+
+
+def test_the_docs_hold_current_results_and_no_work_history():
+    """results.md is the current figures a user needs (at most 250 lines; its history lives in
+    changelog.md), and no doc speaks of issue numbers or commits."""
+    docs = [PROJECT / "README.md", *sorted((PROJECT / "docs").glob("*.md"))]
+    assert len((PROJECT / "docs" / "results.md").read_text().splitlines()) <= 250
+    assert (PROJECT / "docs" / "changelog.md").is_file()
+    pattern = re.compile(r"\bissues? #?\d+|#\d{2,}\b|\bat [0-9a-f]{7,40}\b", re.IGNORECASE)
+    found = {
+        str(doc.relative_to(PROJECT)): pattern.findall(doc.read_text())
+        for doc in docs
+        if pattern.search(doc.read_text())
+    }
+    assert found == {}
