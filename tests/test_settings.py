@@ -1,0 +1,26 @@
+"""The environment, read in one place: defaults when unset or empty, errors that name the value."""
+
+import pytest
+
+from leap_pipeline.settings import DEFAULT_SOURCE, environment
+
+
+def test_unset_or_empty_variables_take_their_defaults():
+    settings = environment({"LEAP_SOURCE": "", "LEAP_WAREHOUSE_WAIT_S": ""})
+    assert settings.source == DEFAULT_SOURCE
+    assert settings.warehouse_wait_s == 120.0
+    assert str(settings.warehouse_path) == "data/leap.duckdb"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("LEAP_WAREHOUSE_WAIT_S", "-1"),
+        ("LEAP_WAREHOUSE_WAIT_S", "soon"),
+        ("LEAP_WAREHOUSE_WAIT_S", "100000"),
+        ("LEAP_MODEL_NAME", "my model"),
+    ],
+)
+def test_a_bad_value_is_an_error_naming_the_variable_and_the_value(variable, value):
+    with pytest.raises(ValueError, match=rf"^{variable}='{value}': "):
+        environment({variable: value})
