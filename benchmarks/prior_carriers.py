@@ -18,7 +18,9 @@ import polars as pl
 from threadpoolctl import threadpool_limits
 
 from leap_pipeline.data.public_data import public_sources
-from leap_pipeline.studies.crossval import fold_features, folds, physics_predict, top1_accuracy
+from leap_pipeline.studies.crossval import fold_features, physics_predict
+from leap_pipeline.studies.decisions import top1_accuracy
+from leap_pipeline.studies.splits import GROUP_KEYS, groups, leave_one_group_out
 from leap_serving import metrics
 from leap_serving.cascade import fit_booster, single_gbdt
 from leap_serving.features import FEATURE_COLUMNS, PRIOR_COLUMNS
@@ -51,9 +53,10 @@ def main() -> None:
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     names = ["level", *FIRST]
     predicted = {name: np.full(rows.height, np.nan) for name in [*names, "physics"]}
-    for test_mask in folds(rows, SPLIT):
+    for test_mask in leave_one_group_out(rows, GROUP_KEYS[SPLIT]):
         train, test = rows.filter(~test_mask), rows.filter(test_mask)
-        X_train, X_test = fold_features(train, test, specs, SPLIT)
+        own_group = groups(train, GROUP_KEYS[SPLIT])  # history leaves out its own group
+        X_train, X_test = fold_features(train, test, specs, own_group)
         y = train["throughput"].log().to_numpy()
         fallback = float(np.median(y))
         for name in names:

@@ -21,7 +21,8 @@ import numpy as np
 import polars as pl
 
 from leap_pipeline.data.public_data import public_sources
-from leap_pipeline.studies.crossval import folds, top1_accuracy
+from leap_pipeline.studies.decisions import top1_accuracy
+from leap_pipeline.studies.splits import leave_one_group_out
 from leap_serving import metrics
 from leap_serving.history import type_ratios, with_family
 
@@ -94,7 +95,7 @@ def main() -> None:
     attempts, _, specs = public_sources(args.source, args.path, args.hardware)
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     fleet, similar, ceiling = (np.full(rows.height, np.nan) for _ in range(3))
-    for mask in folds(rows, "leave-model-hardware-out"):
+    for mask in leave_one_group_out(rows, ["model_type", "hardware_type"]):
         train, test = rows.filter(~mask), rows.filter(mask)
         levels = _levels(train)
         model, target = test["model_type"][0], test["hardware_type"][0]

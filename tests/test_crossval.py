@@ -12,7 +12,8 @@ import pytest
 
 from leap_pipeline.app.cli import main
 from leap_pipeline.simulation import SimulatedFleet
-from leap_pipeline.studies.crossval import folds, physics_predict
+from leap_pipeline.studies.crossval import choose_ranking, folds, physics_predict
+from leap_pipeline.studies.decisions import cells, decision_regrets, summarize
 
 # the workplace's public data: beside the project, or at its fixed place, or where LEAP_PUBLIC_DATA
 # says; the Sia test runs when it is found
@@ -25,14 +26,89 @@ PUBLIC = next(
 
 
 def test_grouped_folds_hold_out_each_group_once():
-    rows = pl.DataFrame({"model_type": list("aabbc"), "hardware_type": list("xyxyx")})
+    rows = pl.DataFrame({"model_type": list("aabbcdd"), "hardware_type": list("xyxyxxy")})
     masks = folds(rows, "leave-model-hardware-out")
-    assert len(masks) == 5 and np.sum(masks, axis=0).tolist() == [1] * 5
+    assert len(masks) == 7 and np.sum(masks, axis=0).tolist() == [1] * 7
     by_type = folds(rows, "leave-hardware-out")
-    assert sorted(m.sum() for m in by_type) == [2, 3]
-    assert sum(m.sum() for m in folds(rows, "random", n_random=2)) == 5
+    assert sorted(m.sum() for m in by_type) == [3, 4]
+    by_model = folds(rows, "leave-model-out")
+    assert sorted(m.sum() for m in by_model) == [1, 2, 2, 2]
+    assert sum(m.sum() for m in folds(rows, "random")) == 7
+    # one fold per model measured on two types or more, holding out half of its types; the
+    # other half stays in the history, and model c (one type) is never held out
+    partial = folds(rows, "partial-history")
+    assert [rows.filter(m)["model_type"].to_list() for m in partial] == [["a"], ["b"], ["d"]]
     with pytest.raises(ValueError, match="split='sideways'"):
         folds(rows, "sideways")
+
+
+def _decision_rows() -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One configuration on three types. ``big`` hosts 8 devices and the job asks for 4 per
+    host on 2 trainers: 8 devices paid for; ``small`` and ``mid`` host one device: 2 paid."""
+    specs = pl.DataFrame({"hardware_type": ["small", "mid", "big"],
+                          "peak_bf16_tflops": [100.0, 50.0, 400.0],
+                          "hourly_cost_usd": [1.0, 0.2, 1.0],
+                          "devices_per_host": [1.0, 1.0, 8.0]})  # fmt: skip
+    rows = pl.DataFrame({"model_type": ["m"] * 3, "num_trainers": [2] * 3, "batch_size": [8] * 3,
+                         "requested_devices_per_host": [4, 4, 4],
+                         "hardware_type": ["small", "mid", "big"],
+                         "throughput": [100.0, 40.0, 300.0]})  # fmt: skip
+    return rows, specs
+
+
+def test_regret_weighs_a_choice_by_what_it_costs_on_the_jobs_devices():
+    rows, specs = _decision_rows()
+    # cost per sample: small 2/100 = 0.020, mid 0.4/40 = 0.010, big 8/300 = 0.0267
+    held = np.array([True, True, False])  # big has been measured; the others are predicted
+    guess = {"model": np.array([50.0, 60.0, np.nan]), "blind": np.full(3, np.nan)}
+    regrets, models = decision_regrets(cells(rows, specs, held, guess), ["model", "blind"])
+    assert models.tolist() == ["m"]  # one decision, of model m
+    # the model ranks mid (60) over small (50), and big by its measurement (300): fastest is big
+    assert regrets["model"]["fastest"] == pytest.approx([0.0])
+    assert regrets["model"]["per_cost"] == pytest.approx([0.0])  # 60 / 0.4 beats 300 / 8
+    # no estimate of a held type: the measured big wins the ranking, 2.67x the best cost
+    assert regrets["blind"]["per_cost"] == pytest.approx([0.0267 / 0.010 - 1], rel=1e-2)
+    # rules read the spec table only: highest peak is big; the best peak per dollar of the
+    # devices paid for is mid (50 / 0.4 = 125, against small's 100 / 2 and big's 400 / 8)
+    assert regrets["highest_fp16_peak"]["fastest"] == pytest.approx([0.0])
+    assert regrets["highest_fp16_peak"]["per_cost"] == pytest.approx([0.0267 / 0.010 - 1],
+                                                                       rel=1e-2)  # fmt: skip
+    assert regrets["best_fp16_peak_per_dollar"]["fastest"] == pytest.approx([300 / 40 - 1])
+    assert regrets["best_fp16_peak_per_dollar"]["per_cost"] == pytest.approx([0.0])
+    # a per-device price (what crossval used to divide by) would rank big first per dollar
+    per_device = specs.with_columns(devices_per_host=pl.lit(1.0))
+    table = cells(rows, per_device, held, guess)
+    assert decision_regrets(table, [])[0]["highest_fp16_peak"]["per_cost"] == pytest.approx([0.0])
+    summary = summarize(np.array([0.0, 0.04, 0.5, 2.0]))
+    assert summary["within_5pct"] == 0.5 and summary["top1"] == 0.25
+    assert summary["mean"] == pytest.approx(0.635)
+
+
+def test_a_rule_stands_unless_a_challenger_beats_it_clearly():
+    rng = np.random.default_rng(0)
+    rule = rng.uniform(0.0, 0.3, 200)
+    noisy = np.abs(rule - 0.01 + rng.normal(0.0, 0.3, 200))  # a lead that is chance
+    clear = rule * 0.2  # a real one
+    regrets = {"highest_fp16_peak": {"fastest": rule}, "model": {"fastest": noisy}}
+    models = np.repeat(np.arange(20), 10)  # 20 validation models of 10 decisions each
+    assert choose_ranking(regrets, "fastest", models) == "highest_fp16_peak"
+    regrets["model"]["fastest"] = clear
+    assert choose_ranking(regrets, "fastest", models) == "model"
+    # the same lead, all on one of two models, is a lead on one model: the rule stands
+    one_model = np.where(np.arange(200) < 100, rule * 0.05, rule + 0.01)
+    regrets["model"]["fastest"] = one_model
+    assert one_model.mean() < rule.mean() - 0.05
+    assert choose_ranking(regrets, "fastest", models // 10) == "highest_fp16_peak"
+    # over 20 model types it is a lead on half of them: not most, the rule stands; a lead on
+    # 15 of the 20 wins
+    assert choose_ranking(regrets, "fastest", models) == "highest_fp16_peak"
+    regrets["model"]["fastest"] = np.where(np.arange(200) < 150, rule * 0.05, rule + 0.01)
+    assert choose_ranking(regrets, "fastest", models) == "model"
+    # a lower mean bought by more large misses (fewer within 5%) does not win either
+    never_close = np.full(200, 0.06)
+    regrets["model"]["fastest"] = never_close
+    assert never_close.mean() < rule.mean() / 2
+    assert choose_ranking(regrets, "fastest", models) == "highest_fp16_peak"
 
 
 def test_physics_baseline_scales_by_what_bounds_the_job():
@@ -89,34 +165,43 @@ def test_crossval_on_contract_files(tmp_path, capsys, monkeypatch):
     fleet.hardware_specs().write_parquet(tmp_path / "hardware_specs.parquet")
     code = main(["crossval", "--source", "contract", "--path", str(tmp_path),
                  "--hardware", str(tmp_path / "hardware_specs.parquet"),
-                 "--split", "leave-hardware-out", "--profile", "quick", "--json"])  # fmt: skip
+                 "--split", "leave-hardware-out", "--profile", "quick", "--jobs", "1",
+                 "--json"])  # fmt: skip
     assert code == 0
     result = json.loads(capsys.readouterr().out)["leave-hardware-out"]
     measured = attempts.filter(pl.col("throughput") > 0)["throughput"].to_numpy()
-    assert result["n_rows"] == len(measured)
+    assert result["n_rows"] == result["scored_rows"] == len(measured)
     # each model's w20 and coverage are those of its out-of-fold predictions, counted by hand,
-    # against every measured attempt in order
-    assert len(scored) == len(crossval.MODELS)
-    for model, (predicted, against) in zip(crossval.MODELS, scored, strict=True):
+    # against every measured attempt in order (the last calls: the folds' selection came first)
+    outer = scored[-len(crossval.MODELS) :]
+    for model, (predicted, against) in zip(crossval.MODELS, outer, strict=True):
         assert np.array_equal(against, measured), model
         assert result[model]["w20"] == pytest.approx(_share_within_20(predicted, measured)), model
         assert result[model]["coverage"] == pytest.approx(np.isfinite(predicted).mean()), model
-    for model in ("leap", "cascade", "single_gbdt", "lookup", "physics", "fleet_ratio",
-                  "roofline"):  # fmt: skip
-        assert model in result["top1"]["fastest"] and model in result["top1"]["per_cost"]
     # leap's predictions are each its own row's: the same values on other rows (a broken
     # predictor) land within 20% far less often
-    leap = scored[crossval.MODELS.index("leap")][0]
+    leap = outer[crossval.MODELS.index("leap")][0]
     shuffled = np.random.default_rng(0).permutation(leap)
     assert result["leap"]["w20"] > 2 * _share_within_20(shuffled, measured)
-    # leap is, fold by fold, one of the models it chose from
-    assert sum(result["selection"].values()) == result["folds"]
-    # every row has an architecture to judge; few model types ran on one type alone
-    assert result["novelty"]["judged"] == result["n_rows"]
-    assert 0.0 <= result["novelty"]["flagged_share"] < 0.1
-    if set(result["selection"]) == {"single_gbdt"}:
-        assert result["leap"] == result["single_gbdt"]
-    assert result["cascade"]["coverage"] == 1.0
+    # every candidate and rule is scored on the same decisions, top-1 and regret alike
+    decisions = result["leap"]["regret"]["fastest"]["decisions"]
+    assert decisions > 20
+    for name in (*crossval.CANDIDATES, "leap"):
+        for kind in ("fastest", "per_cost"):
+            regret = result[name]["regret"][kind]
+            assert regret["decisions"] == decisions, (name, kind)
+            assert regret["mean"] >= 0.0 and regret["p90"] >= 0.0
+            assert result[name]["top1"][kind] <= regret["within_5pct"] <= 1.0
+    assert result["highest_fp16_peak"]["w20"] is None  # a rule predicts no throughput
+    # leap is, fold by fold, one of the candidates it chose from; a kind that published one
+    # candidate in every fold has exactly that candidate's decisions
+    selection = result["selection"]
+    for key in ("gbdt", "fastest", "per_cost"):
+        assert sum(selection[key].values()) == result["folds"]
+    for kind in ("fastest", "per_cost"):
+        if len(selection[kind]) == 1:
+            (only,) = selection[kind]
+            assert result["leap"]["regret"][kind] == result[only]["regret"][kind]
     assert result["lookup"]["coverage"] == 0.0  # a held-out type has no key in the table
     # nor a ratio to it: no configuration of the training folds ran on it
     assert result["fleet_ratio"]["coverage"] == 0.0
@@ -134,6 +219,7 @@ def test_excluded_groups_are_dropped_and_unknown_ones_named():
 
 def test_training_history_leaves_out_its_own_split_group():
     from leap_pipeline.studies.crossval import fold_features
+    from leap_pipeline.studies.splits import GROUP_KEYS, groups, leave_one_group_out
     from leap_serving.features import FEATURE_COLUMNS
 
     # three models, each configuration measured on both types (the second 1.5x faster)
@@ -149,9 +235,10 @@ def test_training_history_leaves_out_its_own_split_group():
             for m in "abc" for n in (1, 2) for hw in (fast, slow)
         ]
     )  # fmt: skip
-    test_mask = folds(rows, "leave-model-hardware-out")[0]  # model a on the fast type
+    test_mask = leave_one_group_out(rows, ["model_type", "hardware_type"])[0]  # a, fast type
     train, test = rows.filter(~test_mask), rows.filter(test_mask)
-    X_train, X_test = fold_features(train, test, specs, "leave-model-hardware-out")
+    own_group = groups(train, GROUP_KEYS["leave-model-hardware-out"])
+    X_train, X_test = fold_features(train, test, specs, own_group)
     column = {name: j for j, name in enumerate(FEATURE_COLUMNS)}
     for X in (X_train, X_test):  # no row sees its own model on its own type
         assert (X[:, column["hist_hw_count"]] == 0.0).all()
@@ -167,6 +254,33 @@ def test_training_history_leaves_out_its_own_split_group():
     assert X_train[b_fast, column["hist_xfer_fleet_log_q"]] == pytest.approx(
         np.log(train["throughput"].to_numpy()[b_fast])
     )
+
+
+def test_random_split_builds_training_and_test_history_alike():
+    from leap_pipeline.studies.crossval import fold_features
+    from leap_pipeline.studies.splits import inner_chunks
+    from leap_serving.features import FEATURE_COLUMNS
+
+    specs = SimulatedFleet(seed=2, scale=0.01).hardware_specs()
+    hardware = specs["hardware_type"][0]
+    rows = pl.DataFrame(
+        [
+            {"attempt_id": f"{m}{n}{r}", "job_name": f"{m}.gpus{n}", "family": f"{m}.gpus{n}",
+             "model_type": m, "ds": dt.date(2026, 1, 1),
+             "launch_ts": dt.datetime(2026, 1, 1, 12), "hardware_type": hardware,
+             "num_trainers": n, "batch_size": 32, "throughput": 100.0 * n}
+            for m in "ab" for n in (1, 2) for r in range(6)
+        ]
+    )  # fmt: skip
+    test_mask = folds(rows, "random")[0]
+    train, test = rows.filter(~test_mask), rows.filter(test_mask)
+    chunk = inner_chunks(train, "random")
+    assert len(np.unique(chunk)) == 3
+    X_train, X_test = fold_features(train, test, specs, chunk)
+    count = FEATURE_COLUMNS.index("hist_hw_count")
+    # a test row sees its configuration's runs on its own type among the training rows; so
+    # does every training row, among the other chunks' rows (before, it saw none of them)
+    assert (X_test[:, count] > 0).all() and (X_train[:, count] > 0).all()
 
 
 @pytest.mark.skipif(not (PUBLIC / "sia-sosp23-traces").exists(), reason="public data absent")

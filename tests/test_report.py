@@ -136,6 +136,19 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     assert novelty["launches"] == report["holdout_family"]["rows_scored"] > 0
     assert 0.0 <= novelty["flagged_share"] <= 1.0 and 0.0 <= novelty["flag_right"] <= 1.0
     assert "flagged novel" in (tmp_path / "reports" / "report.md").read_text()
+    # Table 4's hold-outs as decisions: the refitted published model and the rules are scored
+    # on the same launches, by the oracle's truth on every candidate
+    for key in ("hardware", "family"):
+        part = report["holdout_regret"][key]
+        assert part["launches"] > 0
+        decisions = part["highest_fp16_peak"]["per_cost"]["decisions"]
+        assert 0 < decisions <= part["launches"]
+        for name in ("held_out", "full", "highest_fp16_peak", "best_fp16_peak_per_dollar"):
+            for kind in ("fastest", "per_cost"):
+                r = part[name][kind]
+                assert r["decisions"] == decisions and r["mean"] >= 0.0, (key, name, kind)
+                assert r["top1"] <= r["within_5pct"], (key, name, kind)
+    assert "Hold-outs as decisions" in (tmp_path / "reports" / "report.md").read_text()
     assert set(report["routing"]) == {"as_logged", "lookup", "leap", "oracle"}
     assert report["routing"]["as_logged"]["top_choice_share"] == 1.0
     assert set(report["importance"]["per_group"]) == {"job", "cfg", "hw", "ratio", "arch", "hist"}

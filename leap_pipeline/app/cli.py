@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from leap_pipeline.app import commands as command
 from leap_pipeline.data.warehouse import WarehouseError
 from leap_pipeline.simulation import FleetArgumentError
+from leap_pipeline.studies.splits import SPLITS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,13 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "pytorch folder, or a folder of contract files")  # fmt: skip
     static.add_argument("--hardware", default="", help="Epoch ml_hardware.csv (sia) or a "
                         "hardware_specs file (contract)")  # fmt: skip
-    static.add_argument("--split", default="leave-model-hardware-out",
-                        choices=("leave-model-hardware-out", "leave-hardware-out",
-                                 "leave-model-out", "random", "all"))  # fmt: skip
+    static.add_argument("--split", default="leave-model-hardware-out", choices=(*SPLITS, "all"))
+    static.add_argument("--jobs", type=int, default=-1, help="folds fitted at once (joblib; "
+                        "-1: one per core)")  # fmt: skip
     static.add_argument("--profile", choices=("quick", "fast", "paper"), default="fast")
     static.add_argument("--exclude", default="", help="MODEL:TYPE,... groups dropped before "
                         "splitting, e.g. input-bound measurements")  # fmt: skip
     static.add_argument("--json", action="store_true")
+    static.add_argument("--markdown", default="", help="also write the tables, one per split, "
+                        "to this file")  # fmt: skip
     static.set_defaults(handler=command.crossval)
 
     ui = commands.add_parser("ui", help="the Dagster and MLflow UIs on the project's data")

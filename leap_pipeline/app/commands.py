@@ -194,41 +194,20 @@ def user_interfaces(args: argparse.Namespace) -> int:
 
 
 def crossval(args: argparse.Namespace) -> int:
-    from leap_pipeline.studies.crossval import MODELS, SPLITS, exclude_groups, run_split
+    from leap_pipeline.studies.crossval import SPLITS, exclude_groups, run_split
+    from leap_pipeline.studies.crossval_tables import split_table
 
     attempts, specs = _static_source(args)
     attempts = exclude_groups(attempts, args.exclude)
     splits = SPLITS if args.split == "all" else (args.split,)
     results = {}
     for split in splits:
-        results[split] = run_split(attempts, specs, split, profile=args.profile,
+        results[split] = run_split(attempts, specs, split, profile=args.profile, n_jobs=args.jobs,
                                    log=lambda line: print(line, file=sys.stderr))  # fmt: skip
-    if args.json:
-        print(json.dumps(results))
-        return 0
-    for split, result in results.items():
-        print(
-            f"{split}: {result['n_rows']:,} rows, {result['folds']} folds; leap published "
-            + ", ".join(f"{m} {n}x" for m, n in sorted(result["selection"].items()))
-        )
-        print(f"  {'model':12} {'w10':>6} {'w20':>6} {'MdAPE':>7} {'coverage':>9} "
-              f"{'top1 fastest':>13} {'top1 per $':>11}")  # fmt: skip
-        top1 = result["top1"]
-        for model in MODELS:
-            r = result[model]
-            print(f"  {model:12} {r['w10']:6.3f} {r['w20']:6.3f} {r['mdape']:6.1f}% "
-                  f"{r['coverage']:9.3f} {top1['fastest'][model]:13.3f} "
-                  f"{top1['per_cost'][model]:11.3f}")  # fmt: skip
-        novelty = result["novelty"]
-        if novelty["flagged_share"]:
-            print(
-                f"  flagged novel: {novelty['flagged_share']:.3f} of launches (ranked by the "
-                f"roofline); leap w20 flagged {novelty['w20_flagged']:.3f}, unflagged "
-                f"{novelty['w20_unflagged'] or 0:.3f}; flag right {novelty['flag_right']:.3f}"
-            )
-        rule = (top1["fastest"]["highest_fp16_peak"], top1["per_cost"]["highest_fp16_peak"])
-        print(f"  rule 'highest FP16 peak': top1 fastest {rule[0]:.3f}, per $ {rule[1]:.3f} "
-              f"({top1['configurations']} configurations on 2+ types)")  # fmt: skip
+    tables = "\n".join(split_table(split, result) for split, result in results.items())
+    if args.markdown:
+        Path(args.markdown).write_text(tables)
+    print(json.dumps(results) if args.json else tables)
     return 0
 
 

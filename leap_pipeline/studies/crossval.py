@@ -1,79 +1,56 @@
 """Static evaluation: grouped splits for data sets without days (public measurements, own logs).
 
-The routing question is "how fast will this job run on a type it has not run on?", so the main
-split holds out every (model, hardware type) group in turn and predicts it from the model's runs
-elsewhere. History plays the part it plays in production: for a held-out row it is the same
-configuration's measured throughput on the other types (the snapshot of all training rows); for a
-training row it is computed without the row's own group of the split (its model on its type, say),
-so training sees what testing will: no level of its own group, and no fleet ratio learned from it.
+Each fold (``splits.folds``) runs a night's choice on its training rows. Their history features
+are cross-fitted over the fold's inner chunks (``splits.inner_chunks``): a chunk's history comes
+from the other chunks, as a held-out row's comes from the training rows, so training and test
+rows are built the same way. The selection then compares every candidate on those chunks
+(grouped cross-validation inside the fold): the GBDTs by w20, and every throughput predictor and
+rule by the mean regret of its decisions (``decisions``), per decision kind. ``leap`` is what it
+publishes: the GBDT for predictions, the candidate it chose per kind for rankings.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections import Counter
 from collections.abc import Callable
 
+import joblib
 import numpy as np
 import polars as pl
 
-from leap_pipeline.modeling.evaluation import novelty_scores
 from leap_pipeline.modeling.lookup_table import build_lookup_table
-from leap_pipeline.modeling.selection import select_model
+from leap_pipeline.studies.decisions import (
+    KINDS,
+    RULES,
+    WITHIN,
+    cells,
+    decision_regrets,
+    summarize,
+)  # fmt: skip
+from leap_pipeline.studies.splits import SPLITS, exclude_groups, folds, inner_chunks
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS, build_features, roofline_log_q
 from leap_serving.history import history_features, history_snapshot, with_family
-from leap_serving.novelty import NoveltyReference
 
-SPLITS = ("leave-model-hardware-out", "leave-hardware-out", "leave-model-out", "random")
-MODELS = (
-    "leap", "cascade", "single_gbdt", "single_gbdt_prior", "lookup", "physics", "fleet_ratio",
-    "roofline",
-)  # fmt: skip
-# share of a fold's training groups held out to choose the model it publishes (``leap``)
-SELECTION_SHARE = 0.1
+__all__ = ["SPLITS", "exclude_groups", "folds", "run_split"]
+
+GBDTS = ("single_gbdt", "single_gbdt_prior")
+PRIORS = ("physics", "fleet_ratio", "roofline")
+PREDICTORS = (*GBDTS, *PRIORS)  # throughput predictors, offered to the selection
+CANDIDATES = (*PREDICTORS, *RULES)  # what the selection may publish for a ranking
+MODELS = ("leap", *GBDTS, "lookup", *PRIORS)  # scored on their predictions
+SCORED = (*MODELS, *RULES)  # every row of a split's table
 _FLEET_RATIO = FEATURE_COLUMNS.index("hist_xfer_fleet_log_q")
 _INTENSITY = FEATURE_COLUMNS.index("arch_arithmetic_intensity")
 CONFIG = ("model_type", "num_trainers", "batch_size")
-
-
-def folds(rows: pl.DataFrame, split: str, n_random: int = 5, seed: int = 0) -> list[np.ndarray]:
-    """Boolean test masks, each row in exactly one."""
-    if split == "random":
-        order = np.random.default_rng(seed).permutation(rows.height)
-        fold = np.empty(rows.height, dtype=int)
-        fold[order] = np.arange(rows.height) % n_random
-        return [fold == k for k in range(n_random)]
-    if split not in GROUP_KEYS:
-        raise ValueError(f"split={split!r} is not one of {SPLITS}")
-    group = _groups(rows, GROUP_KEYS[split])
-    return [group == g for g in np.unique(group)]
-
-
-# what a split holds out together; a random split's training rows drop their own type (a row-wise
-# exclusion would cost one snapshot per row)
-GROUP_KEYS: dict[str, list[str]] = {
-    "leave-model-hardware-out": ["model_type", "hardware_type"],
-    "leave-hardware-out": ["hardware_type"],
-    "leave-model-out": ["model_type"],
-}
-_TRAINING_GROUP_KEYS = {**GROUP_KEYS, "random": ["hardware_type"]}
-
-
-def _groups(rows: pl.DataFrame, keys: list[str]) -> np.ndarray:
-    return rows.select(pl.struct(keys).rank("dense").alias("g"))["g"].to_numpy()
-
-
-def exclude_groups(attempts: pl.DataFrame, groups: str) -> pl.DataFrame:
-    """Rows without the ``MODEL:TYPE,...`` groups of ``groups`` (each must match some rows)."""
-    for group in filter(None, (g.strip() for g in groups.split(","))):
-        model_type, _, hardware_type = group.partition(":")
-        match = (pl.col("model_type") == model_type) & (pl.col("hardware_type") == hardware_type)
-        if not hardware_type or attempts.filter(match).height == 0:
-            raise ValueError(f"--exclude: {group!r} is not a MODEL:TYPE group of these rows")
-        attempts = attempts.filter(~match)
-    return attempts
+# the rule each decision kind starts from: a challenger must beat it on validation decisions
+INCUMBENT = {"fastest": "highest_fp16_peak", "per_cost": "best_fp16_peak_per_dollar"}
+# by more than this many standard errors: the one-standard-error rule of cross-validation
+# (Breiman et al., 1984), the simpler candidate standing on anything closer
+RULE_MARGIN_SE = 1.0
 
 
 def _history(
@@ -85,14 +62,14 @@ def _history(
 
 
 def fold_features(
-    train: pl.DataFrame, test: pl.DataFrame, specs: pl.DataFrame, split: str
+    train: pl.DataFrame, test: pl.DataFrame, specs: pl.DataFrame, chunk: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Feature matrices of one fold; each training group's history leaves that group out."""
+    """Feature matrices of one fold: a training row's history comes from the training rows
+    outside its chunk, a test row's from every training row."""
     as_of = train["ds"].max()
-    group = _groups(train, _TRAINING_GROUP_KEYS[split])
     parts, order = [], []
-    for g in np.unique(group):
-        own = group == g
+    for c in np.unique(chunk):
+        own = chunk == c
         parts.append(_history(train.filter(own), train.filter(~own), as_of, specs))
         order.append(np.flatnonzero(own))
     history = pl.concat(parts).with_columns(_i=pl.Series(np.concatenate(order))).sort("_i")
@@ -153,16 +130,122 @@ def physics_predict(
     return np.exp(out.astype(float))
 
 
-def selection_rows(train: pl.DataFrame, split: str, seed: int = 0) -> np.ndarray:
-    """The training rows a fold holds out to choose the model it publishes, as a night holds
-    out its window's last day: ``SELECTION_SHARE`` of the training groups of the split's kind
-    (at least one), so they are new to the fitted models in the way the test rows are."""
-    group = _groups(train, _TRAINING_GROUP_KEYS[split])
-    names = np.unique(group)
-    chosen = np.random.default_rng(seed).choice(
-        names, size=max(1, round(SELECTION_SHARE * len(names))), replace=False
-    )
-    return np.isin(group, chosen)
+def prior_predictions(
+    known: pl.DataFrame, rows: pl.DataFrame, X: np.ndarray, specs: pl.DataFrame
+) -> dict[str, np.ndarray]:
+    """Throughput by the predictors that fit nothing: physics (``physics_predict``), the fleet
+    ratio (the ``hist_xfer_fleet_log_q`` feature alone, the matrix-completion baseline) and the
+    roofline prior (``roofline_log_q``: specs and architecture, no measurement)."""
+    return {
+        "physics": physics_predict(known, rows, specs, X[:, _INTENSITY]),
+        "fleet_ratio": np.exp(X[:, _FLEET_RATIO]),
+        "roofline": np.exp(roofline_log_q(X)),
+    }
+
+
+def _gbdt(name: str, profile: str) -> BinnedCascade:
+    params = profile_params(profile) | {"n_bins": 1}
+    return BinnedCascade(**params, residual_on_prior=name == "single_gbdt_prior")
+
+
+def _inner_selection(
+    train: pl.DataFrame, X: np.ndarray, y: np.ndarray, chunk: np.ndarray, specs, profile
+) -> dict:
+    """Every candidate scored on the fold's own inner chunks: w20 of each GBDT, mean regret of
+    each candidate per decision kind; the GBDT and the candidate per kind it would publish."""
+    predicted = {name: np.full(train.height, np.nan) for name in PREDICTORS}
+    regrets: dict[str, dict[str, list]] = {c: {k: [] for k in KINDS} for c in CANDIDATES}
+    models = []
+    for c in np.unique(chunk):
+        held = chunk == c
+        for name in GBDTS:
+            model = _gbdt(name, profile).fit(X[~held], y[~held])
+            predicted[name][held] = np.exp(model.predict(X[held]))
+        priors = prior_predictions(train.filter(~held), train.filter(held), X[held], specs)
+        for name, p in priors.items():
+            predicted[name][held] = p
+        table = cells(train, specs, held, {n: np.where(held, p, np.nan) for n, p in
+                                           predicted.items()})  # fmt: skip
+        by_candidate, decision_models = decision_regrets(table, list(PREDICTORS))
+        models.append(decision_models)
+        for name, by_kind in by_candidate.items():
+            for kind, r in by_kind.items():
+                regrets[name][kind].append(r)
+    q = np.exp(y)
+    clusters = np.concatenate(models or [np.empty(0, dtype=object)])
+    w20 = {name: metrics.within(predicted[name], q, 20) for name in GBDTS}
+    pooled = {
+        c: {k: np.concatenate(regrets[c][k] or [np.empty(0)]) for k in KINDS} for c in CANDIDATES
+    }
+    return {
+        "gbdt": max(GBDTS, key=lambda n: w20[n]),  # ties: the plain GBDT, listed first
+        "ranking": {kind: choose_ranking(pooled, kind, clusters) for kind in KINDS},
+        "w20": w20,
+        "validation": {k: {c: summarize(pooled[c][k]) for c in CANDIDATES} for k in KINDS},
+    }
+
+
+def choose_ranking(
+    regrets: dict[str, dict[str, np.ndarray]],
+    kind: str,
+    clusters: np.ndarray,
+    z: float = RULE_MARGIN_SE,
+) -> str:
+    """The candidate a fold publishes for one decision kind. The rule made for that kind
+    (``INCUMBENT``) stands unless a challenger's mean regret on the validation decisions is
+    lower by more than ``z`` standard errors of the paired difference, lower on most validation
+    model types (regret is heavy-tailed: one rare miss of 10x can carry a mean), and its share
+    within 5% is no lower. Decisions of one model type are not independent draws (they share
+    its ratios across types), so the standard error is taken over the mean differences of the model
+    types (``clusters``), not over decisions: on a few validation models a lead is often
+    chance, and a rule is the safer bet on a tie."""
+    incumbent = INCUMBENT[kind]
+    base = regrets[incumbent][kind]
+    names = np.unique(clusters)
+    if len(names) < 2:
+        return incumbent
+    best, best_mean = incumbent, float(np.mean(base))
+    for name, by_kind in regrets.items():
+        difference = by_kind[kind] - base
+        per_cluster = np.array([difference[clusters == c].mean() for c in names])
+        bar = z * float(per_cluster.std(ddof=1)) / np.sqrt(len(names))
+        wins = -float(difference.mean()) > bar
+        most = np.mean(per_cluster < 0) > 0.5  # not a lead bought on one model type
+        holds = np.mean(by_kind[kind] <= WITHIN) >= np.mean(base <= WITHIN)
+        if wins and most and holds and float(np.mean(by_kind[kind])) < best_mean:
+            best, best_mean = name, float(np.mean(by_kind[kind]))
+    return best
+
+
+def run_fold(
+    rows: pl.DataFrame,
+    specs: pl.DataFrame,
+    split: str,
+    test_mask: np.ndarray,
+    profile: str,
+    seed: int,
+) -> dict:
+    """One fold: features, the selection on inner chunks, every model fitted on all training
+    rows, predictions of the test rows, and the regret of each candidate's decisions."""
+    train, test = rows.filter(~test_mask), rows.filter(test_mask)
+    chunk = inner_chunks(train, split, seed=seed)
+    X_train, X_test = fold_features(train, test, specs, chunk)
+    y = train["throughput"].log().to_numpy()
+    choice = _inner_selection(train, X_train, y, chunk, specs, profile)
+    predicted = {
+        name: np.exp(_gbdt(name, profile).fit(X_train, y).predict(X_test)) for name in GBDTS
+    } | prior_predictions(train, test, X_test, specs)
+    lookup = build_lookup_table(train, top_model_types=10**6, min_support=1)
+    predicted["lookup"] = lookup.predict(test).cast(pl.Float64).to_numpy()
+    predicted["leap"] = predicted[choice["gbdt"]]
+    full = {}
+    for name in PREDICTORS:
+        full[name] = np.full(rows.height, np.nan)
+        full[name][test_mask] = predicted[name]
+    regrets, _ = decision_regrets(cells(rows, specs, test_mask, full), list(PREDICTORS))
+    regrets["leap"] = {kind: regrets[choice["ranking"][kind]][kind] for kind in KINDS}
+    return {"test": np.flatnonzero(test_mask), "predicted": predicted, "regrets": regrets,
+            "choice": choice, "train_rows": train.height}  # fmt: skip
 
 
 def run_split(
@@ -170,106 +253,65 @@ def run_split(
     specs: pl.DataFrame,
     split: str,
     profile: str = "fast",
+    n_jobs: int = -1,
     log: Callable[[str], None] = lambda _: None,
 ) -> dict:
-    """Out-of-fold predictions of every model, scored, and top-1 routing accuracy.
+    """Out-of-fold predictions and decisions of every model and rule, scored.
 
-    Each fold runs a night's choice: the cascade, the single GBDT (a one-bin cascade) and the
-    single GBDT on the history's prior train on the fold's training rows minus its selection
-    rows (``selection_rows``), and ``leap`` is the model ``select_model`` publishes from them,
-    as trained; ``selection`` counts the folds each model won."""
+    Folds run in parallel (joblib's processes; ``n_jobs`` as joblib counts them). Returns, per
+    model and rule, w10/w20/MdAPE/coverage of its predictions (None for rules), and per decision
+    kind top-1 and regret (mean, p90, share within 5%); ``selection`` says what ``leap``
+    published in each fold and how often that was the best candidate on the fold's test rows."""
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
+    masks = [m for m in folds(rows, split) if rows.height - m.sum() >= 50]
     predicted = {m: np.full(rows.height, np.nan) for m in MODELS}
-    published: Counter[str] = Counter()
-    flags: list = [None] * rows.height
-    masks = folds(rows, split)
-    for k, test_mask in enumerate(masks, start=1):
-        train, test = rows.filter(~test_mask), rows.filter(test_mask)
-        if train.height < 50:
-            continue  # nothing to learn from
-        X_train, X_test = fold_features(train, test, specs, split)
-        y = train["throughput"].log().to_numpy()
-        held = selection_rows(train, split, seed=k)
-        fit = ~held
-        min_bin_rows = min(200, max(20, int(fit.sum()) // 30))
-        params = {**profile_params(profile), "min_bin_rows": min_bin_rows}
-        cascade = BinnedCascade(**params).fit(X_train[fit], y[fit])
-        one_bin = BinnedCascade(**(params | {"n_bins": 1})).fit(X_train[fit], y[fit])
-        on_prior = BinnedCascade(**(params | {"n_bins": 1, "residual_on_prior": True}))
-        on_prior.fit(X_train[fit], y[fit])
-        choice = select_model(cascade, one_bin, X_train[held], np.exp(y[held]),
-                              challengers={"single_gbdt_prior": on_prior})  # fmt: skip
-        predicted["single_gbdt_prior"][test_mask] = np.exp(on_prior.predict(X_test))
-        published[choice["published"]] += 1
-        predicted["leap"][test_mask] = np.exp(choice["model"].predict(X_test))
-        predicted["cascade"][test_mask] = np.exp(cascade.predict(X_test))
-        predicted["single_gbdt"][test_mask] = np.exp(one_bin.predict(X_test))
-        lookup = build_lookup_table(train, top_model_types=10**6, min_support=1)
-        predicted["lookup"][test_mask] = lookup.predict(test).cast(pl.Float64).to_numpy()
-        predicted["physics"][test_mask] = physics_predict(train, test, specs, X_test[:, _INTENSITY])
-        # the matrix-completion baseline: the history feature on its own
-        predicted["fleet_ratio"][test_mask] = np.exp(X_test[:, _FLEET_RATIO])
-        # the prior a novel launch is ranked by, and the flag that sends it there
-        predicted["roofline"][test_mask] = np.exp(roofline_log_q(X_test))
-        reference = NoveltyReference.fit(train["model_type"].to_list(), X_train)
-        novelty = reference.assess_rows(test["model_type"].to_list(), X_test)
-        for i, flag in zip(np.flatnonzero(test_mask), novelty, strict=True):
-            flags[i] = flag
-        log(f"{split}: fold {k}/{len(masks)} ({test.height} rows, published "
-            f"{choice['published']})")  # fmt: skip
-    q = rows["throughput"].to_numpy()
-    result = {"n_rows": rows.height, "folds": len(masks), "selection": dict(published)}
-    for model, p in predicted.items():
-        result[model] = {
-            "w10": metrics.within(p, q, 10),
-            "w20": metrics.within(p, q, 20),
-            "mdape": metrics.mdape(p, q),
-            "coverage": metrics.coverage(p),
-        }
-    result["novelty"] = novelty_scores(flags, predicted["leap"], q)
-    # leap ranks as the ranker does: a launch flagged novel by the roofline prior
-    flagged = np.array([f is not None and f.novel for f in flags], dtype=bool)
-    ranked = predicted | {"leap": np.where(flagged, predicted["roofline"], predicted["leap"])}
-    result["top1"] = top1_accuracy(rows, ranked, specs)
+    scored = np.zeros(rows.height, dtype=bool)
+    regrets: dict[str, dict[str, list]] = {c: {k: [] for k in KINDS} for c in (*CANDIDATES, "leap")}
+    published: dict[str, Counter] = {"gbdt": Counter(), **{k: Counter() for k in KINDS}}
+    best_on_test = Counter()
+    started = time.monotonic()
+    jobs = (
+        joblib.delayed(run_fold)(rows, specs, split, mask, profile, seed)
+        for seed, mask in enumerate(masks, start=1)
+    )
+    parallel = joblib.Parallel(n_jobs=n_jobs, return_as="generator_unordered")
+    for done, fold in enumerate(parallel(jobs), start=1):
+        test = fold["test"]
+        scored[test] = True
+        for name, p in fold["predicted"].items():
+            predicted[name][test] = p
+        choice = fold["choice"]
+        published["gbdt"][choice["gbdt"]] += 1
+        for kind in KINDS:
+            published[kind][choice["ranking"][kind]] += 1
+            means = {c: float(np.mean(r[kind])) for c, r in fold["regrets"].items()
+                     if len(r[kind]) and c != "leap"}  # fmt: skip
+            if means:
+                best_on_test[kind] += means[choice["ranking"][kind]] <= min(means.values()) + 1e-12
+        for name, by_kind in fold["regrets"].items():
+            for kind, r in by_kind.items():
+                regrets[name][kind].append(r)
+        log(f"{split}: fold {done}/{len(masks)} done ({len(test):,} test rows, "
+            f"{time.monotonic() - started:.0f} s)")  # fmt: skip
+    q = rows["throughput"].to_numpy()[scored]
+    result: dict = {"n_rows": rows.height, "scored_rows": int(scored.sum()), "folds": len(masks)}
+    for name in SCORED:
+        entry: dict = {"w10": None, "w20": None, "mdape": None, "coverage": None}
+        if name in predicted:
+            p = predicted[name][scored]
+            mdape = metrics.mdape(p, q)
+            entry = {"w10": metrics.within(p, q, 10), "w20": metrics.within(p, q, 20),
+                     "mdape": float(mdape) if np.isfinite(mdape) else None,  # none predicted
+                     "coverage": metrics.coverage(p)}  # fmt: skip
+        if name in regrets:
+            summary = {k: summarize(np.concatenate(regrets[name][k] or [np.empty(0)]))
+                       for k in KINDS}  # fmt: skip
+            entry["top1"] = {k: summary[k].pop("top1") for k in KINDS}
+            entry["regret"] = summary
+        result[name] = entry
+    result["selection"] = {
+        "gbdt": dict(published["gbdt"]),
+        **{kind: dict(published[kind]) for kind in KINDS},
+        "best_on_test_fold": {kind: best_on_test[kind] / max(1, len(masks)) for kind in KINDS},
+    }
     return result
-
-
-def top1_accuracy(rows: pl.DataFrame, predicted: dict, specs: pl.DataFrame) -> dict:
-    """Over configurations measured on at least two types: how often each model's first
-    choice is the true best, by throughput (fastest) and by throughput per dollar."""
-    cost = dict(zip(specs["hardware_type"], specs["hourly_cost_usd"], strict=True))
-    peak = dict(zip(specs["hardware_type"], specs["peak_bf16_tflops"], strict=True))
-    frame = rows.select(*CONFIG, "hardware_type", "throughput").with_columns(
-        **{m: pl.Series(p) for m, p in predicted.items()},
-        peak=pl.col("hardware_type").replace_strict(peak, return_dtype=pl.Float64),
-        cost=pl.col("hardware_type").replace_strict(cost, return_dtype=pl.Float64),
-    )
-    per_type = frame.group_by([*CONFIG, "hardware_type"]).agg(
-        pl.col("throughput").log().mean().exp(),
-        *(pl.col(m).log().mean().exp() for m in predicted),
-        pl.col("peak").first(),
-        pl.col("cost").first(),
-    )
-    configs = per_type.filter(pl.len().over(list(CONFIG)) >= 2)
-    out = {"configurations": configs.select(CONFIG).unique().height}
-    for goal, divide in (("fastest", False), ("per_cost", True)):
-
-        def score(column: str, divide: bool = divide) -> pl.Expr:
-            value = pl.col(column) / pl.col("cost") if divide else pl.col(column)
-            return value.fill_nan(None)
-
-        truth = configs.with_columns(_s=score("throughput")).sort("_s", descending=True)
-        best = truth.group_by(list(CONFIG)).agg(pl.col("hardware_type").first().alias("best"))
-        result = {}
-        for name in (*predicted, "peak"):
-            ranked = configs.with_columns(_s=score(name)).filter(pl.col("_s").is_not_null())
-            chosen = (
-                ranked.sort("_s", descending=True)
-                .group_by(list(CONFIG))
-                .agg(pl.col("hardware_type").first().alias("chosen"))
-            )
-            matched = best.join(chosen, on=list(CONFIG), how="left")
-            label = "highest_fp16_peak" if name == "peak" else name
-            result[label] = float((matched["chosen"] == matched["best"]).fill_null(False).mean())
-        out[goal] = result
-    return out

@@ -27,6 +27,7 @@ from leap_pipeline.modeling.training import run_night
 from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings
 from leap_pipeline.studies import routing
 from leap_pipeline.studies.ablations import ablation, holdouts, permutation_importance
+from leap_pipeline.studies.holdout_regret import holdout_regrets
 from leap_pipeline.studies.report_markdown import figures, markdown
 from leap_serving.publish import write_atomic
 from leap_serving.ranking import Ranker
@@ -178,6 +179,10 @@ def build_report(
     report["importance"] = permutation_importance(models.cascade, rows, settings.shuffles)
     log("hold-outs")
     report.update(holdouts(window, rows, settings.profile, models.cascade))
+    log("hold-outs as decisions")
+    report["holdout_regret"] = holdout_regrets(
+        window, attempts, snapshot_before, specs, oracle, models.published
+    )
     log("first choices and routing")
     with tempfile.TemporaryDirectory() as tmp:
         night = Path(tmp) / "night"

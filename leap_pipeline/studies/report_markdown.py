@@ -77,6 +77,13 @@ def markdown(report: dict) -> str:
         f"{_pct(novelty.get('w20_unflagged'))}; {_pct(novelty.get('flag_right'))} | - |",
         f"| routing capture of the oracle's saving | {_pct(report['routing_capture'])} | - |",
         "",
+        "## Hold-outs as decisions (Table 4): regret per dollar, mean / p90 / within 5%",
+        "",
+        "| held out | published, refitted without it | published, full | rule: highest FP16 "
+        "peak | rule: best FP16 peak per dollar |",
+        "|---|---|---|---|---|",
+        *(_holdout_row(key, part) for key, part in report.get("holdout_regret", {}).items()),
+        "",
         "## Ablation (one held-out day)",
         "",
         "| configuration | w20 |",
@@ -113,3 +120,15 @@ def markdown(report: dict) -> str:
     lines += ["", "## Importance by group (drop in w20)", ""]
     lines += [f"- {g}: {v:.3f}" for g, v in report["importance"]["per_group"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _holdout_row(key: str, part: dict) -> str:
+    def regret(name: str) -> str:
+        r = part[name]["per_cost"]
+        if r["mean"] is None:
+            return "-"
+        return f"{r['mean']:.3f} / {r['p90']:.3f} / {_pct(r['within_5pct'])}"
+
+    names = ("held_out", "full", "highest_fp16_peak", "best_fp16_peak_per_dollar")
+    label = f"{key} {part['held_out']} ({part['launches']} launches)"
+    return f"| {label} | " + " | ".join(regret(n) for n in names) + " |"

@@ -1,0 +1,144 @@
+"""A launcher's decisions, and what a wrong one costs.
+
+A decision is one configuration (model, trainers, batch size) measured on at least two types,
+at least one of them held out: the launcher ranks every type the configuration ran on. A type
+held out gets the candidate's prediction; a type outside the held-out set has been measured, so
+every throughput predictor uses the measurement there, as a launcher that trusts its own
+history would. The rules rank by the spec table alone.
+
+Regret weighs a wrong choice by what it costs: (time per sample of the chosen type / that of
+the best type) - 1 for the fastest, and the same with cost per sample for per dollar, the cost
+being the type's price times the devices the job occupies there (``contract.job_devices``), as
+the Ranker prices a launch. A decision no candidate value answers takes the mean regret of its
+types (a random pick).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from leap_serving.contract import job_devices
+
+CONFIG = ("model_type", "num_trainers", "batch_size")
+KINDS = ("fastest", "per_cost")
+# rules rank by the spec table alone: (score for "fastest", score for "per_cost")
+RULES = ("highest_fp16_peak", "best_fp16_peak_per_dollar")
+WITHIN = 0.05  # a decision "within 5%" costs at most this much more than the best
+
+
+def unit_costs(rows: pl.DataFrame, specs: pl.DataFrame) -> np.ndarray:
+    """Per row: the hourly price of the devices the job occupies on its type."""
+    spec = rows.select("hardware_type").join(
+        specs.select("hardware_type", "hourly_cost_usd", "devices_per_host"),
+        on="hardware_type",
+        how="left",
+        maintain_order="left",
+    )
+    requested = (
+        rows["requested_devices_per_host"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+        if "requested_devices_per_host" in rows.columns
+        else None
+    )
+    devices = job_devices(
+        rows["num_trainers"].cast(pl.Float64).to_numpy(),
+        requested,
+        spec["devices_per_host"].cast(pl.Float64).fill_null(1.0).to_numpy(),
+    )
+    return spec["hourly_cost_usd"].cast(pl.Float64).to_numpy() * devices
+
+
+def cells(
+    rows: pl.DataFrame, specs: pl.DataFrame, held: np.ndarray, predicted: dict[str, np.ndarray]
+) -> pl.DataFrame:
+    """One row per (configuration, type): measured throughput (geometric mean over its rows),
+    unit cost, FP16 peak, whether any of its rows is ``held`` out, and each predictor's value:
+    the geometric mean of its predictions over the held rows, the measurement elsewhere."""
+    peak = dict(zip(specs["hardware_type"], specs["peak_bf16_tflops"], strict=True))
+    frame = rows.select(*CONFIG, "hardware_type", q="throughput").with_columns(
+        held=pl.Series(held, dtype=pl.Boolean),
+        cost=pl.Series(unit_costs(rows, specs)),
+        peak=pl.col("hardware_type").replace_strict(peak, return_dtype=pl.Float64),
+        **{name: pl.Series(np.asarray(p, dtype=float)).fill_nan(None) for name, p in
+           predicted.items()},
+    )  # fmt: skip
+    keys = [*CONFIG, "hardware_type"]
+    table = frame.group_by(keys, maintain_order=True).agg(
+        pl.col("q").log().mean().exp(),
+        pl.col("cost").first(),
+        pl.col("peak").first(),
+        pl.col("held").any(),
+        *(pl.col(n).filter(pl.col("held")).log().mean().exp() for n in predicted),
+    )
+    return table.with_columns(
+        pl.when(pl.col("held")).then(pl.col(n)).otherwise(pl.col("q")).alias(n) for n in predicted
+    )
+
+
+def candidate_scores(predictors: list[str]) -> dict[str, dict[str, pl.Expr]]:
+    """What each candidate ranks a decision's types by, per decision kind (higher is better)."""
+    scores = {
+        name: {"fastest": pl.col(name), "per_cost": pl.col(name) / pl.col("cost")}
+        for name in predictors
+    }
+    scores["highest_fp16_peak"] = {"fastest": pl.col("peak"), "per_cost": pl.col("peak")}
+    per_dollar = pl.col("peak") / pl.col("cost")
+    scores["best_fp16_peak_per_dollar"] = {"fastest": per_dollar, "per_cost": per_dollar}
+    return scores
+
+
+def decision_regrets(
+    table: pl.DataFrame, predictors: list[str], keys: Sequence[str] = CONFIG
+) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
+    """Per candidate and kind: the regret of each decision, and each decision's model type
+    (one order for all). ``table`` has one row per (decision, type): the decision's ``keys``,
+    ``model_type``, ``q`` (true throughput), ``cost`` (unit cost), ``peak``, ``held`` and a
+    column per predictor (``cells`` builds it)."""
+    by = list(keys)
+    decisions = table.filter((pl.len().over(by) >= 2) & pl.col("held").any().over(by))
+    decisions = decisions.with_columns(
+        fastest=pl.col("q").max().over(by) / pl.col("q") - 1,
+        per_cost=(pl.col("q") / pl.col("cost")).max().over(by) / (pl.col("q") / pl.col("cost")) - 1,
+    )
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name, by_kind in candidate_scores(predictors).items():
+        out[name] = {}
+        for kind, score in by_kind.items():
+            scored = decisions.with_columns(_s=score.fill_nan(None))
+            per_decision = scored.group_by(by, maintain_order=True).agg(
+                pl.when(pl.col("_s").is_not_null().any())
+                .then(pl.col(kind).sort_by("_s", descending=True, nulls_last=True).first())
+                .otherwise(pl.col(kind).mean())
+                .alias("regret")
+            )
+            out[name][kind] = per_decision["regret"].to_numpy()
+    models = decisions.group_by(by, maintain_order=True).agg(_model=pl.col("model_type").first())
+    return out, models["_model"].to_numpy()
+
+
+def summarize(regrets: np.ndarray) -> dict:
+    """Mean, 90th percentile, share within ``WITHIN`` of the best, and top-1 (no regret)."""
+    if len(regrets) == 0:
+        return {"mean": None, "p90": None, "within_5pct": None, "top1": None, "decisions": 0}
+    return {
+        "mean": float(np.mean(regrets)),
+        "p90": float(np.quantile(regrets, 0.9)),
+        "within_5pct": float(np.mean(regrets <= WITHIN)),
+        "top1": float(np.mean(regrets <= 1e-12)),
+        "decisions": len(regrets),
+    }
+
+
+def top1_accuracy(
+    rows: pl.DataFrame, predicted: dict[str, np.ndarray], specs: pl.DataFrame
+) -> dict:
+    """Over configurations measured on at least two types, every type predicted: how often
+    each predictor's and rule's first choice is the true best, fastest and per dollar."""
+    table = cells(rows, specs, np.ones(rows.height, dtype=bool), predicted)
+    regrets, models = decision_regrets(table, list(predicted))
+    out: dict = {"configurations": len(models)}
+    for kind in KINDS:
+        out[kind] = {name: float(np.mean(r[kind] <= 1e-12)) for name, r in regrets.items()}
+    return out

@@ -1,0 +1,100 @@
+"""Table 4's hold-outs as decisions: what a model trained without a hardware type (or a model
+type) costs a launcher that ranks by it, beside the rules, on the simulated fleet where the
+truth of every candidate is known.
+
+For the day's launches of the held-out type or family, every candidate type is scored: the
+features a Ranker builds (the launch on that type, the history snapshot before the day), the
+published model refitted on the window without the held-out rows, the full published model,
+and the two rules. Truth comes from the simulator's oracle: the job's true median throughput
+and its devices on each candidate, priced as the Ranker prices them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from sklearn.base import clone
+
+from leap_pipeline.modeling.selection import validation_rows
+from leap_pipeline.studies.decisions import KINDS, RULES, decision_regrets, summarize
+from leap_serving.features import FEATURE_COLUMNS, build_features
+from leap_serving.history import history_features, with_family
+
+TARGETS = (("hardware", "hardware_type"), ("family", "model_type"))
+
+
+def holdout_target(rows: pl.DataFrame, column: str) -> str:
+    """The value a hold-out removes: the day's most frequent one (ties by name)."""
+    counts = rows.group_by(column).len().sort(["len", column], descending=[True, False])
+    return counts[column][0]
+
+
+def candidate_features(
+    launches: pl.DataFrame, snapshot: pl.DataFrame, specs: pl.DataFrame
+) -> tuple[pl.DataFrame, np.ndarray]:
+    """One row per (launch, candidate type): its ``attempt_id`` and ``hardware_type``, and the
+    feature matrix a Ranker would build for it."""
+    pairs = with_family(
+        launches.explode("candidate_hardware")
+        .drop("hardware_type")
+        .rename({"candidate_hardware": "hardware_type"})
+    )
+    history = history_features(pairs, snapshot, specs)
+    X = build_features(pairs, specs, history).select(FEATURE_COLUMNS).to_numpy()
+    return pairs.select("attempt_id", "model_type", "hardware_type"), X
+
+
+def holdout_regrets(
+    window: pl.DataFrame,
+    launches: pl.DataFrame,
+    snapshot: pl.DataFrame,
+    specs: pl.DataFrame,
+    oracle,
+    published,
+) -> dict:
+    """Per hold-out (hardware type, model type): mean / p90 / within-5% regret and top-1 of
+    the published model refitted without the held-out rows, of the full published model, and
+    of the rules, fastest and per dollar, over the day's launches of the held-out value."""
+    X_all, y_all = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
+    held_days = validation_rows(window)
+    out = {}
+    for key, column in TARGETS:
+        target = holdout_target(launches, column)
+        day = launches.filter(pl.col(column) == target)
+        removed = (window[column] == target).to_numpy()
+        refit = clone(published).fit(
+            X_all[~removed], y_all[~removed], validation=held_days[~removed]
+        )
+        pairs, X = candidate_features(day, snapshot, specs)
+        truth = oracle.true_medians(day["attempt_id"].to_list(), specs["hardware_type"].to_list())
+        table = _decision_table(pairs, truth, specs).with_columns(
+            held_out=pl.Series(np.exp(refit.predict(X))),
+            full=pl.Series(np.exp(published.predict(X))),
+        )
+        regrets, _ = decision_regrets(table, ["held_out", "full"], keys=["attempt_id"])
+        out[key] = {"held_out": target, "launches": day.height}
+        for name in ("held_out", "full", *RULES):
+            summary = {kind: summarize(regrets[name][kind]) for kind in KINDS}
+            out[key][name] = summary
+    return out
+
+
+def _decision_table(pairs: pl.DataFrame, truth: pl.DataFrame, specs: pl.DataFrame) -> pl.DataFrame:
+    price = dict(zip(specs["hardware_type"], specs["hourly_cost_usd"], strict=True))
+    peak = dict(zip(specs["hardware_type"], specs["peak_bf16_tflops"], strict=True))
+    joined = pairs.join(
+        truth.select("attempt_id", "hardware_type", "true_median", "devices"),
+        on=["attempt_id", "hardware_type"],
+        how="left",
+        maintain_order="left",
+    )
+    return joined.select(
+        "attempt_id",
+        "model_type",
+        "hardware_type",
+        q="true_median",
+        cost=pl.col("hardware_type").replace_strict(price, return_dtype=pl.Float64)
+        * pl.col("devices"),
+        peak=pl.col("hardware_type").replace_strict(peak, return_dtype=pl.Float64),
+        held=pl.lit(True),
+    )
