@@ -129,7 +129,8 @@ def report(args: argparse.Namespace) -> int:
     if args.json:
         keys = ("nightly_w20", "nightly_w20_median", "oracle_w20_median",
                 "single_gbdt_w20_median", "table1", "ablation", "holdout_hardware_delta_w20",
-                "holdout_family_delta_w20", "routing", "routing_capture")  # fmt: skip
+                "holdout_family_delta_w20", "holdout_regret", "routing",
+                "routing_capture")  # fmt: skip
         print(json.dumps({k: result[k] for k in keys}))
     else:
         print((Path(args.data) / "reports" / "report.md").read_text())

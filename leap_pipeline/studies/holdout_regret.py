@@ -52,9 +52,10 @@ def holdout_regrets(
     oracle,
     published,
 ) -> dict:
-    """Per hold-out (hardware type, model type): mean / p90 / within-5% regret and top-1 of
-    the published model refitted without the held-out rows, of the full published model, and
-    of the rules, fastest and per dollar, over the day's launches of the held-out value."""
+    """Per hold-out (hardware type, model type): the value held out (``target``), and mean /
+    p90 / within-5% regret and top-1 of the published model refitted without its rows
+    (``held_out``), of the full published model (``full``) and of the rules, fastest and per
+    dollar, over the day's launches of the held-out value."""
     X_all, y_all = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
     held_days = validation_rows(window)
     out = {}
@@ -72,7 +73,7 @@ def holdout_regrets(
             full=pl.Series(np.exp(published.predict(X))),
         )
         regrets, _ = decision_regrets(table, ["held_out", "full"], keys=["attempt_id"])
-        out[key] = {"held_out": target, "launches": day.height}
+        out[key] = {"target": target, "launches": day.height}
         for name in ("held_out", "full", *RULES):
             summary = {kind: summarize(regrets[name][kind]) for kind in KINDS}
             out[key][name] = summary

@@ -130,5 +130,5 @@ def _holdout_row(key: str, part: dict) -> str:
         return f"{r['mean']:.3f} / {r['p90']:.3f} / {_pct(r['within_5pct'])}"
 
     names = ("held_out", "full", "highest_fp16_peak", "best_fp16_peak_per_dollar")
-    label = f"{key} {part['held_out']} ({part['launches']} launches)"
+    label = f"{key} {part['target']} ({part['launches']} launches)"
     return f"| {label} | " + " | ".join(regret(n) for n in names) + " |"
