@@ -336,3 +336,25 @@ def test_lambda_adapter_gives_contract_rows():
     cost = dict(zip(specs["hardware_type"], specs["hourly_cost_usd"], strict=True))
     assert cost["RTX-3090"] * AMORTIZATION_HOURS == pytest.approx(2750.0)
     assert len(set(cost.values())) == len(cost)  # no type fell back to the median
+
+
+def test_small_fleets_give_a_clear_error_or_a_result_never_a_crash():
+    from leap_pipeline.studies.crossval import run_split
+
+    fleet = SimulatedFleet(seed=2, scale=0.01)
+    attempts = pl.concat([d.attempts for _, d in fleet.days(0, 3)]).with_columns(
+        ds=pl.lit(dt.date(2026, 1, 1))
+    )
+    specs = fleet.hardware_specs()
+    measured = attempts.filter(pl.col("throughput") > 0)
+    busiest = measured.group_by("hardware_type").len().sort("len", descending=True).head(2)
+    two = measured.filter(pl.col("hardware_type").is_in(busiest["hardware_type"].implode()))
+    assert two["hardware_type"].n_unique() == 2
+    # each fold trains on one type: no chunk to validate on, so the plain GBDT and the rules
+    # stand, and every decision is still scored
+    result = run_split(two, specs, "leave-hardware-out", profile="quick", n_jobs=1)
+    assert result["folds"] == 2 and result["selection"]["gbdt"] == {"single_gbdt": 2}
+    assert result["selection"]["per_cost"] == {"best_fp16_peak_per_dollar": 2}
+    one = two.filter(pl.col("hardware_type") == two["hardware_type"][0])
+    with pytest.raises(ValueError, match="split='leave-hardware-out' needs two groups"):
+        run_split(one, specs, "leave-hardware-out", profile="quick", n_jobs=1)

@@ -140,6 +140,8 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     # on the same launches, by the oracle's truth on every candidate
     for key in ("hardware", "family"):
         part = report["holdout_regret"][key]
+        # the same value Table 4 held out
+        assert part["target"] == report[f"holdout_{key}"]["target"]
         assert part["launches"] > 0 and isinstance(part["target"], str)
         decisions = part["highest_fp16_peak"]["per_cost"]["decisions"]
         assert 0 < decisions <= part["launches"]

@@ -203,9 +203,20 @@ def crossval(args: argparse.Namespace) -> int:
     splits = SPLITS if args.split == "all" else (args.split,)
     results = {}
     for split in splits:
-        results[split] = run_split(attempts, specs, split, profile=args.profile, n_jobs=args.jobs,
-                                   log=lambda line: print(line, file=sys.stderr))  # fmt: skip
-    tables = "\n".join(split_table(split, result) for split, result in results.items())
+        try:
+            results[split] = run_split(attempts, specs, split, profile=args.profile,
+                                       n_jobs=args.jobs,
+                                       log=lambda line: print(line, file=sys.stderr))  # fmt: skip
+        except ValueError as exc:  # a split these rows cannot make; the others still run
+            if len(splits) == 1:
+                raise
+            print(f"{split}: skipped: {exc}", file=sys.stderr)
+            results[split] = {"skipped": str(exc)}
+    tables = "\n".join(
+        f"**{split}**: skipped: {result['skipped']}\n" if "skipped" in result
+        else split_table(split, result)
+        for split, result in results.items()
+    )  # fmt: skip
     if args.markdown:
         Path(args.markdown).write_text(tables)
     print(json.dumps(results) if args.json else tables)

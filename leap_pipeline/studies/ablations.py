@@ -148,7 +148,7 @@ def holdouts(
             predicted[name] = np.exp(fitted.predict(X_day))
             w20[name] = _w20_log(np.log(predicted[name]), scored)
         out[f"holdout_{key}"] = {
-            "held_out": target,
+            "target": target,  # (the w20 below named "held_out" is the refit's)
             "rows_removed": int(removed.sum()),
             "rows_scored": scored.height,
             **w20,

@@ -4,9 +4,12 @@ Each fold (``splits.folds``) runs a night's choice on its training rows. Their h
 are cross-fitted over the fold's inner chunks (``splits.inner_chunks``): a chunk's history comes
 from the other chunks, as a held-out row's comes from the training rows, so training and test
 rows are built the same way. The selection then compares every candidate on those chunks
-(grouped cross-validation inside the fold): the GBDTs by w20, and every throughput predictor and
-rule by the mean regret of its decisions (``decisions``), per decision kind. ``leap`` is what it
-publishes: the GBDT for predictions, the candidate it chose per kind for rankings.
+(grouped cross-validation inside the fold): the GBDTs by w20, and per decision kind every
+throughput predictor and rule by its decisions' regret (``decisions``), a rule standing unless
+a candidate clearly beats it (``choose_ranking``). ``leap`` is what it publishes: the GBDT for
+predictions, the candidate it chose per kind for rankings. (The training rows' features are
+built once per fold, so an inner model's training rows carry history that includes the chunk
+it is validated on: their labels reach features, never targets.)
 """
 
 from __future__ import annotations
@@ -156,7 +159,9 @@ def _inner_selection(
     predicted = {name: np.full(train.height, np.nan) for name in PREDICTORS}
     regrets: dict[str, dict[str, list]] = {c: {k: [] for k in KINDS} for c in CANDIDATES}
     models = []
-    for c in np.unique(chunk):
+    # one chunk (a fold trained on one model or type): nothing to validate on; the plain GBDT
+    # and the rules stand
+    for c in np.unique(chunk) if chunk.max() > 0 else ():
         held = chunk == c
         for name in GBDTS:
             model = _gbdt(name, profile).fit(X[~held], y[~held])
@@ -173,7 +178,8 @@ def _inner_selection(
                 regrets[name][kind].append(r)
     q = np.exp(y)
     clusters = np.concatenate(models or [np.empty(0, dtype=object)])
-    w20 = {name: metrics.within(predicted[name], q, 20) for name in GBDTS}
+    w20 = {name: metrics.within(predicted[name], q, 20) if chunk.max() > 0 else 0.0
+           for name in GBDTS}  # fmt: skip
     pooled = {
         c: {k: np.concatenate(regrets[c][k] or [np.empty(0)]) for k in KINDS} for c in CANDIDATES
     }
@@ -264,6 +270,8 @@ def run_split(
     published in each fold and how often that was the best candidate on the fold's test rows."""
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     masks = [m for m in folds(rows, split) if rows.height - m.sum() >= 50]
+    if not masks:
+        raise ValueError(f"split={split!r} makes no fold with 50 training rows or more here")
     predicted = {m: np.full(rows.height, np.nan) for m in MODELS}
     scored = np.zeros(rows.height, dtype=bool)
     regrets: dict[str, dict[str, list]] = {c: {k: [] for k in KINDS} for c in (*CANDIDATES, "leap")}

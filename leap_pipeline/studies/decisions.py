@@ -109,7 +109,11 @@ def decision_regrets(
             scored = decisions.with_columns(_s=score.fill_nan(None))
             per_decision = scored.group_by(by, maintain_order=True).agg(
                 pl.when(pl.col("_s").is_not_null().any())
-                .then(pl.col(kind).sort_by("_s", descending=True, nulls_last=True).first())
+                .then(
+                    pl.col(kind)
+                    .sort_by("_s", descending=True, nulls_last=True, maintain_order=True)
+                    .first()
+                )
                 .otherwise(pl.col(kind).mean())
                 .alias("regret")
             )

@@ -16,17 +16,11 @@ import polars as pl
 from sklearn.base import clone
 
 from leap_pipeline.modeling.selection import validation_rows
-from leap_pipeline.studies.decisions import KINDS, RULES, decision_regrets, summarize
+from leap_pipeline.studies.decisions import KINDS, RULES, decision_regrets, summarize, unit_costs
 from leap_serving.features import FEATURE_COLUMNS, build_features
 from leap_serving.history import history_features, with_family
 
-TARGETS = (("hardware", "hardware_type"), ("family", "model_type"))
-
-
-def holdout_target(rows: pl.DataFrame, column: str) -> str:
-    """The value a hold-out removes: the day's most frequent one (ties by name)."""
-    counts = rows.group_by(column).len().sort(["len", column], descending=[True, False])
-    return counts[column][0]
+TARGETS = (("hardware", "hardware_type"), ("family", "model_type"))  # as Table 4 holds out
 
 
 def candidate_features(
@@ -41,7 +35,10 @@ def candidate_features(
     )
     history = history_features(pairs, snapshot, specs)
     X = build_features(pairs, specs, history).select(FEATURE_COLUMNS).to_numpy()
-    return pairs.select("attempt_id", "model_type", "hardware_type"), X
+    keep = ["attempt_id", "model_type", "hardware_type", "num_trainers"]
+    if "requested_devices_per_host" in pairs.columns:
+        keep.append("requested_devices_per_host")
+    return pairs.select(keep), X
 
 
 def holdout_regrets(
@@ -51,16 +48,18 @@ def holdout_regrets(
     specs: pl.DataFrame,
     oracle,
     published,
+    targets: dict[str, str],
 ) -> dict:
     """Per hold-out (hardware type, model type): the value held out (``target``), and mean /
     p90 / within-5% regret and top-1 of the published model refitted without its rows
     (``held_out``), of the full published model (``full``) and of the rules, fastest and per
-    dollar, over the day's launches of the held-out value."""
+    dollar, over the day's launches of the held-out value. ``targets`` names the value each
+    hold-out removes (``hardware``, ``family``: Table 4's, ``ablations.holdouts``)."""
     X_all, y_all = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
     held_days = validation_rows(window)
     out = {}
     for key, column in TARGETS:
-        target = holdout_target(launches, column)
+        target = targets[key]
         day = launches.filter(pl.col(column) == target)
         removed = (window[column] == target).to_numpy()
         refit = clone(published).fit(
@@ -81,21 +80,20 @@ def holdout_regrets(
 
 
 def _decision_table(pairs: pl.DataFrame, truth: pl.DataFrame, specs: pl.DataFrame) -> pl.DataFrame:
-    price = dict(zip(specs["hardware_type"], specs["hourly_cost_usd"], strict=True))
     peak = dict(zip(specs["hardware_type"], specs["peak_bf16_tflops"], strict=True))
     joined = pairs.join(
-        truth.select("attempt_id", "hardware_type", "true_median", "devices"),
+        truth.select("attempt_id", "hardware_type", "true_median"),
         on=["attempt_id", "hardware_type"],
         how="left",
         maintain_order="left",
     )
+    # priced from the launch's fields as the Ranker prices it; the oracle gives only the truth
     return joined.select(
         "attempt_id",
         "model_type",
         "hardware_type",
         q="true_median",
-        cost=pl.col("hardware_type").replace_strict(price, return_dtype=pl.Float64)
-        * pl.col("devices"),
+        cost=pl.Series(unit_costs(joined, specs)),
         peak=pl.col("hardware_type").replace_strict(peak, return_dtype=pl.Float64),
         held=pl.lit(True),
     )

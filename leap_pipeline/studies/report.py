@@ -180,8 +180,9 @@ def build_report(
     log("hold-outs")
     report.update(holdouts(window, rows, settings.profile, models.cascade))
     log("hold-outs as decisions")
+    targets = {key: report[f"holdout_{key}"]["target"] for key in ("hardware", "family")}
     report["holdout_regret"] = holdout_regrets(
-        window, attempts, snapshot_before, specs, oracle, models.published
+        window, attempts, snapshot_before, specs, oracle, models.published, targets
     )
     log("first choices and routing")
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,8 +22,6 @@ SPLITS = (
     "leave-model-out", "partial-history", "leave-hardware-out", "leave-model-hardware-out",
     "random",
 )  # fmt: skip
-# the splits a launcher's decision is scored under (the other two score predictions)
-DECISION_SPLITS = ("leave-model-out", "partial-history", "leave-hardware-out")
 # what a split holds out together
 GROUP_KEYS: dict[str, list[str]] = {
     "leave-model-out": ["model_type"],
@@ -68,6 +66,11 @@ def folds(rows: pl.DataFrame, split: str, seed: int = 0) -> list[np.ndarray]:
     group = groups(rows, GROUP_KEYS[split])
     if split == "partial-history":
         return _partial_history(rows, seed)
+    if len(np.unique(group)) < 2:
+        raise ValueError(
+            f"split={split!r} needs two groups of {GROUP_KEYS[split]} or more; these rows have "
+            f"{len(np.unique(group))}"
+        )
     if split == "leave-model-hardware-out":
         n_folds = min(MAX_GROUP_FOLDS, len(np.unique(group)))
         return _masks(n, GroupKFold(n_folds, shuffle=True, random_state=seed), index, group)
