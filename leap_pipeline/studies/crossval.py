@@ -25,8 +25,10 @@ import polars as pl
 
 from leap_pipeline.modeling.lookup_table import build_lookup_table
 from leap_pipeline.studies.decisions import (
+    CONFIG,
     KINDS,
     RULES,
+    TIE,
     WITHIN,
     cells,
     decision_regrets,
@@ -48,7 +50,6 @@ MODELS = ("leap", *GBDTS, "lookup", *PRIORS)  # scored on their predictions
 SCORED = (*MODELS, *RULES)  # every row of a split's table
 _FLEET_RATIO = FEATURE_COLUMNS.index("hist_xfer_fleet_log_q")
 _INTENSITY = FEATURE_COLUMNS.index("arch_arithmetic_intensity")
-CONFIG = ("model_type", "num_trainers", "batch_size")
 # the rule each decision kind starts from: a challenger must beat it on validation decisions
 INCUMBENT = {"fastest": "highest_fp16_peak", "per_cost": "best_fp16_peak_per_dollar"}
 # by more than this many standard errors: the one-standard-error rule of cross-validation
@@ -187,7 +188,6 @@ def _inner_selection(
         "gbdt": max(GBDTS, key=lambda n: w20[n]),  # ties: the plain GBDT, listed first
         "ranking": {kind: choose_ranking(pooled, kind, clusters) for kind in KINDS},
         "w20": w20,
-        "validation": {k: {c: summarize(pooled[c][k]) for c in CANDIDATES} for k in KINDS},
     }
 
 
@@ -251,7 +251,7 @@ def run_fold(
     regrets, _ = decision_regrets(cells(rows, specs, test_mask, full), list(PREDICTORS))
     regrets["leap"] = {kind: regrets[choice["ranking"][kind]][kind] for kind in KINDS}
     return {"test": np.flatnonzero(test_mask), "predicted": predicted, "regrets": regrets,
-            "choice": choice, "train_rows": train.height}  # fmt: skip
+            "choice": choice}  # fmt: skip
 
 
 def run_split(
@@ -295,7 +295,7 @@ def run_split(
             means = {c: float(np.mean(r[kind])) for c, r in fold["regrets"].items()
                      if len(r[kind]) and c != "leap"}  # fmt: skip
             if means:
-                best_on_test[kind] += means[choice["ranking"][kind]] <= min(means.values()) + 1e-12
+                best_on_test[kind] += means[choice["ranking"][kind]] <= min(means.values()) + TIE
         for name, by_kind in fold["regrets"].items():
             for kind, r in by_kind.items():
                 regrets[name][kind].append(r)

@@ -24,9 +24,10 @@ from leap_serving.contract import job_devices
 
 CONFIG = ("model_type", "num_trainers", "batch_size")
 KINDS = ("fastest", "per_cost")
-# rules rank by the spec table alone: (score for "fastest", score for "per_cost")
+# rules rank by the spec table alone (``candidate_scores``)
 RULES = ("highest_fp16_peak", "best_fp16_peak_per_dollar")
 WITHIN = 0.05  # a decision "within 5%" costs at most this much more than the best
+TIE = 1e-12  # a regret this small is the best choice (top-1)
 
 
 def unit_costs(rows: pl.DataFrame, specs: pl.DataFrame) -> np.ndarray:
@@ -130,7 +131,7 @@ def summarize(regrets: np.ndarray) -> dict:
         "mean": float(np.mean(regrets)),
         "p90": float(np.quantile(regrets, 0.9)),
         "within_5pct": float(np.mean(regrets <= WITHIN)),
-        "top1": float(np.mean(regrets <= 1e-12)),
+        "top1": float(np.mean(regrets <= TIE)),
         "decisions": len(regrets),
     }
 
@@ -144,5 +145,5 @@ def top1_accuracy(
     regrets, models = decision_regrets(table, list(predicted))
     out: dict = {"configurations": len(models)}
     for kind in KINDS:
-        out[kind] = {name: float(np.mean(r[kind] <= 1e-12)) for name, r in regrets.items()}
+        out[kind] = {name: float(np.mean(r[kind] <= TIE)) for name, r in regrets.items()}
     return out
