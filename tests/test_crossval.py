@@ -104,6 +104,12 @@ def test_a_rule_stands_unless_a_challenger_beats_it_clearly():
     assert choose_ranking(regrets, "fastest", models) == "highest_fp16_peak"
     regrets["model"]["fastest"] = np.where(np.arange(200) < 150, rule * 0.05, rule + 0.01)
     assert choose_ranking(regrets, "fastest", models) == "model"
+    # a model type where both choose alike is no evidence either way: a lead on half of them,
+    # the same choices on the other half, wins; a tie everywhere does not
+    regrets["model"]["fastest"] = np.where(np.arange(200) < 100, rule * 0.05, rule)
+    assert choose_ranking(regrets, "fastest", models) == "model"
+    regrets["model"]["fastest"] = rule.copy()
+    assert choose_ranking(regrets, "fastest", models) == "highest_fp16_peak"
     # a lower mean bought by more large misses (fewer within 5%) does not win either
     never_close = np.full(200, 0.06)
     regrets["model"]["fastest"] = never_close

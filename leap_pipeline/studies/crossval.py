@@ -199,12 +199,12 @@ def choose_ranking(
 ) -> str:
     """The candidate a fold publishes for one decision kind. The rule made for that kind
     (``INCUMBENT``) stands unless a challenger's mean regret on the validation decisions is
-    lower by more than ``z`` standard errors of the paired difference, lower on most validation
-    model types (regret is heavy-tailed: one rare miss of 10x can carry a mean), and its share
-    within 5% is no lower. Decisions of one model type are not independent draws (they share
-    its ratios across types), so the standard error is taken over the mean differences of the model
-    types (``clusters``), not over decisions: on a few validation models a lead is often
-    chance, and a rule is the safer bet on a tie."""
+    lower by more than ``z`` standard errors of the paired difference, lower on more validation
+    model types than higher (regret is heavy-tailed: one rare miss of 10x can carry a mean), and
+    its share within 5% is no lower. Decisions of one model type are not independent draws
+    (they share its ratios across types), so the standard error is taken over the mean
+    differences of the model types (``clusters``), not over decisions: on a few validation
+    models a lead is often chance, and a rule is the safer bet on a tie."""
     incumbent = INCUMBENT[kind]
     base = regrets[incumbent][kind]
     names = np.unique(clusters)
@@ -216,7 +216,9 @@ def choose_ranking(
         per_cluster = np.array([difference[clusters == c].mean() for c in names])
         bar = z * float(per_cluster.std(ddof=1)) / np.sqrt(len(names))
         wins = -float(difference.mean()) > bar
-        most = np.mean(per_cluster < 0) > 0.5  # not a lead bought on one model type
+        # not a lead bought on one model type: lower on more model types than higher (a sign
+        # test's count, a model type where both choose alike being no evidence either way)
+        most = np.sum(per_cluster < -TIE) > np.sum(per_cluster > TIE)
         holds = np.mean(by_kind[kind] <= WITHIN) >= np.mean(base <= WITHIN)
         if wins and most and holds and float(np.mean(by_kind[kind])) < best_mean:
             best, best_mean = name, float(np.mean(by_kind[kind]))
