@@ -178,6 +178,12 @@ def test_flags_left_out_take_the_report_settings_defaults():
     args = build_parser().parse_args(["report"])
     settings = ReportSettings.from_options(args.scale, args.nights, args.seed, args.data, False)
     assert settings == ReportSettings()
-    args = build_parser().parse_args(["report", "--scale", "0.3", "--nights", "2"])
-    settings = ReportSettings.from_options(args.scale, args.nights, args.seed, args.data, False)
-    assert (settings.scale, settings.nights) == (0.3, 2)
+    args = build_parser().parse_args(["report", "--scale", "0.3", "--nights", "2",
+                                      "--profile", "paper"])  # fmt: skip
+    settings = ReportSettings.from_options(
+        args.scale, args.nights, args.seed, args.data, False, args.profile
+    )
+    assert (settings.scale, settings.nights, settings.profile) == (0.3, 2, "paper")
+    assert settings.training().profile == "paper"
+    with pytest.raises(ValueError, match="profile='slow'"):
+        ReportSettings(profile="slow")

@@ -122,15 +122,15 @@ def report(args: argparse.Namespace) -> int:
     from leap_pipeline.studies.report import ReportSettings, build_report
 
     settings = ReportSettings.from_options(
-        args.scale, args.nights, args.seed, args.data, args.quick
+        args.scale, args.nights, args.seed, args.data, args.quick, args.profile
     )
 
     result = build_report(settings, land_days, log=lambda line: print(line, file=sys.stderr))
     if args.json:
-        keys = ("nightly_w20", "nightly_w20_median", "oracle_w20_median",
-                "single_gbdt_w20_median", "table1", "ablation", "holdout_hardware_delta_w20",
-                "holdout_family_delta_w20", "holdout_regret", "routing",
-                "routing_capture")  # fmt: skip
+        keys = ("settings", "nightly_w20", "nightly_w20_median", "published_w20_median",
+                "oracle_w20_median", "single_gbdt_w20_median", "table1", "ablation",
+                "holdout_hardware_delta_w20", "holdout_family_delta_w20", "holdout_regret",
+                "routing", "routing_capture")  # fmt: skip
         print(json.dumps({k: result[k] for k in keys}))
     else:
         print((Path(args.data) / "reports" / "report.md").read_text())

@@ -15,6 +15,7 @@ class ReportConfig(dg.Config):
     scale: float = ReportSettings.scale
     nights: int = ReportSettings.nights
     seed: int = ReportSettings.seed
+    profile: str = ReportSettings.profile
     quick: bool = ReportSettings.quick
     data: str = str(ReportSettings.data)
 
@@ -23,7 +24,7 @@ class ReportConfig(dg.Config):
 def paper_report(context: dg.AssetExecutionContext, config: ReportConfig) -> dg.MaterializeResult:
     """``leap report`` as an asset: the paper's evaluation and the routing value, with figures."""
     settings = ReportSettings.from_options(
-        config.scale, config.nights, config.seed, config.data, config.quick
+        config.scale, config.nights, config.seed, config.data, config.quick, config.profile
     )
     report = build_report(settings, land_days, log=context.log.info)
     root = Path(config.data) / "reports"

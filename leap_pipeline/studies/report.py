@@ -29,6 +29,7 @@ from leap_pipeline.studies import routing
 from leap_pipeline.studies.ablations import ablation, holdouts, permutation_importance
 from leap_pipeline.studies.holdout_regret import holdout_regrets
 from leap_pipeline.studies.report_markdown import figures, markdown
+from leap_serving.cascade import profile_params
 from leap_serving.publish import write_atomic
 from leap_serving.ranking import Ranker
 
@@ -50,6 +51,7 @@ class ReportSettings:
             raise ValueError(f"scale={self.scale!r} must be positive")
         if self.nights < 1:
             raise ValueError(f"nights={self.nights!r} must be at least 1")
+        profile_params(self.profile)  # an unknown profile: a clear error before any work
 
     @classmethod
     def quick_mode(cls, data: Path = Path("data")) -> ReportSettings:
@@ -57,7 +59,13 @@ class ReportSettings:
 
     @classmethod
     def from_options(
-        cls, scale: float | None, nights: int | None, seed: int, data: str | Path, quick: bool
+        cls,
+        scale: float | None,
+        nights: int | None,
+        seed: int,
+        data: str | Path,
+        quick: bool,
+        profile: str | None = None,
     ) -> ReportSettings:
         """The settings the CLI flags and the asset's config name, read the same way (a flag
         left out, None, takes the default here)."""
@@ -67,6 +75,7 @@ class ReportSettings:
             scale=cls.scale if scale is None else scale,
             nights=cls.nights if nights is None else nights,
             seed=seed,
+            profile=cls.profile if profile is None else profile,
             data=Path(data),
         )
 
