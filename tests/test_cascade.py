@@ -1,5 +1,7 @@
 """The binned cascade on hand-made data where the right bins are obvious."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -453,3 +455,19 @@ def test_a_group_of_rows_walks_the_trees_as_scikit_learn_routes_each_row():
         twice = np.hstack([top, top[:, :1]])  # one expert named twice in a row
         assert np.array_equal(experts.predict(rows, twice), expected[:, [0, 1, 0]])
         assert np.array_equal(experts.predict_many(rows, twice, 2), expected[:, [0, 1, 0]])
+
+
+def test_scikit_learn_is_the_minor_release_the_walker_was_validated_on():
+    """The compiled walker reads scikit-learn's private tree layout: another minor release may
+    store trees differently and silently change what serving computes. pyproject.toml holds
+    scikit-learn to ``SKLEARN_VALIDATED``; a release outside it fails here first, and the
+    walker must be re-validated (the bit-for-bit tests above) before the pin moves."""
+    import sklearn
+
+    from leap_serving.trees import SKLEARN_VALIDATED
+
+    assert ".".join(sklearn.__version__.split(".")[:2]) == SKLEARN_VALIDATED
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    major, minor = map(int, SKLEARN_VALIDATED.split("."))
+    assert f'"scikit-learn>={SKLEARN_VALIDATED}.' in pyproject
+    assert f',<{major}.{minor + 1}",' in pyproject
