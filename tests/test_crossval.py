@@ -110,6 +110,16 @@ def test_a_rule_stands_unless_a_challenger_beats_it_clearly():
     assert choose_ranking(regrets, "fastest", models) == "model"
     regrets["model"]["fastest"] = rule.copy()
     assert choose_ranking(regrets, "fastest", models) == "highest_fp16_peak"
+    # each model type weighs the same in the lead as in its standard error: a lead on five
+    # small types is not drowned by a slight loss on one type with many decisions
+    sizes = np.array([100, 10, 10, 10, 10, 10])
+    types = np.repeat(np.arange(6), sizes)
+    rule_regret = np.full(types.size, 0.2)
+    drowned = np.where(types == 0, 0.23, 0.1)
+    assert (drowned - rule_regret).mean() > -0.02  # over decisions, a lead under one SE
+    regrets = {"highest_fp16_peak": {"fastest": rule_regret}, "model": {"fastest": drowned}}
+    assert choose_ranking(regrets, "fastest", types) == "model"
+    regrets = {"highest_fp16_peak": {"fastest": rule}, "model": {"fastest": rule}}
     # a lower mean bought by more large misses (fewer within 5%) does not win either
     never_close = np.full(200, 0.06)
     regrets["model"]["fastest"] = never_close

@@ -202,26 +202,34 @@ def choose_ranking(
     lower by more than ``z`` standard errors of the paired difference, lower on more validation
     model types than higher (regret is heavy-tailed: one rare miss of 10x can carry a mean), and
     its share within 5% is no lower. Decisions of one model type are not independent draws
-    (they share its ratios across types), so the standard error is taken over the mean
-    differences of the model types (``clusters``), not over decisions: on a few validation
-    models a lead is often chance, and a rule is the safer bet on a tie."""
+    (they share its ratios across types), so the lead is the mean over model types
+    (``clusters``) of their mean differences, and its standard error is taken over those
+    means, not over decisions: on a few validation models a lead is often chance, and a rule is
+    the safer bet on a tie."""
     incumbent = INCUMBENT[kind]
     base = regrets[incumbent][kind]
     names = np.unique(clusters)
     if len(names) < 2:
         return incumbent
-    best, best_mean = incumbent, float(np.mean(base))
+
+    def by_model_type(values: np.ndarray) -> np.ndarray:
+        return np.array([values[clusters == c].mean() for c in names])
+
+    best, best_mean = incumbent, float(by_model_type(base).mean())
     for name, by_kind in regrets.items():
-        difference = by_kind[kind] - base
-        per_cluster = np.array([difference[clusters == c].mean() for c in names])
+        # the lead and its standard error are one estimator's: the mean over model types of
+        # each type's mean difference (a type with many decisions weighs no more than one
+        # with few, as in the count below)
+        per_cluster = by_model_type(by_kind[kind] - base)
         bar = z * float(per_cluster.std(ddof=1)) / np.sqrt(len(names))
-        wins = -float(difference.mean()) > bar
+        wins = -float(per_cluster.mean()) > bar
         # not a lead bought on one model type: lower on more model types than higher (a sign
         # test's count, a model type where both choose alike being no evidence either way)
         most = np.sum(per_cluster < -TIE) > np.sum(per_cluster > TIE)
         holds = np.mean(by_kind[kind] <= WITHIN) >= np.mean(base <= WITHIN)
-        if wins and most and holds and float(np.mean(by_kind[kind])) < best_mean:
-            best, best_mean = name, float(np.mean(by_kind[kind]))
+        mean = float(by_model_type(by_kind[kind]).mean())
+        if wins and most and holds and mean < best_mean:
+            best, best_mean = name, mean
     return best
 
 
