@@ -25,6 +25,7 @@ import polars as pl
 from .cascade import BinnedCascade
 from .features import FEATURE_COLUMNS, launch_matrix
 from .history import HistoryIndex
+from .intervals import ConformalIntervals
 from .novelty import NoveltyReference
 from .publish import PublicationError, publish_folder, verify_files
 from .specs import SpecTable
@@ -95,6 +96,7 @@ class LeapModel:
     history_index: HistoryIndex | None = field(default=None, repr=False)
     spec_table: SpecTable | None = field(default=None, repr=False)
     novelty: NoveltyReference | None = field(default=None, repr=False)
+    intervals: ConformalIntervals | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.history_index is None:  # built once: every prediction reads it
@@ -103,6 +105,8 @@ class LeapModel:
             self.spec_table = SpecTable.from_frame(self.hardware_specs)
         if self.novelty is None:  # None still for a model saved before novelty existed
             self.novelty = NoveltyReference.from_dict(self.metadata.get("novelty"))
+        if self.intervals is None:  # None still for a model saved before intervals existed
+            self.intervals = ConformalIntervals.from_dict(self.metadata.get("intervals"))
 
     def save(self, folder: str | Path) -> dict[str, str]:
         """Publish the artifact files at ``folder`` atomically; returns the MLflow ``artifacts``

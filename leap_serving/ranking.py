@@ -89,6 +89,10 @@ class CandidateScore:
     premium: bool
     removed_reason: str | None = None
     roofline_throughput: float | None = None  # samples/s by the roofline prior alone
+    # the model's conformal interval on throughput at the Ranking's ``interval_level`` (None:
+    # a model published before intervals existed)
+    throughput_low: float | None = None
+    throughput_high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class Ranking:
     # what orders the ranking: "model", or "roofline_prior" for a novel launch
     order: str = "model"
     order_reason: str | None = None
+    interval_level: float | None = None  # the coverage throughput_low/high are calibrated to
 
     @property
     def preference_list(self) -> list[str]:
@@ -120,6 +125,7 @@ class Ranking:
             "novelty": self.novelty,
             "order": self.order,
             "order_reason": self.order_reason,
+            "interval_level": self.interval_level,
         }
 
 
@@ -431,6 +437,11 @@ class Ranker:
         log_q, bins, probability = loaded.compiled.predict(X)
         history_found = X[:, _COLD_START] == 0.0
         prior = roofline_log_q(X)
+        intervals = loaded.model.intervals
+        low = high = np.full(len(X), np.nan)
+        if intervals is not None:
+            types_of_rows = [t for _, _, types, _ in prepared for t in types]
+            low, high = intervals.bounds(log_q, types_of_rows, X)
         start = 0
         for i, launch, types, ignored in prepared:
             stop = start + len(types)
@@ -443,14 +454,14 @@ class Ranker:
                 results[i] = self._order(
                     launch, types, log_q[start:stop], bins[start:stop],
                     probability[start:stop], history_found[start:stop], loaded, ignored,
-                    prior[start:stop], novelty,
+                    prior[start:stop], novelty, (low[start:stop], high[start:stop]),
                 )  # fmt: skip
             except Exception as exc:
                 results[i] = _empty(exc, loaded.version, launch)
             start = stop
 
     def _order(self, launch, types, log_q, bins, probability, history_found, loaded, ignored,
-               prior, novelty):  # fmt: skip
+               prior, novelty, interval):  # fmt: skip
         throughput = np.exp(log_q)
         roofline = np.exp(prior)
         # a novel launch is ordered by the roofline prior, which needs it for every candidate
@@ -483,6 +494,8 @@ class Ranker:
                 "history_found": bool(history_found[j]),
                 "premium": bool(spec["premium"]),
                 "roofline_throughput": float(roofline[j]) if math.isfinite(roofline[j]) else None,
+                "throughput_low": float(interval[0][j]) if math.isfinite(interval[0][j]) else None,
+                "throughput_high": float(interval[1][j]) if math.isfinite(interval[1][j]) else None,
             })  # fmt: skip
 
         # samples per dollar as the ranking reads it: the model's, or the prior's when novel
@@ -508,6 +521,7 @@ class Ranker:
             ranked, removed, loaded.version, None, ignored,
             novelty=None if novelty is None else asdict(novelty),
             order="roofline_prior" if by_prior else "model",
+            interval_level=None if loaded.model.intervals is None else loaded.model.intervals.level,
             order_reason=(
                 f"novel architecture: {novelty.distance:.2f} from the nearest known model type "
                 f"{novelty.nearest_model_type} (threshold {novelty.threshold:.2f}); ranked by "

@@ -430,3 +430,36 @@ def test_a_novel_architecture_is_flagged_and_ranked_by_the_roofline_prior(ranker
     prior = [c.roofline_throughput / c.cost_per_hour for c in novel.ranking]
     assert prior == sorted(prior, reverse=True)
     assert novel.to_dict()["order"] == "roofline_prior"
+
+
+def test_every_candidate_carries_its_calibrated_interval(ranker, served):
+    """The published model ships conformal intervals calibrated on its selection day; the
+    Ranker serves them per candidate, and on the next day they cover about their level."""
+    from leap_pipeline.modeling.evaluation import interval_scores
+    from leap_serving.intervals import history_class
+
+    intervals = served["models"].intervals
+    assert intervals is not None and intervals.level == 0.8
+    job, candidates = _job(served)
+    result = ranker.rank(job, candidates)
+    assert result.interval_level == 0.8 and result.to_dict()["interval_level"] == 0.8
+    launch = CandidateRows([(job, [c.hardware_type for c in result.ranking])])
+    loaded = ranker._loaded.model
+    X = launch_matrix(launch, loaded.spec_table, loaded.history_index)
+    width = intervals.half_width([c.hardware_type for c in result.ranking], X)
+    for c, w in zip(result.ranking, width, strict=True):
+        assert c.throughput_low < c.predicted_throughput < c.throughput_high
+        assert np.log(c.throughput_high / c.predicted_throughput) == pytest.approx(w)
+    # day 11, which neither the model nor its calibration saw: coverage near 80%, and a
+    # family never seen gets a wider interval than one the fleet runs often
+    features = served["features"]
+    published = np.exp(served["models"].published.predict(
+        features.select(FEATURE_COLUMNS).to_numpy()))  # fmt: skip
+    scores = interval_scores(served["models"], features, published)
+    assert 0.65 <= scores["coverage"] <= 0.95
+    assert scores["width_median"] > 0
+    classes = history_class(features.select(FEATURE_COLUMNS).to_numpy())
+    assert sum(v["rows"] for v in scores["by_history"].values()) == features.height
+    assert len(np.unique(classes)) >= 2
+    widths = intervals.by_history  # a family with runs on the type is the best known
+    assert len(widths) >= 2 and max(widths, key=widths.get) in ("cold", "new type")

@@ -130,7 +130,7 @@ def report(args: argparse.Namespace) -> int:
         keys = ("settings", "nightly_w20", "nightly_w20_median", "published_w20_median",
                 "oracle_w20_median", "single_gbdt_w20_median", "table1", "ablation",
                 "holdout_hardware_delta_w20", "holdout_family_delta_w20", "holdout_regret",
-                "routing", "routing_capture")  # fmt: skip
+                "routing", "routing_capture", "nightly_intervals")  # fmt: skip
         print(json.dumps({k: result[k] for k in keys}))
     else:
         print((Path(args.data) / "reports" / "report.md").read_text())
@@ -287,11 +287,16 @@ def rank(args: argparse.Namespace) -> int:
     print(f"model version {result.model_version}")
     if result.reason:
         print(f"no ranking: {result.reason}")
+    if result.interval_level is not None:
+        print(f"intervals: {result.interval_level:.0%} (conformal, calibrated on the selection "
+              "day)")  # fmt: skip
     for c in result.ranking:
         history = "history" if c.history_found else "cold start"
-        print(f"{c.rank:>3}. {c.hardware_type:14} {c.predicted_throughput:>14,.0f} samples/s "
-              f"{c.cost_per_hour:>9,.2f} $/h {c.throughput_per_cost:>16,.0f} samples/$ "
-              f"bin {c.bin:>2} ({c.bin_probability:.2f}) {history}")  # fmt: skip
+        interval = (f" [{c.throughput_low:,.0f} - {c.throughput_high:,.0f}]"
+                    if c.throughput_low is not None else "")  # fmt: skip
+        print(f"{c.rank:>3}. {c.hardware_type:14} {c.predicted_throughput:>14,.0f} samples/s"
+              f"{interval} {c.cost_per_hour:>9,.2f} $/h {c.throughput_per_cost:>16,.0f} "
+              f"samples/$ bin {c.bin:>2} ({c.bin_probability:.2f}) {history}")  # fmt: skip
     for c in result.removed:
         print(f"  - {c.hardware_type}: {c.removed_reason}")
     if result.ignored_fields:

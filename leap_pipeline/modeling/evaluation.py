@@ -14,6 +14,8 @@ import polars as pl
 from leap_pipeline.modeling.lookup_table import HEAD_MODEL_TYPES
 from leap_pipeline.modeling.selection import TrainedModels, predictions
 from leap_serving import metrics
+from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.intervals import HISTORY_CLASSES, coverage, history_class
 from leap_serving.novelty import Novelty
 
 TORSO_MODEL_TYPES = 100
@@ -135,16 +137,40 @@ def evaluate(
         "overall": overall,
         "breakdown": pl.DataFrame(breakdown),
         "table1": table1,
+        "intervals": interval_scores(models, rows, scored["published"].to_numpy()),
         "scored": scored.select(
             "attempt_id", "hardware_type", "throughput", *names, "cascade_bin", "band", "history"
         ),
     }
 
 
+def interval_scores(
+    models: TrainedModels, rows: pl.DataFrame, published: np.ndarray
+) -> dict | None:
+    """How the published model's conformal intervals did on day D: the share of measured
+    throughputs inside them, overall, per hardware type and per history class (``cold`` is a
+    family never seen), and the median relative width (high - low) / prediction. None for a
+    model with no intervals."""
+    if models.intervals is None:
+        return None
+    X = rows.select(FEATURE_COLUMNS).to_numpy()
+    types = rows["hardware_type"].to_numpy()
+    low, high = models.intervals.bounds(np.log(published), types, X)
+    measured = rows["throughput"].to_numpy()
+    history = np.array(HISTORY_CLASSES)[history_class(X)]
+    return {
+        "level": models.intervals.level,
+        "coverage": coverage(low, high, measured)["overall"],
+        "by_hardware_type": coverage(low, high, measured, types)["groups"],
+        "by_history": coverage(low, high, measured, history)["groups"],
+        "width_median": float(np.median((high - low) / published)),
+    }
+
+
 def evaluation_summary(evaluation: dict) -> dict:
-    """The JSON part of ``evaluate``'s result: the day, the window, every model's metrics and
-    Table 1."""
-    return {k: evaluation[k] for k in ("day", "window", "overall", "table1")}
+    """The JSON part of ``evaluate``'s result: the day, the window, every model's metrics,
+    Table 1 and the intervals' coverage."""
+    return {k: evaluation.get(k) for k in ("day", "window", "overall", "table1", "intervals")}
 
 
 def headline(evaluation: dict) -> dict[str, float | None]:
@@ -155,4 +181,8 @@ def headline(evaluation: dict) -> dict[str, float | None]:
     out["table1_lookup_w20"] = evaluation["table1"]["lookup_w20"]
     out["table1_cascade_w20"] = evaluation["table1"]["cascade_w20"]
     out["table1_published_w20"] = evaluation["table1"]["published_w20"]
+    intervals = evaluation.get("intervals")
+    if intervals is not None:
+        out[f"coverage_{round(intervals['level'] * 100)}"] = intervals["coverage"]
+        out["interval_width_median"] = intervals["width_median"]
     return out

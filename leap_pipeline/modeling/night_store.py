@@ -52,6 +52,7 @@ def save_trained(
                 "profile": profile,
                 "selection": models.selection,
                 "novelty": models.novelty.to_dict() if models.novelty else None,
+                "intervals": models.intervals.to_dict() if models.intervals else None,
             },
         ).save(version / "cascade")
         types = dump_skops(models.single_gbdt, version / "single_gbdt.skops")
@@ -130,5 +131,6 @@ def load_trained(folder: Path) -> tuple[TrainedModels, LeapModel]:
         model_type_ranks=pl.read_parquet(folder / "model_type_ranks.parquet"),
         novelty=published.novelty,
         seconds=meta["seconds"],
+        intervals=published.intervals,
     )
     return models, published

@@ -21,6 +21,7 @@ from leap_pipeline.settings import MIN_SUPPORT, MIN_WINDOW_DAYS, WINDOW_DAYS
 from leap_serving import metrics
 from leap_serving.cascade import GATINGS, BinnedCascade, cascade_units, profile_params
 from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.intervals import MIN_CLASS_ROWS, ConformalIntervals
 from leap_serving.novelty import NoveltyReference
 
 
@@ -54,6 +55,8 @@ class TrainedModels:
     model_type_ranks: pl.DataFrame  # model_type, rank (1 = most attempts in the window)
     novelty: NoveltyReference | None = None  # the window's model types, to flag new ones
     seconds: dict[str, float] = field(default_factory=dict)
+    # the published model's conformal intervals, calibrated on the selection day
+    intervals: ConformalIntervals | None = None
 
 
 def check_window(window: pl.DataFrame, day: dt.date, min_days: int = MIN_WINDOW_DAYS) -> None:
@@ -134,10 +137,11 @@ def fit_models(
         .with_row_index("rank", offset=1)
         .select("model_type", "rank")
     )
+    published = selection.pop("model")
     return TrainedModels(
         cascade=cascade,
         single_gbdt=one_bin.experts_[0],
-        published=selection.pop("model"),
+        published=published,
         selection=selection,
         lookup=build_lookup_table(
             window, top_model_types=HEAD_MODEL_TYPES, min_support=lookup_min_support
@@ -149,6 +153,21 @@ def fit_models(
             window["model_type"].to_list(), window.select(FEATURE_COLUMNS).to_numpy()
         ),
         seconds=seconds,
+        intervals=calibrate_intervals(published, selection_rows),
+    )
+
+
+def calibrate_intervals(model: BinnedCascade, rows: pl.DataFrame) -> ConformalIntervals | None:
+    """The published model's conformal intervals (``leap_serving.intervals``), calibrated on
+    ``rows`` it never trained on: the selection day. None on a day too thin to calibrate.
+
+    The same day chose the model, so its errors there are the winner's and may run a little
+    small; the nightly evaluation measures the coverage this gives on day D."""
+    if rows.height < MIN_CLASS_ROWS:
+        return None
+    X = rows.select(FEATURE_COLUMNS).to_numpy()
+    return ConformalIntervals.calibrate(
+        model.predict(X), rows["log_q"].to_numpy(), rows["hardware_type"].to_numpy(), X
     )
 
 

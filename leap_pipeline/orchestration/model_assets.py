@@ -157,7 +157,14 @@ def model_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinitio
                 description="Each night's published model reaches the floor and is not more than "
                 "the margin below a production model that never saw its day; fails when the "
                 "newest night of the run fails.",
-            )
+            ),
+            dg.AssetCheckSpec(
+                "interval_coverage",
+                asset="model_evaluation",
+                description="The newest night's 80% intervals cover 75-85% of day D's measured "
+                "throughputs (a warning outside it); per hardware type and history class in the "
+                "metadata.",
+            ),
         ],
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,

@@ -151,6 +151,9 @@ def evaluate_nights(
         yield dg.AssetCheckResult(
             check_name="evaluation_gate", passed=True, metadata={"decisions": "no night"}
         )
+        yield dg.AssetCheckResult(
+            check_name="interval_coverage", passed=True, metadata={"coverage": "no night"}
+        )
         return
     evaluation, breakdown, scatter = last
     overall = pl.DataFrame([{"model": m} | v for m, v in evaluation["overall"].items()])
@@ -179,6 +182,43 @@ def evaluate_nights(
             "newest_night": f"{newest_day}: {newest.reason}",
             "nights_failed": str([str(d) for d, g in decisions if not g.passed]),
             "decisions": "; ".join(f"{d}: {g.reason}" for d, g in decisions),
+        },
+    )
+    yield interval_check(newest_day, evaluation.get("intervals"))
+
+
+# the newest night's interval coverage must stay within this band around its 80% level
+COVERAGE_BAND = (0.75, 0.85)
+
+
+def interval_check(day: dt.date, intervals: dict | None) -> dg.AssetCheckResult:
+    """Day D's coverage of the published model's intervals against ``COVERAGE_BAND``: a warning
+    when it leaves it (the intervals are miscalibrated for the day: too narrow below the band,
+    wider than they need be above it), with each hardware type's and history class's coverage
+    as tables."""
+    if intervals is None:
+        return dg.AssetCheckResult(
+            check_name="interval_coverage", passed=True,
+            metadata={"coverage": f"{day}: the published model has no intervals"},
+        )  # fmt: skip
+    low, high = COVERAGE_BAND
+    share = intervals["coverage"]
+
+    def table(groups: dict) -> dg.MetadataValue:
+        return table_metadata([{"group": g, **v} for g, v in groups.items()])
+
+    return dg.AssetCheckResult(
+        check_name="interval_coverage",
+        passed=bool(low <= share <= high),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "day": str(day),
+            "level": intervals["level"],
+            "coverage": share,
+            "band": f"{low:.2f}-{high:.2f}",
+            "interval_width_median": intervals["width_median"],
+            "by_hardware_type": table(intervals["by_hardware_type"]),
+            "by_history": table(intervals["by_history"]),
         },
     )
 

@@ -123,7 +123,7 @@ def build_report(
     oracle = fleet.oracle()
 
     training = settings.training()
-    nightly, selections, final = [], [], None
+    nightly, selections, intervals, final = [], [], [], None
     with open_warehouse(warehouse, read_only=True) as wh:
         for i in range(settings.nights):
             day = first_night + dt.timedelta(days=i)
@@ -145,6 +145,15 @@ def build_report(
                     "cascade_w20": nightly[-1]["cascade"],
                 }
             )
+            if evaluation.get("intervals") is not None:
+                scores = evaluation["intervals"]
+                intervals.append({
+                    "ds": day.isoformat(),
+                    f"coverage_{round(scores['level'] * 100)}": scores["coverage"],
+                    "by_hardware_type": scores["by_hardware_type"],
+                    "by_history": scores["by_history"],
+                    "interval_width_median": scores["width_median"],
+                })  # fmt: skip
             log(
                 f"night {i + 1}/{settings.nights} {day}: "
                 + ", ".join(f"{m} {v:.3f}" for m, v in nightly[-1].items() if m != "ds")
@@ -170,6 +179,8 @@ def build_report(
         "single_gbdt_w20": series["single_gbdt"].to_list(),
         "single_gbdt_w20_median": float(series["single_gbdt"].median()),
         "selection": selections,
+        # per night: the published model's interval coverage on its day (``interval_scores``)
+        "nightly_intervals": intervals,
         "lookup_w20_median": float(series["lookup"].median()),
         "oracle_w20_median": float(series["oracle"].median()),
         "table1": {
