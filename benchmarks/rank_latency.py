@@ -9,7 +9,8 @@ cascade; for 20 candidates, ``rank`` and model time over
 96 distinct launches in turn (``distinct_launches_20``: the same job on every call lets the
 CPU learn its path through the trees), and under each gating of the same cascade against the
 path before soft gating (``gating_20``, with each gating's ``rank`` as a ratio of that
-baseline's).
+baseline's); ``intervals_20``: ``rank`` over the same distinct launches with the model's
+conformal intervals and without them, interleaved, and their ratio.
 
 ``--cascade single`` measures the one-bin model, the single GBDT, which is what a night publishes
 when the selection keeps it.
@@ -103,7 +104,8 @@ def paper_model(scale: float, cascade: str) -> Path:
     night = root / "night"
     # the cache holds while the features and the paper profile's cascade are what the code has
     key = {"feature_columns": list(FEATURE_COLUMNS),
-           "cascade": BinnedCascade(**profile_params("paper") | settings).get_params()}  # fmt: skip
+           "cascade": BinnedCascade(**profile_params("paper") | settings).get_params(),
+           "ships": ["intervals"]}  # fmt: skip
     stamp = root / "key.json"
     if (night / "cascade").exists() and stamp.exists() and json.loads(stamp.read_text()) == key:
         return night / "cascade"
@@ -235,6 +237,25 @@ def main() -> None:
     result["distinct_launches_20"] = {"launches": len(jobs)} | {
         k: percentiles(v) for k, v in timings.items()
     }
+    # the conformal intervals' cost: the same distinct launches ranked with the model's
+    # intervals and without them, calls interleaved so drift and contention fall on both alike
+    if model.intervals is None:
+        result["intervals_20"] = {"error": "the model has no intervals: train it again"}
+    else:
+        intervals, timings = model.intervals, {"with": [], "without": []}
+        try:
+            for i in range(args.calls):
+                for name in ("with", "without"):
+                    model.intervals = intervals if name == "with" else None
+                    t = time.perf_counter()
+                    ranker.rank(jobs[i % len(jobs)], candidates)
+                    timings[name].append(time.perf_counter() - t)
+        finally:
+            model.intervals = intervals
+        stats = {k: percentiles(v) for k, v in timings.items()}
+        stats["ratio"] = {k: round(stats["with"][k] / stats["without"][k], 3)
+                          for k in ("p50_ms", "p99_ms")}  # fmt: skip
+        result["intervals_20"] = stats
     # each gating of the same cascade against the path before soft gating, calls interleaved so
     # drift and contention fall on all alike: rank and model time for 20 candidates
     from leap_serving.cascade import GATINGS
