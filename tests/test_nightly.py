@@ -251,6 +251,10 @@ def test_after_the_demo_the_ui_process_plans_the_next_night_and_a_rerun_reuses(t
             "--days", "10", "--nights", "1", "--data", str(data), "--json"]  # fmt: skip
     first = subprocess.run(demo, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
+    # the headline carries the published model's intervals, scored on the evaluation day
+    intervals = json.loads(first.stdout.strip().splitlines()[-1])["intervals"]
+    assert intervals["level"] == 0.8 and 0.0 < intervals["coverage"] <= 1.0
+    assert "80% intervals: cover" in first.stdout
     calendar = Calendar.load(data)
     last = calendar.first_day + dt.timedelta(days=9)
     assert last == calendar.last_closed_day() - dt.timedelta(days=1)  # yesterday is left open

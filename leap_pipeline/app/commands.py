@@ -98,7 +98,7 @@ def demo(args: argparse.Namespace) -> int:
     print("\n".join(summary_lines(result, settings)))
     if args.json:
         keys = ("w20", "coverage", "oracle_w20", "published_model", "selection", "table1",
-                "model_uri", "tracking_uri")  # fmt: skip
+                "intervals", "model_uri", "tracking_uri")  # fmt: skip
         print(json.dumps({k: result[k] for k in keys}))
     return 0
 

@@ -100,6 +100,7 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
         "w20": {m: overall[m]["w20"] for m in MODELS},
         "coverage": {m: overall[m]["coverage"] for m in MODELS},
         "oracle_w20": overall.get("oracle", {}).get("w20"),
+        "intervals": evaluation.get("intervals"),
         "published_model": selection["published"],
         "selection": selection,
         "table1": {
@@ -160,6 +161,20 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:5.1f}%"
 
 
+def interval_lines(intervals: dict | None) -> list[str]:
+    """The published model's intervals on the evaluation day: coverage overall and per history
+    class, and the median width."""
+    if intervals is None:
+        return []
+    by_history = ", ".join(f"{name} {_pct(v['coverage']).strip()} of {v['rows']}"
+                           for name, v in intervals["by_history"].items())  # fmt: skip
+    return [
+        f"{intervals['level']:.0%} intervals: cover {_pct(intervals['coverage']).strip()} of the "
+        f"day's throughputs ({by_history}); median width {intervals['width_median']:.2f} x the "
+        "prediction"
+    ]
+
+
 def summary_lines(result: dict, settings: DemoSettings) -> list[str]:
     m, t1 = result["metrics"], result["table1"]
     window = result["training_window"]
@@ -186,6 +201,7 @@ def summary_lines(result: dict, settings: DemoSettings) -> list[str]:
         f"lookup w20 {_pct(t1['lookup_w20'])}, published w20 {_pct(t1['published_w20'])}, "
         f"cascade w20 {_pct(t1['cascade_w20'])}",
         f"oracle ceiling (true medians) w20: {_pct(result['oracle_w20'])}",
+        *interval_lines(result.get("intervals")),
         f"registered version {result['registered_version']} ({result['gate']}); "
         f"production is version {result['production_version']}",
         f"model: {result['model_uri']}  (tracking {result['tracking_uri']})",
