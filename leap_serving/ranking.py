@@ -54,6 +54,7 @@ _COLD_START = FEATURE_COLUMNS.index("hist_cold_start")
 MODEL_URI_ENV = "LEAP_MODEL_URI"
 SWITCHES_ENV = "LEAP_ROUTING_SWITCHES"
 DEFAULT_MODEL_URI = "models:/leap-throughput@production"
+RANK_BY: tuple[str, ...] = ("median", "lower")  # what a ranking orders by (``Ranker``)
 REQUIRED_JOB_FIELDS = ("job_name", "model_type", "num_trainers", "batch_size")
 _POSITIVE_FIELDS = ("num_trainers", "batch_size", "requested_devices_per_host")
 # why a ranking can be empty; ``Ranker.stats()`` counts each
@@ -105,7 +106,8 @@ class Ranking:
     reason_code: str | None = None  # one of REASON_CODES when empty
     # the launch's architecture against the model's known types (``novelty.Novelty``)
     novelty: dict[str, Any] | None = None
-    # what orders the ranking: "model", or "roofline_prior" for a novel launch
+    # what orders the ranking: "model", "model_lower" (the interval's lower end, risk-aware),
+    # or "roofline_prior" for a novel launch
     order: str = "model"
     order_reason: str | None = None
     interval_level: float | None = None  # the coverage throughput_low/high are calibrated to
@@ -200,6 +202,9 @@ class Ranker:
     wait : block until the first load attempt has finished (default: load in the background).
     max_model_age_days : days past its history snapshot after which the model counts as stale
         in ``stats()`` and a warning is logged at load; None: never (a replay of past days).
+    rank_by : ``"median"`` (the prediction's throughput per dollar) or ``"lower"`` (the lower
+        end of its interval per dollar: risk-aware, a candidate the model is unsure of ranks
+        lower; the median where the model has no intervals).
     """
 
     def __init__(
@@ -211,7 +216,11 @@ class Ranker:
         switches_path: str | Path | None = None,
         wait: bool = False,
         max_model_age_days: int | None = 3,
+        rank_by: str = "median",
     ) -> None:
+        if rank_by not in RANK_BY:
+            raise ValueError(f"rank_by={rank_by!r} is not one of {list(RANK_BY)}")
+        self.rank_by = rank_by
         self.model_uri = model_uri or os.environ.get(MODEL_URI_ENV) or DEFAULT_MODEL_URI
         self.check_interval_s = check_interval_s
         self.premium_min_ratio = premium_min_ratio
@@ -498,10 +507,20 @@ class Ranker:
                 "throughput_high": float(interval[1][j]) if math.isfinite(interval[1][j]) else None,
             })  # fmt: skip
 
-        # samples per dollar as the ranking reads it: the model's, or the prior's when novel
+        # samples per dollar as the ranking reads it: the model's (the lower end of its interval
+        # when risk-aware), or the prior's when novel
+        by_lower = (
+            not by_prior
+            and self.rank_by == "lower"
+            and interval[0] is not None
+            and all(np.isfinite(interval[0]))
+        )
+
         def value(f: dict[str, Any]) -> float:
             if by_prior:
                 return f["roofline_throughput"] * 3600.0 / f["cost_per_hour"]
+            if by_lower:
+                return f["throughput_low"] * 3600.0 / f["cost_per_hour"]
             return f["throughput_per_cost"]
 
         bar = max((value(f) for f in fields if not f["premium"]), default=None)
@@ -520,7 +539,7 @@ class Ranker:
         return Ranking(
             ranked, removed, loaded.version, None, ignored,
             novelty=None if novelty is None else asdict(novelty),
-            order="roofline_prior" if by_prior else "model",
+            order="roofline_prior" if by_prior else "model_lower" if by_lower else "model",
             interval_level=None if loaded.model.intervals is None else loaded.model.intervals.level,
             order_reason=(
                 f"novel architecture: {novelty.distance:.2f} from the nearest known model type "

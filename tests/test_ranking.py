@@ -463,3 +463,20 @@ def test_every_candidate_carries_its_calibrated_interval(ranker, served):
     assert len(np.unique(classes)) >= 2
     widths = intervals.by_history  # a family with runs on the type is the best known
     assert len(widths) >= 2 and max(widths, key=widths.get) in ("cold", "new type")
+
+
+def test_a_risk_aware_ranking_orders_by_the_intervals_lower_end(served, ranker):
+    cautious = Ranker(str(served["folder"]), check_interval_s=float("inf"), wait=True,
+                      rank_by="lower")  # fmt: skip
+    job, candidates = _job(served)
+    median, lower = ranker.rank(job, candidates), cautious.rank(job, candidates)
+    assert median.order == "model" and lower.order == "model_lower"
+    assert sorted(median.preference_list) == sorted(lower.preference_list)
+    per_dollar = [c.throughput_low / c.cost_per_hour for c in lower.ranking]
+    assert per_dollar == sorted(per_dollar, reverse=True)
+    # the same candidates and values, only the order read differs
+    by_type = {c.hardware_type: c for c in median.ranking}
+    for c in lower.ranking:
+        assert c.throughput_low == by_type[c.hardware_type].throughput_low
+    with pytest.raises(ValueError, match="rank_by='lowest'"):
+        Ranker(str(served["folder"]), rank_by="lowest")
