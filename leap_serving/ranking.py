@@ -509,12 +509,8 @@ class Ranker:
 
         # samples per dollar as the ranking reads it: the model's (the lower end of its interval
         # when risk-aware), or the prior's when novel
-        by_lower = (
-            not by_prior
-            and self.rank_by == "lower"
-            and interval[0] is not None
-            and all(np.isfinite(interval[0]))
-        )
+        bounded = bool(np.all(np.isfinite(interval[0])))  # False: a model without intervals
+        by_lower = not by_prior and self.rank_by == "lower" and bounded
 
         def value(f: dict[str, Any]) -> float:
             if by_prior:
