@@ -31,7 +31,7 @@ from leap_pipeline.orchestration.resources import (
     TrainingResource,
     WarehouseResource,
 )
-from leap_pipeline.orchestration.runs import run_days
+from leap_pipeline.orchestration.runs import own_definitions_state, run_days
 from leap_pipeline.settings import MIN_WINDOW_DAYS
 
 MODEL_ASSET_KEYS = [
@@ -180,5 +180,6 @@ def materialize_days(
     if first < calendar.first_day:
         calendar = calendar.with_first_day(first)
     calendar.check_days(first, last)
-    job = build_definitions(calendar).resolve_job_def(job_name)
+    with own_definitions_state():
+        job = build_definitions(calendar).resolve_job_def(job_name)
     return run_days(job, first, last, **options)
