@@ -340,4 +340,3 @@ def test_a_day_that_fails_its_audit_is_not_published_and_keeps_its_rows(tmp_path
     materialize_days(_day(1), _day(1), source=f"files:{root}", warehouse=warehouse,
                      log_level="ERROR")  # fmt: skip
     assert resource.refused_days() == []
-
