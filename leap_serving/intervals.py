@@ -46,6 +46,11 @@ def history_class(X: np.ndarray) -> np.ndarray:
     )
 
 
+def coverage_name(level: float) -> str:
+    """The metric an interval's coverage is logged under: ``coverage_80`` for 80%."""
+    return f"coverage_{round(level * 100)}"
+
+
 def conformal_quantile(scores: np.ndarray, level: float) -> float:
     """The split-conformal quantile: the ceil((n + 1) level)-th smallest score, infinite when
     there are too few scores for that level."""

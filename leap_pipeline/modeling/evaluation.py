@@ -15,7 +15,7 @@ from leap_pipeline.modeling.lookup_table import HEAD_MODEL_TYPES
 from leap_pipeline.modeling.selection import TrainedModels, predictions
 from leap_serving import metrics
 from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.intervals import HISTORY_CLASSES, coverage, history_class
+from leap_serving.intervals import HISTORY_CLASSES, coverage, coverage_name, history_class
 from leap_serving.novelty import Novelty
 
 TORSO_MODEL_TYPES = 100
@@ -183,6 +183,6 @@ def headline(evaluation: dict) -> dict[str, float | None]:
     out["table1_published_w20"] = evaluation["table1"]["published_w20"]
     intervals = evaluation.get("intervals")
     if intervals is not None:
-        out[f"coverage_{round(intervals['level'] * 100)}"] = intervals["coverage"]
+        out[coverage_name(intervals["level"])] = intervals["coverage"]
         out["interval_width_median"] = intervals["width_median"]
     return out

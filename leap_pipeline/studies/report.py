@@ -30,6 +30,7 @@ from leap_pipeline.studies.ablations import ablation, holdouts, permutation_impo
 from leap_pipeline.studies.holdout_regret import holdout_regrets
 from leap_pipeline.studies.report_markdown import figures, markdown
 from leap_serving.cascade import profile_params
+from leap_serving.intervals import coverage_name
 from leap_serving.publish import write_atomic
 from leap_serving.ranking import Ranker
 
@@ -149,7 +150,7 @@ def build_report(
                 scores = evaluation["intervals"]
                 intervals.append({
                     "ds": day.isoformat(),
-                    f"coverage_{round(scores['level'] * 100)}": scores["coverage"],
+                    coverage_name(scores["level"]): scores["coverage"],
                     "by_hardware_type": scores["by_hardware_type"],
                     "by_history": scores["by_history"],
                     "interval_width_median": scores["width_median"],
