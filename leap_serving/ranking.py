@@ -37,6 +37,7 @@ import polars as pl
 
 from .compiled import CompiledCascade
 from .contract import job_devices, schema
+from .exploration import Candidate, trial_run
 from .features import FEATURE_COLUMNS, LAUNCH_COLUMNS, launch_matrix, roofline_log_q
 from .model import (
     LeapModel,
@@ -50,6 +51,7 @@ from .rows import CandidateRows
 
 log = logging.getLogger("leap_serving")
 _COLD_START = FEATURE_COLUMNS.index("hist_cold_start")
+_HW_COUNT = FEATURE_COLUMNS.index("hist_hw_count")
 
 MODEL_URI_ENV = "LEAP_MODEL_URI"
 SWITCHES_ENV = "LEAP_ROUTING_SWITCHES"
@@ -111,6 +113,9 @@ class Ranking:
     order: str = "model"
     order_reason: str | None = None
     interval_level: float | None = None  # the coverage throughput_low/high are calibrated to
+    # the candidate worth one trial run (``exploration.trial_run``): its type, the expected
+    # share of the cost per sample a trial can save and why; None when none is
+    worth_a_trial: dict[str, Any] | None = None
 
     @property
     def preference_list(self) -> list[str]:
@@ -128,6 +133,7 @@ class Ranking:
             "order": self.order,
             "order_reason": self.order_reason,
             "interval_level": self.interval_level,
+            "worth_a_trial": self.worth_a_trial,
         }
 
 
@@ -205,6 +211,8 @@ class Ranker:
     rank_by : ``"median"`` (the prediction's throughput per dollar) or ``"lower"`` (the lower
         end of its interval per dollar: risk-aware, a candidate the model is unsure of ranks
         lower; the median where the model has no intervals).
+    model : a model held in memory, served instead of ``model_uri`` and never reloaded (a
+        night's evaluation replays its own day through the model it just trained).
     """
 
     def __init__(
@@ -217,11 +225,17 @@ class Ranker:
         wait: bool = False,
         max_model_age_days: int | None = 3,
         rank_by: str = "median",
+        model: LeapModel | None = None,
     ) -> None:
         if rank_by not in RANK_BY:
             raise ValueError(f"rank_by={rank_by!r} is not one of {list(RANK_BY)}")
         self.rank_by = rank_by
-        self.model_uri = model_uri or os.environ.get(MODEL_URI_ENV) or DEFAULT_MODEL_URI
+        self._model = model
+        self.model_uri = (
+            "a model in memory"
+            if model is not None
+            else model_uri or os.environ.get(MODEL_URI_ENV) or DEFAULT_MODEL_URI
+        )
         self.check_interval_s = check_interval_s
         self.premium_min_ratio = premium_min_ratio
         self.max_model_age_days = max_model_age_days
@@ -341,16 +355,20 @@ class Ranker:
         self._count("models_refused")
         (log.exception if traceback else log.error)("leap_serving: %s", message)
 
-    def _pointer(self) -> tuple[str | Path, str | None]:
+    def _pointer(self) -> tuple[str | Path | LeapModel, str | None]:
         """What to load and its identity, read once: (URI, registry version) or (the folder the
-        path points at now, its manifest's sha256)."""
+        path points at now, its manifest's sha256), or the model held in memory."""
+        if self._model is not None:
+            return self._model, "memory"
         if self.model_uri.startswith("models:/"):
             return self.model_uri, registry_version(self.model_uri)
         folder = Path(self.model_uri).resolve()
         return folder, manifest_stamp(folder)
 
-    def _load(self, source: str | Path, stamp: str | None) -> _Loaded:
-        if isinstance(source, str):
+    def _load(self, source: str | Path | LeapModel, stamp: str | None) -> _Loaded:
+        if isinstance(source, LeapModel):
+            model, version = source, None
+        elif isinstance(source, str):
             model, version = load_registered(source, version=stamp)
         else:
             model, version = LeapModel.load(source), None
@@ -445,6 +463,7 @@ class Ranker:
         X = launch_matrix(rows, loaded.model.spec_table, loaded.model.history_index)
         log_q, bins, probability = loaded.compiled.predict(X)
         history_found = X[:, _COLD_START] == 0.0
+        measured = X[:, _HW_COUNT] > 0.0  # the family has runs on the type
         prior = roofline_log_q(X)
         intervals = loaded.model.intervals
         low = high = np.full(len(X), np.nan)
@@ -464,13 +483,14 @@ class Ranker:
                     launch, types, log_q[start:stop], bins[start:stop],
                     probability[start:stop], history_found[start:stop], loaded, ignored,
                     prior[start:stop], novelty, (low[start:stop], high[start:stop]),
+                    measured[start:stop],
                 )  # fmt: skip
             except Exception as exc:
                 results[i] = _empty(exc, loaded.version, launch)
             start = stop
 
     def _order(self, launch, types, log_q, bins, probability, history_found, loaded, ignored,
-               prior, novelty, interval):  # fmt: skip
+               prior, novelty, interval, measured):  # fmt: skip
         throughput = np.exp(log_q)
         roofline = np.exp(prior)
         # a novel launch is ordered by the roofline prior, which needs it for every candidate
@@ -532,11 +552,27 @@ class Ranker:
                 kept.append(f)
         kept.sort(key=lambda f: (-value(f), f["hardware_type"]))
         ranked = [CandidateScore(**f, rank=r) for r, f in enumerate(kept, start=1)]
+        trial = None
+        if bounded and not by_prior:  # the trial rule reads the model's intervals
+            was_measured = dict(zip(types, measured.tolist(), strict=True))
+            trial = trial_run(
+                [
+                    Candidate(
+                        f["hardware_type"], f["throughput_per_cost"],
+                        f["throughput_low"] * 3600.0 / f["cost_per_hour"],
+                        f["throughput_high"] * 3600.0 / f["cost_per_hour"],
+                        was_measured[f["hardware_type"]],
+                    )
+                    for f in kept
+                ],
+                loaded.model.intervals.level,
+            )  # fmt: skip
         return Ranking(
             ranked, removed, loaded.version, None, ignored,
             novelty=None if novelty is None else asdict(novelty),
             order="roofline_prior" if by_prior else "model_lower" if by_lower else "model",
             interval_level=None if loaded.model.intervals is None else loaded.model.intervals.level,
+            worth_a_trial=trial,
             order_reason=(
                 f"novel architecture: {novelty.distance:.2f} from the nearest known model type "
                 f"{novelty.nearest_model_type} (threshold {novelty.threshold:.2f}); ranked by "

@@ -213,6 +213,11 @@ def test_crossval_on_contract_files(tmp_path, capsys, monkeypatch):
             assert regret["mean"] >= 0.0 and regret["p90"] >= 0.0
             assert result[name]["top1"][kind] <= regret["within_5pct"] <= 1.0
     assert result["highest_fp16_peak"]["w20"] is None  # a rule predicts no throughput
+    # leap's intervals, calibrated in every fold on its other types' chunks
+    assert result["leap"]["interval_rows"] == result["scored_rows"]
+    assert (
+        0.0 < result["leap"]["coverage_80"] <= 1.0 and result["leap"]["interval_width_median"] > 0
+    )
     # leap is, fold by fold, one of the candidates it chose from; a kind that published one
     # candidate in every fold has exactly that candidate's decisions
     selection = result["selection"]
@@ -225,6 +230,31 @@ def test_crossval_on_contract_files(tmp_path, capsys, monkeypatch):
     assert result["lookup"]["coverage"] == 0.0  # a held-out type has no key in the table
     # nor a ratio to it: no configuration of the training folds ran on it
     assert result["fleet_ratio"]["coverage"] == 0.0
+
+
+def test_fold_intervals_cover_test_rows_as_their_calibration_chunks_say():
+    """Calibrated on held-out chunks whose errors are like the test rows', the intervals cover
+    about 80% of them; test rows that miss by more (a shift the chunks did not show) are
+    covered less; a fold with nothing held out has no intervals."""
+    from leap_pipeline.studies.crossval import fold_intervals
+    from leap_serving.features import FEATURE_COLUMNS
+
+    rng = np.random.default_rng(0)
+    n = 4_000
+
+    def rows(noise: float) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
+        truth = rng.uniform(10, 1000, size=n)
+        measured = truth * np.exp(rng.normal(scale=noise, size=n))
+        frame = pl.DataFrame({"throughput": measured, "hardware_type": ["a"] * n})
+        return frame, np.zeros((n, len(FEATURE_COLUMNS))), truth
+
+    train, X_train, held_out = rows(0.1)
+    for noise, low, high in ((0.1, 0.77, 0.83), (0.3, 0.0, 0.5)):
+        test, X_test, predicted = rows(noise)
+        out = fold_intervals(train, X_train, held_out, test, X_test, predicted)
+        assert low <= out["inside"].mean() <= high, noise
+        assert np.allclose(out["width"], out["width"][0])  # one class: one width
+    assert fold_intervals(train, X_train, np.full(n, np.nan), test, X_test, predicted) is None
 
 
 def test_excluded_groups_are_dropped_and_unknown_ones_named():

@@ -39,7 +39,7 @@ def test_the_import_contracts_hold():
     ("module", "wrong_way", "contract"),
     [
         ("modeling/lookup_table.py", "leap_pipeline.orchestration.runs", "layers"),
-        ("studies/routing.py", "leap_pipeline.orchestration.partitions", "layers"),
+        ("modeling/routing.py", "leap_pipeline.orchestration.partitions", "layers"),
         ("data/public_data.py", "leap_pipeline.modeling.lookup_table", "layers"),
         ("settings.py", "leap_pipeline.data.warehouse", "settings sit under every layer"),
     ],

@@ -376,3 +376,35 @@ print("still running")
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == -15, done.stdout + done.stderr[-2000:]
     assert "still running" not in done.stdout
+
+
+def test_the_skew_check_passes_as_built_and_names_a_planted_skew(warehouse):
+    """The daily skew check recomputes the serving path's features for a sample of a day's
+    launches: nothing differs on the pipeline as built; a row changed in the table, or serving
+    from a stale snapshot, is named feature by feature."""
+    from leap_pipeline.data.serving_skew import serving_skew
+    from leap_serving.history import HISTORY_FEATURES
+
+    day, before = dt.date(2026, 1, 6), dt.date(2026, 1, 5)
+    with open_warehouse(warehouse, read_only=True) as wh:
+        attempts = wh.read("job_attempts", day, day)
+        stored = wh.read("feature_table", day, day)
+        specs = wh.read("hardware_specs", day, day).drop("ds")
+        snapshot = wh.read("history_snapshot", before, before).drop("ds")
+        stale = wh.read("history_snapshot", before - dt.timedelta(days=2),
+                        before - dt.timedelta(days=2)).drop("ds")  # fmt: skip
+    every = attempts.height
+    assert serving_skew(attempts, stored, specs, snapshot, sample=every) == []
+    planted_id = stored["attempt_id"][3]
+    planted = stored.with_columns(
+        pl.when(pl.col("attempt_id") == planted_id)
+        .then(pl.col("hw_memory_gb") * 2)
+        .otherwise(pl.col("hw_memory_gb"))
+        .alias("hw_memory_gb")
+    )
+    (found,) = serving_skew(attempts, planted, specs, snapshot, sample=every)
+    assert found["feature"] == "hw_memory_gb" and found["launches"] == 1
+    assert found["example"].startswith(planted_id)
+    # serving from the snapshot of three days before: the history features differ, only them
+    skewed = serving_skew(attempts, stored, specs, stale, sample=every)
+    assert skewed and {f["feature"] for f in skewed} <= set(HISTORY_FEATURES)

@@ -480,3 +480,51 @@ def test_a_risk_aware_ranking_orders_by_the_intervals_lower_end(served, ranker):
         assert c.throughput_low == by_type[c.hardware_type].throughput_low
     with pytest.raises(ValueError, match="rank_by='lowest'"):
         Ranker(str(served["folder"]), rank_by="lowest")
+
+
+def test_a_ranking_names_the_unmeasured_candidate_worth_one_trial_run(served, ranker):
+    """Over a day's launches: a candidate named worth a trial is never the top one, never one
+    the family has runs on, overlaps the top one's interval and carries its expected saving."""
+    from leap_serving.exploration import TRIAL_MIN_SAVING
+
+    attempts = served["attempts"]
+    jobs = [_job(served, i) for i in range(attempts.height)]
+    rankings = ranker.rank_many(jobs, launch_date=TOMORROW)
+    named = [r for r in rankings if r.worth_a_trial is not None]
+    assert named, "no launch of a day had a candidate worth a trial"
+    loaded = ranker._loaded.model
+    for (job, _), r in zip(jobs, rankings, strict=True):
+        trial = r.worth_a_trial
+        if trial is None:
+            continue
+        assert r.to_dict()["worth_a_trial"] == trial
+        top, candidate = (
+            r.ranking[0],
+            next(c for c in r.ranking if c.hardware_type == trial["hardware_type"]),
+        )
+        assert candidate.rank > 1 and trial["expected_saving"] >= TRIAL_MIN_SAVING
+        assert candidate.throughput_high / candidate.cost_per_hour >= (
+            top.throughput_low / top.cost_per_hour
+        )
+        X = launch_matrix(CandidateRows([(job, [candidate.hardware_type])]),
+                          loaded.spec_table, loaded.history_index)  # fmt: skip
+        assert X[0, FEATURE_COLUMNS.index("hist_hw_count")] == 0.0
+        assert candidate.hardware_type in trial["reason"]
+
+
+def test_the_expected_saving_of_a_trial_is_the_normal_expectation():
+    from leap_serving.exploration import Candidate, expected_saving, trial_run
+
+    rng = np.random.default_rng(0)
+    for mean, sd in ((-0.2, 0.3), (0.0, 0.1), (0.1, 0.5)):
+        draws = rng.normal(mean, sd, size=400_000)
+        by_sampling = np.maximum(0.0, 1.0 - np.exp(-draws)).mean()
+        assert expected_saving(mean, sd) == pytest.approx(by_sampling, abs=2e-3)
+    assert expected_saving(-0.1, 0.0) == 0.0
+    top = Candidate("a", 100.0, 80.0, 125.0, measured=True)
+    close = Candidate("b", 95.0, 76.0, 119.0, measured=False)
+    known = Candidate("c", 98.0, 78.0, 122.0, measured=True)
+    apart = Candidate("d", 50.0, 45.0, 55.0, measured=False)  # its best is below a's worst
+    assert trial_run([top, close, known, apart], 0.8)["hardware_type"] == "b"
+    assert trial_run([top, known, apart], 0.8) is None
+    assert trial_run([top], 0.8) is None

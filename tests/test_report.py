@@ -7,8 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from leap_pipeline.modeling import routing
 from leap_pipeline.modeling.progress import LOGGER_NAME
-from leap_pipeline.studies import routing
 
 
 def _jobs(n: int) -> pl.DataFrame:
@@ -42,12 +42,15 @@ def test_routing_places_on_the_first_free_type_and_queues_when_full():
     assert outcome.cost == pytest.approx(1.0 + 1.0 + 3.0)
     assert outcome.top_choice_share == pytest.approx(2 / 3)
     assert outcome.mean_queue_delay_s == 0.0
+    # a run on cheap takes 100 s against 50 s on dear, its fastest: more than 1.5x slower
+    assert outcome.slow_share == pytest.approx(2 / 3)
     only_cheap = {f"j{i}": ["cheap"] for i in range(3)}
     queued = routing.simulate(jobs, options, only_cheap, capacity)
     assert queued.cost == pytest.approx(3.0)
     assert queued.mean_queue_delay_s == pytest.approx(100.0 / 3)  # the third waits 100 s
     empty = routing.simulate(jobs, options, {}, capacity)
     assert empty.fallback_share == 1.0 and empty.cost == pytest.approx(9.0)
+    assert queued.slow_share == 1.0 and empty.slow_share == 0.0
     assert routing.capture(9.0, 5.0, 3.0) == pytest.approx(4 / 6)
 
 
@@ -131,6 +134,28 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     assert report["importance"]["base_w20"] == report["nightly_w20"][-1]
     assert len(report["published_w20"]) == len(report["single_gbdt_w20"]) == 2
     _check_nightly_selection(report)
+    # each night's monitoring: its intervals' coverage and what routing by its model was worth
+    assert [n["ds"] for n in report["per_night"]] == [n["ds"] for n in report["selection"]]
+    for night in report["per_night"]:
+        assert 0.0 <= night["coverage_80"] <= 1.0 and night["interval_width_median"] > 0
+        assert set(night["routing"]) == set(routing.POLICIES)
+        assert night["routing_capture"] == pytest.approx(routing.capture(
+            night["routing"]["as_logged"]["cost"], night["routing"]["leap"]["cost"],
+            night["routing"]["oracle"]["cost"]))  # fmt: skip
+    summary = report["monitoring"]
+    assert summary["coverage_80_median"] == np.median(
+        [n["coverage_80"] for n in report["per_night"]]
+    )
+    totals = summary["routing_totals"]
+    assert totals["oracle"]["capture"] == 1.0 and totals["as_logged"]["capture"] == 0.0
+    assert totals["leap"]["cost"] == pytest.approx(
+        sum(n["routing"]["leap"]["cost"] for n in report["per_night"])
+    )
+    assert report["routing"] == report["per_night"][-1]["routing"]
+    explored = report["exploration"]
+    assert explored["net_saving"] == pytest.approx(
+        explored["gross_saving"] - explored["trial_cost"])  # fmt: skip
+    assert explored["trials"] <= sum(n["trials_named"] for n in report["per_night"])
     # the novelty flag on the held-out model type: a new type, judged against the others
     novelty = report["holdout_family"]["novelty"]
     assert novelty["launches"] == report["holdout_family"]["rows_scored"] > 0
@@ -151,7 +176,7 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
                 assert r["decisions"] == decisions and r["mean"] >= 0.0, (key, name, kind)
                 assert r["top1"] <= r["within_5pct"], (key, name, kind)
     assert "Hold-outs as decisions" in (tmp_path / "reports" / "report.md").read_text()
-    assert set(report["routing"]) == {"as_logged", "lookup", "leap", "oracle"}
+    assert set(report["routing"]) == {"as_logged", "lookup", "leap", "leap_lower", "oracle"}
     assert report["routing"]["as_logged"]["top_choice_share"] == 1.0
     assert set(report["importance"]["per_group"]) == {"job", "cfg", "hw", "ratio", "arch", "hist"}
     saved = json.loads((tmp_path / "reports" / "report.json").read_text())

@@ -130,7 +130,8 @@ def report(args: argparse.Namespace) -> int:
         keys = ("settings", "nightly_w20", "nightly_w20_median", "published_w20_median",
                 "oracle_w20_median", "single_gbdt_w20_median", "table1", "ablation",
                 "holdout_hardware_delta_w20", "holdout_family_delta_w20", "holdout_regret",
-                "routing", "routing_capture", "nightly_intervals")  # fmt: skip
+                "routing", "routing_capture", "per_night", "monitoring",
+                "exploration")  # fmt: skip
         print(json.dumps({k: result[k] for k in keys}))
     else:
         print((Path(args.data) / "reports" / "report.md").read_text())

@@ -35,6 +35,7 @@ TABLES: tuple[str, ...] = (
     "feature_table",
     "history_snapshot",
     "evaluation",
+    "routing",
 )
 
 

@@ -168,9 +168,11 @@ def interval_scores(
 
 
 def evaluation_summary(evaluation: dict) -> dict:
-    """The JSON part of ``evaluate``'s result: the day, the window, every model's metrics,
-    Table 1 and the intervals' coverage."""
-    return {k: evaluation.get(k) for k in ("day", "window", "overall", "table1", "intervals")}
+    """The JSON part of a night's evaluation: the day, the window, every model's metrics,
+    Table 1, the intervals' coverage, each feature's drift from the window and, on a simulated
+    fleet, the day's routing replay."""
+    keys = ("day", "window", "overall", "table1", "intervals", "drift", "routing")
+    return {k: evaluation.get(k) for k in keys}
 
 
 def headline(evaluation: dict) -> dict[str, float | None]:
@@ -185,4 +187,13 @@ def headline(evaluation: dict) -> dict[str, float | None]:
     if intervals is not None:
         out[coverage_name(intervals["level"])] = intervals["coverage"]
         out["interval_width_median"] = intervals["width_median"]
+    drift = evaluation.get("drift")
+    if drift:
+        out["features_drifted"] = float(sum(entry["drifted"] for entry in drift))
+        out["feature_psi_max"] = drift[0]["psi"]
+    routing = evaluation.get("routing")
+    if routing is not None:  # the share of the oracle's saving each routing policy captures
+        out["routing_capture"] = routing["capture"]["leap"]
+        out["routing_capture_lower"] = routing["capture"]["leap_lower"]
+        out["routing_capture_lookup"] = routing["capture"]["lookup"]
     return out

@@ -61,3 +61,25 @@ def plot_nightly_w20(series: pl.DataFrame, path: str) -> str:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def plot_routing_capture(series: pl.DataFrame, path: str) -> str:
+    """Each night's share of the oracle's saving over as-logged routing that a policy captured
+    on its day (``routing.day_routing``), one line per policy that ranks by a model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ranked = series.filter(pl.col("policy").is_in(["lookup", "leap", "leap_lower"]))
+    for (policy,), part in ranked.sort("ds").group_by("policy", maintain_order=True):
+        ax.plot(part["ds"].to_list(), part["capture"].to_list(), marker="o", label=policy)
+    ax.axhline(1.0, color="grey", linestyle=":", label="oracle")
+    ax.set(ylabel="share of the oracle's saving", xlabel="evaluation day")
+    ax.legend()
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -18,8 +18,10 @@ import polars as pl
 
 from leap_pipeline.data.sources import Oracle
 from leap_pipeline.data.warehouse import Warehouse
+from leap_pipeline.modeling.drift import feature_drift
 from leap_pipeline.modeling.evaluation import evaluate, evaluation_summary
 from leap_pipeline.modeling.parallel import expert_backend
+from leap_pipeline.modeling.routing import day_routing
 from leap_pipeline.modeling.selection import (
     TrainedModels,
     fit_models,
@@ -98,4 +100,18 @@ def run_night(
             cascade_params={"n_jobs": settings.n_jobs},
         )
     medians = oracle.true_medians(rows["attempt_id"].to_list()) if oracle is not None else None
-    return Night(day, window, rows, models, evaluate(models, rows, medians))
+    evaluation = evaluate(models, rows, medians)
+    evaluation["drift"] = feature_drift(window, rows)
+    if oracle is not None:  # what routing by the night's model is worth on day D, from the truth
+        before = day - dt.timedelta(days=1)
+        replay = day_routing(
+            wh.read("job_attempts", day, day),
+            wh.read("hardware_specs", day, day).drop("ds"),
+            wh.read("history_snapshot", before, before).drop("ds"),
+            models,
+            oracle,
+        )
+        # per launch, too long for the night's files: for a replay across nights (the report)
+        evaluation["routing_launches"] = replay.pop("launches")
+        evaluation["routing"] = replay
+    return Night(day, window, rows, models, evaluation)

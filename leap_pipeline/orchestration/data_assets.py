@@ -26,6 +26,7 @@ from leap_pipeline.data.feature_table import (
     empty_snapshot,
     land_day,
 )
+from leap_pipeline.data.serving_skew import SKEW_SAMPLE, serving_skew
 from leap_pipeline.orchestration.metadata import table_metadata
 from leap_pipeline.orchestration.partitions import PID_TAG, process_identity
 from leap_pipeline.orchestration.resources import SourceResource, WarehouseResource
@@ -208,19 +209,23 @@ def build_features(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     """One row per measured attempt: ids, the label ln q and the shared feature list."""
-    per_day = []
+    per_day, skewed = [], []
     failures: dict[str, list[str]] = {name: [] for name in FEATURE_CHECKS}
     with warehouse.open() as wh:
         for day in partition_days(context):
             if wh.count("source_log", day) == 0:
                 raise dg.Failure(f"the sources of {day} have not landed: materialize them first")
             attempts = wh.read("job_attempts", day, day)
-            table = build_feature_table(
-                attempts,
-                wh.read("allocations", day, day),
+            specs, snapshot = (
                 wh.read("hardware_specs", day, day).drop("ds"),
                 _snapshot_before(wh, day),
             )
+            table = build_feature_table(attempts, wh.read("allocations", day, day), specs, snapshot)
+            # the serving path's features for a sample of the day's launches: reported, not
+            # blocking (the rows are right; it is serving that would differ)
+            skewed += [
+                {"ds": day.isoformat(), **s} for s in serving_skew(attempts, table, specs, snapshot)
+            ]
             failed = feature_audit(table, attempts.height)
             for name, problem in failed.items():
                 failures[name].append(f"{day}: {problem}")
@@ -242,6 +247,16 @@ def build_features(
         yield dg.AssetCheckResult(
             check_name=name, passed=not failed, metadata={"failed": str(failed)}
         )
+    yield dg.AssetCheckResult(
+        check_name="train_serve_skew",
+        passed=not skewed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "launches_per_day": SKEW_SAMPLE,
+            "days": len(partition_days(context)),
+            "skewed_features": table_metadata(skewed) if skewed else "none",
+        },
+    )
 
 
 def _snapshot_before(wh, day: dt.date) -> pl.DataFrame:
@@ -335,7 +350,17 @@ def data_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition
             ),
         ],
         check_specs=[
-            dg.AssetCheckSpec(name, asset="feature_table", blocking=True) for name in FEATURE_CHECKS
+            *(
+                dg.AssetCheckSpec(name, asset="feature_table", blocking=True)
+                for name in FEATURE_CHECKS
+            ),
+            dg.AssetCheckSpec(
+                "train_serve_skew",
+                asset="feature_table",
+                description="For a sample of each day's launches, the features serving computes "
+                "from the launch, the spec table and the snapshot of the day before equal the "
+                "table's rows.",
+            ),
         ],
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,

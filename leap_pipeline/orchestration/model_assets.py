@@ -165,6 +165,13 @@ def model_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinitio
                 "throughputs (a warning outside it); per hardware type and history class in the "
                 "metadata.",
             ),
+            dg.AssetCheckSpec(
+                "feature_drift",
+                asset="model_evaluation",
+                description="Each feature's population stability index on the newest night's "
+                "day D against its training window, as a table; a warning when any is over "
+                "0.25.",
+            ),
         ],
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,

@@ -16,8 +16,13 @@ import numpy as np
 import polars as pl
 
 from leap_pipeline.modeling import registry
+from leap_pipeline.modeling.drift import PSI_WARN
 from leap_pipeline.modeling.evaluation import headline
-from leap_pipeline.modeling.evaluation_files import EVALUATION_FILES, plot_nightly_w20
+from leap_pipeline.modeling.evaluation_files import (
+    EVALUATION_FILES,
+    plot_nightly_w20,
+    plot_routing_capture,
+)
 from leap_pipeline.orchestration.data_assets import partition_days
 from leap_pipeline.orchestration.locks import held
 from leap_pipeline.orchestration.metadata import image_metadata, table_metadata
@@ -154,6 +159,9 @@ def evaluate_nights(
         yield dg.AssetCheckResult(
             check_name="interval_coverage", passed=True, metadata={"coverage": "no night"}
         )
+        yield dg.AssetCheckResult(
+            check_name="feature_drift", passed=True, metadata={"drift": "no night"}
+        )
         return
     evaluation, breakdown, scatter = last
     overall = pl.DataFrame([{"model": m} | v for m, v in evaluation["overall"].items()])
@@ -167,6 +175,11 @@ def evaluate_nights(
             "overall": table_metadata(overall),
             "breakdown": table_metadata(breakdown),
             "table1": dg.MetadataValue.json(evaluation["table1"]),
+            **(
+                {"routing": table_metadata(_routing_rows(evaluation))}
+                if evaluation.get("routing") is not None
+                else {}
+            ),
             "predicted_vs_measured": image_metadata(scatter),
         },
     )
@@ -185,6 +198,30 @@ def evaluate_nights(
         },
     )
     yield interval_check(newest_day, evaluation.get("intervals"))
+    yield drift_check(newest_day, evaluation.get("drift"))
+
+
+def drift_check(day: dt.date, drift: list[dict] | None) -> dg.AssetCheckResult:
+    """Each feature's population stability index on day D against the training window
+    (``drift.feature_drift``) as a table, largest first: a warning when any passes
+    ``PSI_WARN``, naming them."""
+    if not drift:
+        return dg.AssetCheckResult(
+            check_name="feature_drift", passed=True,
+            metadata={"drift": f"{day}: not computed for this night"},
+        )  # fmt: skip
+    drifted = [entry["feature"] for entry in drift if entry["drifted"]]
+    return dg.AssetCheckResult(
+        check_name="feature_drift",
+        passed=not drifted,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "day": str(day),
+            "threshold": f"PSI > {PSI_WARN}",
+            "drifted": str(drifted),
+            "psi_by_feature": table_metadata(drift),
+        },
+    )
 
 
 # the newest night's interval coverage must stay within this band around its 80% level
@@ -263,6 +300,20 @@ def _evaluation_rows(evaluation: dict) -> pl.DataFrame:
     )
 
 
+def _routing_rows(evaluation: dict) -> pl.DataFrame | None:
+    """Day D's routing replay as rows, one per policy; None when the source has no truth."""
+    routing = evaluation.get("routing")
+    if routing is None:
+        return None
+    return pl.DataFrame(
+        [
+            {"policy": name, **outcome, "capture": routing["capture"][name]}
+            for name, outcome in routing["policies"].items()
+        ],
+        schema_overrides={"capture": pl.Float64},
+    )
+
+
 def record_evaluations(
     context: dg.AssetExecutionContext,
     model_evaluation: dict[str, dict],
@@ -270,29 +321,41 @@ def record_evaluations(
     mlflow_tracking: MlflowResource,
 ) -> dg.MaterializeResult:
     """The ``evaluation`` table's partitions: each evaluated night's scores on day D, one row per
-    model, replacing the day's rows; then Figure 8 (w20 per nightly retrain so far) as a table
-    and a plot, logged to the newest night's MLflow run too."""
+    model, replacing the day's rows (and the ``routing`` table's: each policy's replay of day D,
+    when the source is simulated); then Figure 8 (w20 per nightly retrain so far) and the
+    routing capture per night as tables and plots, logged to the newest night's MLflow run too."""
     newest = None
     with warehouse.open() as wh:
         for day in partition_days(context):
             record = model_evaluation[day.isoformat()]
             if "evaluation" not in record:  # a skipped night: nothing was scored
                 continue
-            wh.replace_partition("evaluation", day, _evaluation_rows(record["evaluation"]))
+            frames = {"evaluation": _evaluation_rows(record["evaluation"])}
+            routing = _routing_rows(record["evaluation"])
+            if routing is not None:
+                frames["routing"] = routing
+            wh.replace_partitions(day, frames)
             newest = record
         if newest is None:  # every night of the run was skipped: the table may not exist yet
             return dg.MaterializeResult(metadata={"nights": "none evaluated"})
         series = wh.read("evaluation", columns=["ds", "model", "w20"])
+        captured = (
+            wh.read("routing", columns=["ds", "policy", "capture"]) if wh.has("routing") else None
+        )
     mlflow_tracking.configure()  # materialized alone, the run's store is still the one it names
     figure8 = series.pivot("model", index="ds", values="w20").sort("ds")
+    metadata = {"nightly_w20 (Figure 8)": table_metadata(figure8)}
     with tempfile.TemporaryDirectory() as tmp:
-        plot = plot_nightly_w20(series, str(Path(tmp) / "nightly_w20.png"))
-        csv = Path(tmp) / "nightly_w20.csv"
-        figure8.write_csv(csv)
-        if newest.get("run_id"):  # the Figure 8 series so far, with the newest night's run
-            for path in (plot, csv):
+        files = [plot_nightly_w20(series, str(Path(tmp) / "nightly_w20.png"))]
+        figure8.write_csv(Path(tmp) / "nightly_w20.csv")
+        files.append(str(Path(tmp) / "nightly_w20.csv"))
+        metadata["nightly_w20 plot"] = image_metadata(files[0])
+        if captured is not None and captured.height:
+            files.append(plot_routing_capture(captured, str(Path(tmp) / "routing_capture.png")))
+            per_night = captured.pivot("policy", index="ds", values="capture").sort("ds")
+            metadata["routing_capture"] = table_metadata(per_night)
+            metadata["routing_capture plot"] = image_metadata(files[-1])
+        if newest.get("run_id"):  # the series so far, with the newest night's run
+            for path in files:
                 registry.MlflowClient().log_artifact(newest["run_id"], str(path))
-        shown = image_metadata(plot)
-    return dg.MaterializeResult(
-        metadata={"nightly_w20 (Figure 8)": table_metadata(figure8), "nightly_w20 plot": shown}
-    )
+    return dg.MaterializeResult(metadata=metadata)

@@ -39,6 +39,7 @@ from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS, build_features, roofline_log_q
 from leap_serving.history import history_features, history_snapshot, with_family
+from leap_serving.intervals import LEVEL, ConformalIntervals, coverage_name
 
 __all__ = ["SPLITS", "exclude_groups", "folds", "run_split"]
 
@@ -184,11 +185,39 @@ def _inner_selection(
     pooled = {
         c: {k: np.concatenate(regrets[c][k] or [np.empty(0)]) for k in KINDS} for c in CANDIDATES
     }
+    gbdt = max(GBDTS, key=lambda n: w20[n])  # ties: the plain GBDT, listed first
     return {
-        "gbdt": max(GBDTS, key=lambda n: w20[n]),  # ties: the plain GBDT, listed first
+        "gbdt": gbdt,
         "ranking": {kind: choose_ranking(pooled, kind, clusters) for kind in KINDS},
         "w20": w20,
+        # its predictions of each chunk by a model that never saw the chunk: what the fold's
+        # intervals are calibrated on (``fold_intervals``)
+        "held_out_predictions": predicted[gbdt],
     }
+
+
+def fold_intervals(
+    train: pl.DataFrame,
+    X_train: np.ndarray,
+    held_out: np.ndarray,
+    test: pl.DataFrame,
+    X_test: np.ndarray,
+    predicted: np.ndarray,
+) -> dict[str, np.ndarray] | None:
+    """The published GBDT's conformal intervals (``leap_serving.intervals``, as a night ships
+    them) calibrated on the fold's inner held-out chunks, and how they do on the test rows:
+    inside or not, and the relative width. The chunks are held out as the split holds out its
+    test groups, so these intervals are calibrated for the split's own shift; the random
+    split's are the in-distribution ones. None when the fold had one chunk (nothing held out)."""
+    if not np.isfinite(held_out).any():
+        return None
+    measured = train["throughput"].log().to_numpy()
+    intervals = ConformalIntervals.calibrate(
+        np.log(held_out), measured, train["hardware_type"].to_numpy(), X_train
+    )
+    low, high = intervals.bounds(np.log(predicted), test["hardware_type"].to_numpy(), X_test)
+    q = test["throughput"].to_numpy()
+    return {"inside": (q >= low) & (q <= high), "width": (high - low) / predicted}
 
 
 def choose_ranking(
@@ -254,6 +283,9 @@ def run_fold(
     lookup = build_lookup_table(train, top_model_types=10**6, min_support=1)
     predicted["lookup"] = lookup.predict(test).cast(pl.Float64).to_numpy()
     predicted["leap"] = predicted[choice["gbdt"]]
+    intervals = fold_intervals(
+        train, X_train, choice.pop("held_out_predictions"), test, X_test, predicted["leap"]
+    )
     full = {}
     for name in PREDICTORS:
         full[name] = np.full(rows.height, np.nan)
@@ -261,7 +293,7 @@ def run_fold(
     regrets, _ = decision_regrets(cells(rows, specs, test_mask, full), list(PREDICTORS))
     regrets["leap"] = {kind: regrets[choice["ranking"][kind]][kind] for kind in KINDS}
     return {"test": np.flatnonzero(test_mask), "predicted": predicted, "regrets": regrets,
-            "choice": choice}  # fmt: skip
+            "choice": choice, "intervals": intervals}  # fmt: skip
 
 
 def run_split(
@@ -284,6 +316,7 @@ def run_split(
         raise ValueError(f"split={split!r} makes no fold with 50 training rows or more here")
     predicted = {m: np.full(rows.height, np.nan) for m in MODELS}
     scored = np.zeros(rows.height, dtype=bool)
+    inside, width = np.zeros(rows.height, dtype=bool), np.full(rows.height, np.nan)
     regrets: dict[str, dict[str, list]] = {c: {k: [] for k in KINDS} for c in (*CANDIDATES, "leap")}
     published: dict[str, Counter] = {"gbdt": Counter(), **{k: Counter() for k in KINDS}}
     best_on_test = Counter()
@@ -298,6 +331,8 @@ def run_split(
         scored[test] = True
         for name, p in fold["predicted"].items():
             predicted[name][test] = p
+        if fold["intervals"] is not None:
+            inside[test], width[test] = fold["intervals"]["inside"], fold["intervals"]["width"]
         choice = fold["choice"]
         published["gbdt"][choice["gbdt"]] += 1
         for kind in KINDS:
@@ -327,6 +362,15 @@ def run_split(
             entry["top1"] = {k: summary[k].pop("top1") for k in KINDS}
             entry["regret"] = summary
         result[name] = entry
+    # leap's intervals on the rows of folds that could calibrate them
+    calibrated = scored & np.isfinite(width)
+    result["leap"][coverage_name(LEVEL)] = (
+        float(inside[calibrated].mean()) if calibrated.any() else None
+    )
+    result["leap"]["interval_width_median"] = (
+        float(np.median(width[calibrated])) if calibrated.any() else None
+    )
+    result["leap"]["interval_rows"] = int(calibrated.sum())
     result["selection"] = {
         "gbdt": dict(published["gbdt"]),
         **{kind: dict(published[kind]) for kind in KINDS},

@@ -61,6 +61,13 @@ def split_table(split: str, result: dict) -> str:
         f"Published per fold ({published}); the published ranking was the best candidate on "
         f"the test fold in {best['fastest']:.0%} of folds (fastest) and {best['per_cost']:.0%} "
         "(per dollar).",
-        "",
     ]
+    leap = result["leap"]
+    if leap.get("coverage_80") is not None:
+        lines.append(
+            f"leap's 80% intervals, calibrated in each fold on its held-out inner chunks: "
+            f"coverage {leap['coverage_80']:.1%} of {leap['interval_rows']:,} rows, median width "
+            f"{leap['interval_width_median']:.2f} of the prediction."
+        )
+    lines.append("")
     return "\n".join(lines)

@@ -11,28 +11,32 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.sources import source_from_uri
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.night_store import save_trained
+from leap_pipeline.modeling import routing
 from leap_pipeline.modeling.training import run_night
 from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings
-from leap_pipeline.studies import routing
 from leap_pipeline.studies.ablations import ablation, holdouts, permutation_importance
+from leap_pipeline.studies.exploration import exploration_value
 from leap_pipeline.studies.holdout_regret import holdout_regrets
 from leap_pipeline.studies.report_markdown import figures, markdown
 from leap_serving.cascade import profile_params
 from leap_serving.intervals import coverage_name
+from leap_serving.model import LeapModel
 from leap_serving.publish import write_atomic
 from leap_serving.ranking import Ranker
+
+# a hardware type's coverage is held to the floor on nights it had at least this many attempts
+BUSY_TYPE_ATTEMPTS = 200
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,7 @@ def build_report(
     oracle = fleet.oracle()
 
     training = settings.training()
-    nightly, selections, intervals, final = [], [], [], None
+    nightly, selections, per_night, explored, final = [], [], [], [], None
     with open_warehouse(warehouse, read_only=True) as wh:
         for i in range(settings.nights):
             day = first_night + dt.timedelta(days=i)
@@ -146,15 +150,11 @@ def build_report(
                     "cascade_w20": nightly[-1]["cascade"],
                 }
             )
-            if evaluation.get("intervals") is not None:
-                scores = evaluation["intervals"]
-                intervals.append({
-                    "ds": day.isoformat(),
-                    coverage_name(scores["level"]): scores["coverage"],
-                    "by_hardware_type": scores["by_hardware_type"],
-                    "by_history": scores["by_history"],
-                    "interval_width_median": scores["width_median"],
-                })  # fmt: skip
+            per_night.append(night_monitoring(day, evaluation))
+            if evaluation.get("routing_launches") is not None:
+                launches = wh.read("job_attempts", day, day)
+                explored.append((launches.select("attempt_id", "family", "candidate_hardware"),
+                                 evaluation["routing_launches"]))  # fmt: skip
             log(
                 f"night {i + 1}/{settings.nights} {day}: "
                 + ", ".join(f"{m} {v:.3f}" for m, v in nightly[-1].items() if m != "ds")
@@ -180,8 +180,11 @@ def build_report(
         "single_gbdt_w20": series["single_gbdt"].to_list(),
         "single_gbdt_w20_median": float(series["single_gbdt"].median()),
         "selection": selections,
-        # per night: the published model's interval coverage on its day (``interval_scores``)
-        "nightly_intervals": intervals,
+        # per night: the published model's interval coverage and routing value on its day
+        "per_night": per_night,
+        "monitoring": monitoring_summary(per_night),
+        # one trial run on a candidate the Ranker names, for 2% of each night's launches
+        "exploration": exploration_value(explored, oracle),
         "lookup_w20_median": float(series["lookup"].median()),
         "oracle_w20_median": float(series["oracle"].median()),
         "table1": {
@@ -206,34 +209,22 @@ def build_report(
         window, attempts, snapshot_before, specs, oracle, models.published, targets
     )
     log("first choices and routing")
-    with tempfile.TemporaryDirectory() as tmp:
-        night = Path(tmp) / "night"
-        save_trained(models, night, snapshot_before, specs, settings.profile)
-        ranker = Ranker(
-            str(night / "cascade"),
-            check_interval_s=float("inf"),
-            wait=True,
-            max_model_age_days=None,  # a simulated day long past: its age says nothing
-        )
-        leap_lists = leap_preferences(ranker, attempts, day)
-    report["first_choice"] = first_choice_shares(attempts, leap_lists)
-    report["routing"], report["routing_capture"] = routing_value(
-        attempts, specs, models, leap_lists, oracle
+    model = LeapModel(
+        cascade=models.published, history_snapshot=snapshot_before, hardware_specs=specs,
+        novelty=models.novelty, intervals=models.intervals,
+    )  # fmt: skip
+    ranker = Ranker(model=model, wait=True, max_model_age_days=None)
+    report["first_choice"] = first_choice_shares(
+        attempts, routing.ranked_lists(ranker, attempts, day)
     )
+    # the last night's replay (``routing.day_routing``, which each night's evaluation holds)
+    report["routing"] = evaluation["routing"]["policies"]
+    report["routing_capture"] = evaluation["routing"]["capture"]["leap"]
     report["figures"] = figures(window, series, report, root)
     report["seconds"] = round(time.perf_counter() - start, 1)
     write_atomic(root / "report.json", json.dumps(report, indent=2))
     write_atomic(root / "report.md", markdown(report))
     return report
-
-
-def leap_preferences(ranker: Ranker, attempts: pl.DataFrame, day: dt.date) -> dict[str, list]:
-    jobs = [
-        ({k: v for k, v in row.items() if k != "candidate_hardware"}, row["candidate_hardware"])
-        for row in attempts.iter_rows(named=True)
-    ]
-    rankings = ranker.rank_many(jobs, launch_date=day)
-    return {a: r.preference_list for a, r in zip(attempts["attempt_id"], rankings, strict=True)}
 
 
 def first_choice_shares(attempts: pl.DataFrame, lists: dict[str, list]) -> list[dict]:
@@ -254,75 +245,62 @@ def first_choice_shares(attempts: pl.DataFrame, lists: dict[str, list]) -> list[
     return shares.select("model_type", "first", "share").to_dicts()
 
 
-def routing_value(attempts, specs, models, leap_lists, oracle) -> tuple[dict, float | None]:
-    """The same day replayed under each policy; costs from the truth."""
-    types = specs["hardware_type"].to_list()
-    truth = oracle.true_medians(attempts["attempt_id"].to_list(), types)
-    cost_per_hour = dict(zip(types, specs["hourly_cost_usd"].to_list(), strict=True))
-    candidates = attempts.select("attempt_id", pl.col("candidate_hardware").alias("hardware_type"))
-    # devices as contract.job_devices counts them: the ranker's cost uses the same definition
-    options = truth.join(candidates.explode("hardware_type"), on=["attempt_id", "hardware_type"])
-    day_start = dt.datetime.combine(attempts["ds"][0], dt.time())
-    jobs = attempts.select(
-        "attempt_id",
-        arrival_s=(pl.col("launch_ts") - pl.lit(day_start)).dt.total_microseconds() / 1e6,
-        logged_hardware="hardware_type",
-    )
-    logged = jobs.join(
-        options, left_on=["attempt_id", "logged_hardware"], right_on=["attempt_id", "hardware_type"]
-    )
-    capacity = routing.capacities(
-        logged.select(
-            hardware_type="logged_hardware",
-            start_s="arrival_s",
-            end_s=pl.col("arrival_s") + pl.col("duration_s"),
-            devices="devices",
-        )
-    )
-    for hardware_type in types:
-        capacity.setdefault(hardware_type, 8.0)
-    lookup = models.lookup.predict(
-        attempts.explode("candidate_hardware")
-        .drop("hardware_type")
-        .rename({"candidate_hardware": "hardware_type"})
-    )
-    exploded = (
-        attempts.explode("candidate_hardware")
-        .select("attempt_id", "num_trainers", hardware_type="candidate_hardware")
-        .with_columns(lookup=lookup)
-    )
-    per_dollar = (
-        exploded.join(
-            options.select("attempt_id", "hardware_type", "devices"),
-            on=["attempt_id", "hardware_type"],
-        )
-        .with_columns(
-            score=pl.col("lookup")
-            / (
-                pl.col("devices")
-                * pl.col("hardware_type").replace_strict(cost_per_hour, return_dtype=pl.Float64)
+def night_monitoring(day: dt.date, evaluation: dict) -> dict:
+    """What a night's evaluation says beyond w20: the published model's interval coverage on
+    day D (``evaluation.interval_scores``) and routing value (``routing.day_routing``)."""
+    out: dict = {"ds": day.isoformat()}
+    scores = evaluation.get("intervals")
+    if scores is not None:
+        out |= {
+            coverage_name(scores["level"]): scores["coverage"],
+            "by_hardware_type": scores["by_hardware_type"],
+            "by_history": scores["by_history"],
+            "interval_width_median": scores["width_median"],
+        }
+    replay = evaluation.get("routing")
+    if replay is not None:
+        out["routing_capture"] = replay["capture"]["leap"]
+        out["routing_capture_lower"] = replay["capture"]["leap_lower"]
+        out["trials_named"] = replay["trials_named"]
+        out["routing"] = replay["policies"]
+    return out
+
+
+def monitoring_summary(per_night: list[dict]) -> dict:
+    """Over the report's nights: the coverage's median and range, the lowest nightly coverage
+    of each hardware type (on nights it had ``BUSY_TYPE_ATTEMPTS`` attempts or more), and each
+    routing policy's totals (cost, device-hours) and mean shares, so the median ranking and
+    the risk-aware one stand side by side."""
+    out: dict = {}
+    name = next((k for night in per_night for k in night if k.startswith("coverage_")), None)
+    if name is not None:
+        shares = [n[name] for n in per_night if name in n]
+        out[f"{name}_median"] = float(np.median(shares))
+        out[f"{name}_range"] = [min(shares), max(shares)]
+        lowest: dict[str, float] = {}
+        for night in per_night:
+            for hardware_type, group in night.get("by_hardware_type", {}).items():
+                if group["rows"] >= BUSY_TYPE_ATTEMPTS:
+                    lowest[hardware_type] = min(group["coverage"], lowest.get(hardware_type, 1.0))
+        out[f"{name}_lowest_by_busy_type"] = lowest
+    replays = [n["routing"] for n in per_night if "routing" in n]
+    if replays:
+        totals = {}
+        for policy in replays[0]:
+            outcomes = [r[policy] for r in replays]
+            totals[policy] = {
+                "cost": sum(o["cost"] for o in outcomes),
+                "device_hours": sum(o["device_hours"] for o in outcomes),
+                "slow_share": float(np.mean([o["slow_share"] for o in outcomes])),
+                "mean_queue_delay_s": float(np.mean([o["mean_queue_delay_s"] for o in outcomes])),
+            }
+        logged, best = totals["as_logged"]["cost"], totals["oracle"]["cost"]
+        for policy in totals:
+            totals[policy]["capture"] = routing.capture(logged, totals[policy]["cost"], best)
+        out["routing_totals"] = totals
+        out["routing_capture_median"] = float(
+            np.median(
+                [n["routing_capture"] for n in per_night if n.get("routing_capture") is not None]
             )
         )
-        .filter(pl.col("score").is_not_null())
-        .sort("score", descending=True)
-    )
-    lookup_lists = per_dollar.group_by("attempt_id", maintain_order=True).agg("hardware_type")
-    cheapest = (
-        options.sort("cost_usd").group_by("attempt_id", maintain_order=True).agg("hardware_type")
-    )
-    policies = {
-        "as_logged": dict(
-            zip(jobs["attempt_id"], ([h] for h in jobs["logged_hardware"]), strict=True)
-        ),
-        "lookup": dict(lookup_lists.iter_rows()),
-        "leap": leap_lists,
-        "oracle": dict(cheapest.iter_rows()),
-    }
-    outcomes = {
-        name: routing.simulate(jobs, options, lists, capacity).__dict__
-        for name, lists in policies.items()
-    }
-    captured = routing.capture(
-        outcomes["as_logged"]["cost"], outcomes["leap"]["cost"], outcomes["oracle"]["cost"]
-    )
-    return outcomes, captured
+    return out

@@ -106,17 +106,34 @@ def markdown(report: dict) -> str:
         )
     lines += [
         "",
-        "## Routing",
+        f"## Routing, the last night ({report['evaluation_day']})",
         "",
-        "| policy | cost (USD) | device-hours | mean queue (s) | top choice | fallback |",
-        "|---|---|---|---|---|---|",
+        "| policy | cost (USD) | device-hours | mean queue (s) | top choice | fallback | "
+        "ran > 1.5x slower than its fastest candidate |",
+        "|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {name} | {o['cost']:,.0f} | {o['device_hours']:,.0f} | "
         f"{o['mean_queue_delay_s']:,.0f} | {_pct(o['top_choice_share'])} | "
-        f"{_pct(o['fallback_share'])} |"
+        f"{_pct(o['fallback_share'])} | {_pct(o.get('slow_share'))} |"
         for name, o in report["routing"].items()
     ]
+    lines += _monitoring_lines(report.get("monitoring", {}))
+    explored = report.get("exploration")
+    if explored:
+        lines += [
+            "",
+            f"## Exploration: one trial run for {_pct(explored['budget'])} of each night's "
+            "launches",
+            "",
+            f"- {explored['trials']} trials of {_pct(explored['trial_work_share'])} of a job's "
+            f"work cost {explored['trial_cost']:,.0f} USD; the families' later launches moved "
+            f"to a tried type that was truly cheaper: {explored['launches_moved']}, saving "
+            f"{explored['gross_saving']:,.0f} USD",
+            f"- net {explored['net_saving']:,.0f} USD, "
+            f"{_pct(explored['net_share_of_leap_cost'])} of leap's cost over the same launches "
+            f"({explored['leap_cost']:,.0f} USD)",
+        ]
     lines += ["", "## Importance by group (drop in w20)", ""]
     lines += [f"- {g}: {v:.3f}" for g, v in report["importance"]["per_group"].items()]
     return "\n".join(lines) + "\n"
@@ -132,3 +149,37 @@ def _holdout_row(key: str, part: dict) -> str:
     names = ("held_out", "full", "highest_fp16_peak", "best_fp16_peak_per_dollar")
     label = f"{key} {part['target']} ({part['launches']} launches)"
     return f"| {label} | " + " | ".join(regret(n) for n in names) + " |"
+
+
+def _monitoring_lines(summary: dict) -> list[str]:
+    """Every night's routing summed (the median ranking beside the risk-aware one) and the
+    intervals' coverage over the nights."""
+    lines = []
+    totals = summary.get("routing_totals")
+    if totals:
+        lines += [
+            "",
+            "## Routing over every night: the median ranking and the risk-aware one",
+            "",
+            "| policy | cost (USD) | device-hours | capture of the oracle's saving | mean share "
+            "ran > 1.5x slower than its fastest candidate |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {name} | {t['cost']:,.0f} | {t['device_hours']:,.0f} | {_pct(t['capture'])} | "
+            f"{_pct(t['slow_share'])} |"
+            for name, t in totals.items()
+        ]
+    name = next((k for k in summary if k.startswith("coverage_") and k.endswith("_median")), None)
+    if name is not None:
+        low, high = summary[name.replace("_median", "_range")]
+        lowest = summary[name.replace("_median", "_lowest_by_busy_type")]
+        lines += [
+            "",
+            "## Interval coverage over the nights",
+            "",
+            f"- median {_pct(summary[name])} (range {_pct(low)} - {_pct(high)})",
+            "- lowest night per hardware type with 200 attempts or more that night: "
+            + (", ".join(f"{t} {_pct(c)}" for t, c in sorted(lowest.items())) or "none"),
+        ]
+    return lines

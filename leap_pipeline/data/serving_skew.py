@@ -1,0 +1,73 @@
+"""Train/serve skew: the features serving computes for a launch equal the feature table's.
+
+Training reads the feature table, built for a whole day at once from the attempts frame
+(``feature_table.build_feature_table``); serving builds each launch's rows from the launch's fields
+as a launcher sends them, the spec table and the history index of the model's snapshot
+(``Ranker._score``). Both call the one feature module, but through different row adapters and
+history paths, so a change to either can make the model see at serving time what it never saw in
+training. For a sample of a day's launches, this recomputes the features the serving way from
+the snapshot the day's serving model carries (as of the day before) and compares them with the
+table's rows, feature by feature.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from leap_serving.features import FEATURE_COLUMNS, launch_matrix
+from leap_serving.history import HistoryIndex
+from leap_serving.rows import LAUNCH_COLUMNS, CandidateRows
+from leap_serving.specs import SpecTable
+
+# launches a day's check recomputes: enough to meet every history case of a day, cheap to build
+SKEW_SAMPLE = 200
+# two values are the same feature when they differ by no more than this, relatively
+SKEW_TOLERANCE = 1e-9
+
+
+def serving_skew(
+    attempts: pl.DataFrame,
+    table: pl.DataFrame,
+    hardware_specs: pl.DataFrame,
+    snapshot: pl.DataFrame,
+    sample: int = SKEW_SAMPLE,
+    seed: int = 0,
+) -> list[dict]:
+    """The features on which the serving path disagrees with ``table`` (the feature table of
+    ``attempts``' day, one row per attempt) for a seeded sample of ``attempts``: one entry per
+    feature that differs, with how many sampled launches and one example. Empty: no skew."""
+    if attempts.height == 0:
+        return []
+    picked = attempts.sort("attempt_id").sample(n=min(sample, attempts.height), seed=seed)
+    launches = [
+        ({k: v for k, v in row.items() if k in LAUNCH_COLUMNS}, [row["hardware_type"]])
+        for row in picked.iter_rows(named=True)
+    ]
+    served = launch_matrix(
+        CandidateRows(launches),
+        SpecTable.from_frame(hardware_specs),
+        HistoryIndex.from_snapshot(snapshot),
+    )
+    stored = (
+        picked.select("attempt_id")
+        .join(table, on="attempt_id", how="left", maintain_order="left")
+        .select(FEATURE_COLUMNS)
+        .to_numpy()
+        .astype(np.float64)
+    )
+    same = (np.isnan(served) & np.isnan(stored)) | (
+        np.abs(served - stored) <= SKEW_TOLERANCE * np.maximum(1.0, np.abs(stored))
+    )
+    found = []
+    ids = picked["attempt_id"].to_list()
+    for j in np.flatnonzero(~same.all(axis=0)):
+        rows = np.flatnonzero(~same[:, j])
+        first = rows[0]
+        found.append({
+            "feature": FEATURE_COLUMNS[j],
+            "launches": len(rows),
+            "sampled": len(ids),
+            "example": f"{ids[first]}: table {stored[first, j]!r}, serving {served[first, j]!r}",
+        })  # fmt: skip
+    return found
