@@ -13,7 +13,10 @@ baseline's); ``intervals_20``: ``rank`` over the same distinct launches with the
 conformal intervals and without them, interleaved, and their ratio.
 
 ``--cascade single`` measures the one-bin model, the single GBDT, which is what a night publishes
-when the selection keeps it.
+when the selection keeps it; ``trees_tradeoff_20`` then keeps the first half, quarter and tenth
+of its trees and prints, for each, the trees kept, w20 on the day after the training
+window (for the model the benchmark trains) and the model time of 20 candidates over the
+distinct launches: what a user gives up in accuracy for a p99 under 1 ms.
 
 Run: python benchmarks/rank_latency.py [--model FOLDER] [--cascade default|paper|single]
      [--calls 3000] [--json]
@@ -128,6 +131,54 @@ def paper_model(scale: float, cascade: str) -> Path:
                      wh.read("hardware_specs", day, day).drop("ds"), "paper")  # fmt: skip
     stamp.write_text(json.dumps(key))
     return night / "cascade"
+
+
+def truncated(cascade, keep: int):
+    """A copy of ``cascade`` whose experts keep their first ``keep`` boosting iterations (what
+    early stopping at ``keep`` would have left), the classifier untouched."""
+    cut = copy.copy(cascade)
+    experts = []
+    for expert in cascade.experts_:
+        short = copy.copy(expert)
+        short._predictors = expert._predictors[:keep]
+        experts.append(short)
+    cut.experts_ = experts
+    return cut
+
+
+def trees_tradeoff(model, matrices: list, calls: int, folder: Path | None) -> list[dict]:
+    """Per number of trees kept: trees, w20 on the day after the window (the benchmark's own
+    model: its warehouse holds that day) and the compiled model time of 20 candidates."""
+    from leap_pipeline.data.warehouse import open_warehouse
+    from leap_serving import metrics
+    from leap_serving.compiled import CompiledCascade
+    from leap_serving.features import FEATURE_COLUMNS
+
+    rows = None
+    if folder is not None:
+        warehouse = folder.parents[1] / "leap.duckdb"
+        day = model.history_index.last_ds
+        with open_warehouse(warehouse, read_only=True) as wh:
+            rows = wh.read("feature_table", day, day)
+    out = []
+    full = max(len(e._predictors) for e in model.cascade.experts_)
+    for keep in sorted({max(1, round(full * share)) for share in (1, 1 / 2, 1 / 4, 1 / 10)},
+                       reverse=True):  # fmt: skip
+        cascade = truncated(model.cascade, keep)
+        compiled = CompiledCascade(cascade)
+        compiled.predict(matrices[0])  # compiled and warm before timing
+        timing = []
+        for i in range(calls):
+            t = time.perf_counter()
+            compiled.predict(matrices[i % len(matrices)])
+            timing.append(time.perf_counter() - t)
+        entry = {"trees": compiled.n_trees, **percentiles(timing)}
+        if rows is not None:
+            X = rows.select(FEATURE_COLUMNS).to_numpy()
+            predicted = np.exp(compiled.predict(X)[0])
+            entry["w20"] = round(metrics.within(predicted, rows["throughput"].to_numpy(), 20), 4)
+        out.append(entry)
+    return out
 
 
 def main() -> None:
@@ -291,6 +342,10 @@ def main() -> None:
         rank["vs_per_bin_argmax"] = {
             k: round(rank[k] / baseline[k], 3) for k in ("p50_ms", "p99_ms")
         }
+    if args.cascade == "single":
+        result["trees_tradeoff_20"] = trees_tradeoff(
+            model, matrices, args.calls, None if args.model else folder
+        )
     result["rss_mb"] = round(rss_mb())
     if args.json:
         print(json.dumps(result))

@@ -14,7 +14,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.evaluation import HISTORY_GROUPS, history_group
+from leap_pipeline.modeling.evaluation import HISTORY_GROUPS, history_groups
 from leap_pipeline.modeling.selection import training_window, validation_rows
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
@@ -43,7 +43,7 @@ def main() -> None:
         ]
     print("day         features   model        cold    new type  known   all     (w20; rows)")
     for day, window, rows in data:
-        groups = rows.select(history_group()).to_series().to_numpy()
+        groups = history_groups(rows.select(FEATURE_COLUMNS).to_numpy())
         y = window["log_q"].to_numpy()
         validation = validation_rows(window)
         q = rows["throughput"].to_numpy()

@@ -36,8 +36,13 @@ def expected_saving(mean: float, sd: float) -> float:
     saved by moving to a candidate whose ln samples per dollar exceeds the top one's by D."""
     if sd <= 0:
         return max(0.0, 1.0 - math.exp(-mean))
-    phi = NormalDist().cdf
-    return phi(mean / sd) - math.exp(-mean + sd * sd / 2) * phi((mean - sd * sd) / sd)
+    return _phi(mean / sd) - math.exp(-mean + sd * sd / 2) * _phi((mean - sd * sd) / sd)
+
+
+def _phi(x: float) -> float:
+    """The standard normal CDF (``statistics.NormalDist().cdf`` at a fifth of its cost: this
+    runs for candidates of every ranking)."""
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
 
 
 def trial_run(ranked: Sequence[Candidate], level: float) -> dict | None:

@@ -76,16 +76,11 @@ MODELS = ("published", "cascade", "single_gbdt", "lookup")
 HISTORY_GROUPS = ("cold", "new type", "known")
 
 
-def history_group() -> pl.Expr:
-    """A feature row's history case: a new family, a known family on a type it never ran on
-    (the routing question), or a family known on this type."""
-    return (
-        pl.when(pl.col("hist_cold_start") == 1.0)
-        .then(pl.lit("cold"))
-        .when(pl.col("hist_hw_count") == 0.0)
-        .then(pl.lit("new type"))
-        .otherwise(pl.lit("known"))
-    )
+def history_groups(X: np.ndarray) -> np.ndarray:
+    """Per feature row, its history case: a new family, a known family on a type it never ran
+    on (the routing question), or a family known on this type. The intervals' history classes
+    (``intervals.history_class``), their two run-count classes taken together."""
+    return np.array(HISTORY_GROUPS)[np.minimum(history_class(X), len(HISTORY_GROUPS) - 1)]
 
 
 def evaluate(
@@ -99,7 +94,7 @@ def evaluate(
     predicted = predictions(models, rows)
     scored = pl.concat([rows, predicted], how="horizontal").with_columns(
         band=frequency_band(rows, models.model_type_ranks),
-        history=history_group(),
+        history=pl.Series(history_groups(rows.select(FEATURE_COLUMNS).to_numpy())),
     )
     if oracle_medians is not None:
         scored = scored.join(
