@@ -27,7 +27,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from .compiled import CompiledCascade
 from .contract import job_devices, schema
 from .exploration import Candidate, trial_run
 from .features import FEATURE_COLUMNS, LAUNCH_COLUMNS, launch_matrix, roofline_log_q
+from .intervals import history_class
 from .model import (
     LeapModel,
     ModelArtifactError,
@@ -51,7 +52,6 @@ from .rows import CandidateRows
 
 log = logging.getLogger("leap_serving")
 _COLD_START = FEATURE_COLUMNS.index("hist_cold_start")
-_HW_COUNT = FEATURE_COLUMNS.index("hist_hw_count")
 
 MODEL_URI_ENV = "LEAP_MODEL_URI"
 SWITCHES_ENV = "LEAP_ROUTING_SWITCHES"
@@ -463,7 +463,7 @@ class Ranker:
         X = launch_matrix(rows, loaded.model.spec_table, loaded.model.history_index)
         log_q, bins, probability = loaded.compiled.predict(X)
         history_found = X[:, _COLD_START] == 0.0
-        measured = X[:, _HW_COUNT] > 0.0  # the family has runs on the type
+        measured = history_class(X) >= 2  # the family has runs on the type
         prior = roofline_log_q(X)
         intervals = loaded.model.intervals
         low = high = np.full(len(X), np.nan)
@@ -553,7 +553,13 @@ class Ranker:
         kept.sort(key=lambda f: (-value(f), f["hardware_type"]))
         ranked = [CandidateScore(**f, rank=r) for r, f in enumerate(kept, start=1)]
         trial = None
-        if bounded and not by_prior:  # the trial rule reads the model's intervals
+        # the trial rule reads the model's intervals: both ends, finite and positive
+        if (
+            bounded
+            and not by_prior
+            and np.all(np.isfinite(interval[1]))
+            and np.all(interval[0] > 0)
+        ):
             was_measured = dict(zip(types, measured.tolist(), strict=True))
             trial = trial_run(
                 [
@@ -596,6 +602,21 @@ def _check_job(
     job: Any, candidates: Any, loaded: _Loaded, launch_date: dt.date | None
 ) -> tuple[dict[str, Any], list[str], list[str]]:
     """The launch as contract-typed values, the candidate list, and the fields ignored."""
+    return typed_launch(job, candidates, loaded.model.history_index.last_ds, loaded.specs,
+                        launch_date)  # fmt: skip
+
+
+def typed_launch(
+    job: Any,
+    candidates: Any,
+    snapshot_day: dt.date | None,
+    known_types: Container[str],
+    launch_date: dt.date | None,
+) -> tuple[dict[str, Any], list[str], list[str]]:
+    """The launch as the Ranker checks and types it before building its features: contract-typed
+    values, the candidate list (each once), and the fields ignored; a ``JobError`` naming the
+    field otherwise. ``snapshot_day`` is the model's history snapshot's, ``known_types`` its
+    spec table's (the daily skew check types a day's launches the same way)."""
     if not isinstance(job, Mapping):
         raise JobError(f"job must be a mapping of launch fields, not {type(job).__name__}")
     launch: dict[str, Any] = {}
@@ -617,7 +638,6 @@ def _check_job(
             raise JobError(f"job.{name}={_show(value)} must not be negative")
         launch[name] = typed
     launch["ds"] = _launch_day(job, launch_date)
-    snapshot_day = loaded.model.history_index.last_ds
     if snapshot_day is not None and launch["ds"] <= snapshot_day:
         raise JobError(
             f"launch date {launch['ds']} is not after the model's history snapshot "
@@ -634,7 +654,7 @@ def _check_job(
         raise JobError(
             f"candidate {_show(bad[0])} is not a hardware type name", "invalid_candidates"
         )
-    unknown = [t for t in types if t not in loaded.specs]
+    unknown = [t for t in types if t not in known_types]
     if unknown:
         raise JobError(
             f"unknown hardware type(s) {unknown}: not in the model's spec table",

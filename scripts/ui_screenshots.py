@@ -118,6 +118,13 @@ def shoot(dagster: str, mlflow: str, out: Path, chromium: str, next_day: str) ->
             time.sleep(2)
         take("dagster-materialize-next-day", f"{dagster}/runs/{run_id}")
         take("dagster-partitions-after", f"{dagster}/assets/feature_table?view=partitions")
+
+        def open_drift_check() -> None:  # the check's latest result, its PSI table shown
+            page.get_by_text("feature_drift", exact=True).first.click()
+            page.wait_for_timeout(SETTLE_MS)
+
+        take("dagster-feature-drift", f"{dagster}/assets/model_evaluation?view=checks",
+             open_drift_check)  # fmt: skip
         close_assistant = lambda: _dismiss(page, "button", "Close")  # noqa: E731
         take("mlflow-model-versions", f"{mlflow}/#/models/{MODEL}", close_assistant)
         take(

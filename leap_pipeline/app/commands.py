@@ -300,6 +300,8 @@ def rank(args: argparse.Namespace) -> int:
               f"samples/$ bin {c.bin:>2} ({c.bin_probability:.2f}) {history}")  # fmt: skip
     for c in result.removed:
         print(f"  - {c.hardware_type}: {c.removed_reason}")
+    if result.worth_a_trial is not None:
+        print(f"worth one trial run: {result.worth_a_trial['reason']}")
     if result.ignored_fields:
         print(f"ignored fields: {', '.join(result.ignored_fields)}")
     return 0

@@ -5,19 +5,23 @@ Training reads the feature table, built for a whole day at once from the attempt
 as a launcher sends them, the spec table and the history index of the model's snapshot
 (``Ranker._score``). Both call the one feature module, but through different row adapters and
 history paths, so a change to either can make the model see at serving time what it never saw in
-training. For a sample of a day's launches, this recomputes the features the serving way from
-the snapshot the day's serving model carries (as of the day before) and compares them with the
-table's rows, feature by feature.
+training. For a sample of a day's launches, this sends each launch as a launcher would (its
+fields as JSON types), types and checks it as the Ranker does (``ranking.typed_launch``),
+recomputes its features the serving way from the snapshot the day's serving model carries (as
+of the day before) and compares them with the table's rows, feature by feature.
 """
 
 from __future__ import annotations
+
+import datetime as dt
 
 import numpy as np
 import polars as pl
 
 from leap_serving.features import FEATURE_COLUMNS, launch_matrix
 from leap_serving.history import HistoryIndex
-from leap_serving.rows import LAUNCH_COLUMNS, CandidateRows
+from leap_serving.ranking import typed_launch
+from leap_serving.rows import CandidateRows
 from leap_serving.specs import SpecTable
 
 # launches a day's check recomputes: enough to meet every history case of a day, cheap to build
@@ -40,15 +44,17 @@ def serving_skew(
     if attempts.height == 0:
         return []
     picked = attempts.sort("attempt_id").sample(n=min(sample, attempts.height), seed=seed)
-    launches = [
-        ({k: v for k, v in row.items() if k in LAUNCH_COLUMNS}, [row["hardware_type"]])
-        for row in picked.iter_rows(named=True)
-    ]
-    served = launch_matrix(
-        CandidateRows(launches),
-        SpecTable.from_frame(hardware_specs),
-        HistoryIndex.from_snapshot(snapshot),
-    )
+    index, specs = HistoryIndex.from_snapshot(snapshot), SpecTable.from_frame(hardware_specs)
+    known = set(hardware_specs["hardware_type"].to_list())
+    launches = []
+    for row in picked.iter_rows(named=True):
+        # the launch as a launcher sends it (its JSON's types: dates as text), typed and checked
+        # as the Ranker does before it builds the features
+        job = {k: v.isoformat() if isinstance(v, dt.date) else v for k, v in row.items()
+               if k not in ("candidate_hardware", "family")}  # fmt: skip
+        launch, types, _ = typed_launch(job, [row["hardware_type"]], index.last_ds, known, None)
+        launches.append((launch, types))
+    served = launch_matrix(CandidateRows(launches), specs, index)
     stored = (
         picked.select("attempt_id")
         .join(table, on="attempt_id", how="left", maintain_order="left")

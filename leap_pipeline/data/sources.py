@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -40,7 +41,12 @@ class SourceDay:
 class Oracle(Protocol):
     """The hidden truth of a simulated fleet: what evaluation scores predictions against."""
 
-    def true_medians(self, attempt_ids: list[str]) -> pl.DataFrame: ...
+    def true_medians(
+        self, attempt_ids: list[str], hardware_types: Sequence[str] | None = None
+    ) -> pl.DataFrame:
+        """Each attempt's true median throughput, on the type it ran on, or with
+        ``hardware_types`` on each of them (its duration, devices and cost there too)."""
+        ...
 
 
 class Source(Protocol):

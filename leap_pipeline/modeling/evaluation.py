@@ -187,7 +187,8 @@ def headline(evaluation: dict) -> dict[str, float | None]:
         out["features_drifted"] = float(sum(entry["drifted"] for entry in drift))
         out["feature_psi_max"] = drift[0]["psi"]
     routing = evaluation.get("routing")
-    if routing is not None:  # the share of the oracle's saving each routing policy captures
+    if routing is not None and "capture" in routing:  # the share of the oracle's saving each
+        # routing policy captures (a replay that could not run holds its "error" instead)
         out["routing_capture"] = routing["capture"]["leap"]
         out["routing_capture_lower"] = routing["capture"]["leap_lower"]
         out["routing_capture_lookup"] = routing["capture"]["lookup"]

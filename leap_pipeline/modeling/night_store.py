@@ -12,9 +12,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 
 from leap_pipeline.modeling.evaluation_files import write_evaluation_files
 from leap_pipeline.modeling.lookup_table import LookupTable
-from leap_pipeline.modeling.selection import (
-    TrainedModels,
-)
+from leap_pipeline.modeling.selection import TrainedModels, serving_model
 from leap_serving.cascade import BinnedCascade
 from leap_serving.model import LeapModel, dump_skops, load_skops
 from leap_serving.publish import PublicationError, publish_folder, verify_folder
@@ -42,19 +40,15 @@ def save_trained(
             write_evaluation_files(evaluation, version)
         if night is not None:
             (version / NIGHT_RECORD).write_text(json.dumps(night, indent=1))
-        LeapModel(
-            cascade=models.published,
-            history_snapshot=snapshot,
-            hardware_specs=specs,
+        serving_model(
+            models, snapshot, specs,
             metadata={
                 "training_window": [d.isoformat() for d in models.window],
                 "training_rows": models.training_rows,
                 "profile": profile,
                 "selection": models.selection,
-                "novelty": models.novelty.to_dict() if models.novelty else None,
-                "intervals": models.intervals.to_dict() if models.intervals else None,
             },
-        ).save(version / "cascade")
+        ).save(version / "cascade")  # fmt: skip
         types = dump_skops(models.single_gbdt, version / "single_gbdt.skops")
         cascade_types = dump_skops(models.cascade, version / "cascade_candidate.skops")
         models.lookup.entries.write_parquet(version / "lookup_entries.parquet")

@@ -24,8 +24,7 @@ from dataclasses import asdict, dataclass
 import polars as pl
 
 from leap_pipeline.data.sources import Oracle
-from leap_pipeline.modeling.selection import TrainedModels
-from leap_serving.model import LeapModel
+from leap_pipeline.modeling.selection import TrainedModels, serving_model
 from leap_serving.ranking import Ranker, Ranking
 
 # Capacity per type: the as-logged peak of concurrent devices times this, plus one host.
@@ -155,10 +154,7 @@ def day_routing(
     oracle's saving over as-logged each captures, how many launches named a candidate worth a
     trial run and, under ``launches``, leap's first choice and those trials per launch."""
     day = attempts["ds"][0]
-    model = LeapModel(
-        cascade=models.published, history_snapshot=snapshot, hardware_specs=specs,
-        novelty=models.novelty, intervals=models.intervals,
-    )  # fmt: skip
+    model = serving_model(models, snapshot, specs)
     median = Ranker(model=model, wait=True, max_model_age_days=None)
     rankings = rank_day(median, attempts, day)
     lists = {

@@ -22,6 +22,7 @@ from leap_serving import metrics
 from leap_serving.cascade import GATINGS, BinnedCascade, cascade_units, profile_params
 from leap_serving.features import FEATURE_COLUMNS
 from leap_serving.intervals import MIN_CLASS_ROWS, ConformalIntervals
+from leap_serving.model import LeapModel
 from leap_serving.novelty import NoveltyReference
 
 
@@ -154,6 +155,28 @@ def fit_models(
         ),
         seconds=seconds,
         intervals=calibrate_intervals(published, selection_rows),
+    )
+
+
+def serving_model(
+    models: TrainedModels,
+    snapshot: pl.DataFrame,
+    specs: pl.DataFrame,
+    metadata: dict | None = None,
+) -> LeapModel:
+    """The night's published model as the Ranker serves it: its history snapshot and spec table,
+    its novelty reference and intervals (in its metadata too, as a saved model carries them)."""
+    return LeapModel(
+        cascade=models.published,
+        history_snapshot=snapshot,
+        hardware_specs=specs,
+        metadata={
+            "novelty": models.novelty.to_dict() if models.novelty else None,
+            "intervals": models.intervals.to_dict() if models.intervals else None,
+            **(metadata or {}),
+        },
+        novelty=models.novelty,
+        intervals=models.intervals,
     )
 
 

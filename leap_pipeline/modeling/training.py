@@ -30,6 +30,10 @@ from leap_pipeline.modeling.selection import (
 )
 from leap_pipeline.settings import TrainingSettings
 
+# part of a night's fingerprint: a night recorded by code that evaluated less (before drift and
+# routing were measured) is computed again, not reused
+EVALUATION_VERSION = 2
+
 
 @dataclass(frozen=True)
 class Night:
@@ -54,6 +58,26 @@ class Night:
         }
 
 
+def _routing(wh: Warehouse, day: dt.date, models: TrainedModels, oracle: Oracle) -> dict:
+    """``routing.day_routing`` of day D, served from the snapshot of D-1 as a launcher would
+    have been; a replay that cannot run is recorded with its reason (a metric, never a reason
+    for a night not to publish)."""
+    before = day - dt.timedelta(days=1)
+    if wh.count("history_snapshot", before) == 0:
+        return {"error": f"no history snapshot for {before}: the launches of {day} cannot be "
+                "ranked as they were served"}  # fmt: skip
+    try:
+        return day_routing(
+            wh.read("job_attempts", day, day),
+            wh.read("hardware_specs", day, day).drop("ds"),
+            wh.read("history_snapshot", before, before).drop("ds"),
+            models,
+            oracle,
+        )
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 @dataclass(frozen=True)
 class NightInputs:
     """What night D reads: the window's feature rows and day D's, with a digest of both and of
@@ -72,7 +96,9 @@ def night_inputs(wh: Warehouse, day: dt.date, settings: TrainingSettings) -> Nig
         raise ValueError(f"day={day}: its sources have not landed, so it has no feature rows")
     window = wh.read("feature_table", first, last)
     rows = wh.read("feature_table", day, day)
-    digest = hashlib.sha256(repr((sorted(vars(settings).items()), version("leap"))).encode())
+    digest = hashlib.sha256(
+        repr((sorted(vars(settings).items()), version("leap"), EVALUATION_VERSION)).encode()
+    )
     for frame in (window, rows):
         digest.update(frame.hash_rows(seed=0).to_numpy().tobytes())
     return NightInputs(day, window, rows, digest.hexdigest())
@@ -103,15 +129,7 @@ def run_night(
     evaluation = evaluate(models, rows, medians)
     evaluation["drift"] = feature_drift(window, rows)
     if oracle is not None:  # what routing by the night's model is worth on day D, from the truth
-        before = day - dt.timedelta(days=1)
-        replay = day_routing(
-            wh.read("job_attempts", day, day),
-            wh.read("hardware_specs", day, day).drop("ds"),
-            wh.read("history_snapshot", before, before).drop("ds"),
-            models,
-            oracle,
-        )
+        evaluation["routing"] = _routing(wh, day, models, oracle)
         # per launch, too long for the night's files: for a replay across nights (the report)
-        evaluation["routing_launches"] = replay.pop("launches")
-        evaluation["routing"] = replay
+        evaluation["routing_launches"] = evaluation["routing"].pop("launches", None)
     return Night(day, window, rows, models, evaluation)

@@ -223,9 +223,12 @@ def build_features(
             table = build_feature_table(attempts, wh.read("allocations", day, day), specs, snapshot)
             # the serving path's features for a sample of the day's launches: reported, not
             # blocking (the rows are right; it is serving that would differ)
-            skewed += [
-                {"ds": day.isoformat(), **s} for s in serving_skew(attempts, table, specs, snapshot)
-            ]
+            try:
+                found = serving_skew(attempts, table, specs, snapshot)
+            except Exception as exc:  # a check that cannot run fails, it never stops the day
+                context.log.warning(f"train_serve_skew {day}: could not run: {exc!r}")
+                found = [{"feature": "(the check could not run)", "example": repr(exc)}]
+            skewed += [{"ds": day.isoformat(), **entry} for entry in found]
             failed = feature_audit(table, attempts.height)
             for name, problem in failed.items():
                 failures[name].append(f"{day}: {problem}")

@@ -24,6 +24,7 @@ import dagster as dg
 import numpy as np
 
 from leap_pipeline.data.sources import Oracle, logged_source
+from leap_pipeline.modeling.drift import PSI_WARN
 from leap_pipeline.modeling.night_store import models_folder, reusable_night, save_trained
 from leap_pipeline.modeling.training import night_inputs, run_night
 from leap_pipeline.orchestration.data_assets import (
@@ -169,8 +170,8 @@ def model_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinitio
                 "feature_drift",
                 asset="model_evaluation",
                 description="Each feature's population stability index on the newest night's "
-                "day D against its training window, as a table; a warning when any is over "
-                "0.25.",
+                f"day D against its training window, as a table; a warning when any is over "
+                f"{PSI_WARN}.",
             ),
         ],
         partitions_def=partitions,

@@ -177,8 +177,8 @@ def evaluate_nights(
             "table1": dg.MetadataValue.json(evaluation["table1"]),
             **(
                 {"routing": table_metadata(_routing_rows(evaluation))}
-                if evaluation.get("routing") is not None
-                else {}
+                if _routing_rows(evaluation) is not None
+                else {"routing": str((evaluation.get("routing") or {}).get("error", "none"))}
             ),
             "predicted_vs_measured": image_metadata(scatter),
         },
@@ -303,7 +303,7 @@ def _evaluation_rows(evaluation: dict) -> pl.DataFrame:
 def _routing_rows(evaluation: dict) -> pl.DataFrame | None:
     """Day D's routing replay as rows, one per policy; None when the source has no truth."""
     routing = evaluation.get("routing")
-    if routing is None:
+    if routing is None or "policies" not in routing:
         return None
     return pl.DataFrame(
         [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from leap_pipeline.studies.crossval import SCORED
 from leap_pipeline.studies.decisions import KINDS
+from leap_serving.intervals import LEVEL, coverage_name
 
 LABELS = {
     "leap": "**leap** (what a fold publishes)",
@@ -62,11 +63,11 @@ def split_table(split: str, result: dict) -> str:
         f"the test fold in {best['fastest']:.0%} of folds (fastest) and {best['per_cost']:.0%} "
         "(per dollar).",
     ]
-    leap = result["leap"]
-    if leap.get("coverage_80") is not None:
+    leap, name = result["leap"], coverage_name(LEVEL)
+    if leap.get(name) is not None:
         lines.append(
-            f"leap's 80% intervals, calibrated in each fold on its held-out inner chunks: "
-            f"coverage {leap['coverage_80']:.1%} of {leap['interval_rows']:,} rows, median width "
+            f"leap's {LEVEL:.0%} intervals, calibrated in each fold on its held-out inner chunks: "
+            f"coverage {leap[name]:.1%} of {leap['interval_rows']:,} rows, median width "
             f"{leap['interval_width_median']:.2f} of the prediction."
         )
     lines.append("")

@@ -16,27 +16,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.sources import source_from_uri
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling import routing
 from leap_pipeline.modeling.training import run_night
 from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings
 from leap_pipeline.studies.ablations import ablation, holdouts, permutation_importance
 from leap_pipeline.studies.exploration import exploration_value
 from leap_pipeline.studies.holdout_regret import holdout_regrets
+from leap_pipeline.studies.monitoring import monitoring_summary, night_monitoring
 from leap_pipeline.studies.report_markdown import figures, markdown
 from leap_serving.cascade import profile_params
-from leap_serving.intervals import coverage_name
-from leap_serving.model import LeapModel
 from leap_serving.publish import write_atomic
-from leap_serving.ranking import Ranker
-
-# a hardware type's coverage is held to the floor on nights it had at least this many attempts
-BUSY_TYPE_ATTEMPTS = 200
 
 
 @dataclass(frozen=True)
@@ -209,15 +202,13 @@ def build_report(
         window, attempts, snapshot_before, specs, oracle, models.published, targets
     )
     log("first choices and routing")
-    model = LeapModel(
-        cascade=models.published, history_snapshot=snapshot_before, hardware_specs=specs,
-        novelty=models.novelty, intervals=models.intervals,
-    )  # fmt: skip
-    ranker = Ranker(model=model, wait=True, max_model_age_days=None)
-    report["first_choice"] = first_choice_shares(
-        attempts, routing.ranked_lists(ranker, attempts, day)
-    )
     # the last night's replay (``routing.day_routing``, which each night's evaluation holds)
+    if "policies" not in evaluation.get("routing", {}):
+        raise RuntimeError(f"the routing replay of {day} did not run: {evaluation.get('routing')}")
+    first = evaluation["routing_launches"]["first"]
+    report["first_choice"] = first_choice_shares(
+        attempts, {a: [first[a]] if a in first else [] for a in attempts["attempt_id"]}
+    )
     report["routing"] = evaluation["routing"]["policies"]
     report["routing_capture"] = evaluation["routing"]["capture"]["leap"]
     report["figures"] = figures(window, series, report, root)
@@ -243,64 +234,3 @@ def first_choice_shares(attempts: pl.DataFrame, lists: dict[str, list]) -> list[
         .sort(["model_type", "share", "first"], descending=[False, True, False], nulls_last=True)
     )  # ties in share are ordered by type name, so the report is the same run to run
     return shares.select("model_type", "first", "share").to_dicts()
-
-
-def night_monitoring(day: dt.date, evaluation: dict) -> dict:
-    """What a night's evaluation says beyond w20: the published model's interval coverage on
-    day D (``evaluation.interval_scores``) and routing value (``routing.day_routing``)."""
-    out: dict = {"ds": day.isoformat()}
-    scores = evaluation.get("intervals")
-    if scores is not None:
-        out |= {
-            coverage_name(scores["level"]): scores["coverage"],
-            "by_hardware_type": scores["by_hardware_type"],
-            "by_history": scores["by_history"],
-            "interval_width_median": scores["width_median"],
-        }
-    replay = evaluation.get("routing")
-    if replay is not None:
-        out["routing_capture"] = replay["capture"]["leap"]
-        out["routing_capture_lower"] = replay["capture"]["leap_lower"]
-        out["trials_named"] = replay["trials_named"]
-        out["routing"] = replay["policies"]
-    return out
-
-
-def monitoring_summary(per_night: list[dict]) -> dict:
-    """Over the report's nights: the coverage's median and range, the lowest nightly coverage
-    of each hardware type (on nights it had ``BUSY_TYPE_ATTEMPTS`` attempts or more), and each
-    routing policy's totals (cost, device-hours) and mean shares, so the median ranking and
-    the risk-aware one stand side by side."""
-    out: dict = {}
-    name = next((k for night in per_night for k in night if k.startswith("coverage_")), None)
-    if name is not None:
-        shares = [n[name] for n in per_night if name in n]
-        out[f"{name}_median"] = float(np.median(shares))
-        out[f"{name}_range"] = [min(shares), max(shares)]
-        lowest: dict[str, float] = {}
-        for night in per_night:
-            for hardware_type, group in night.get("by_hardware_type", {}).items():
-                if group["rows"] >= BUSY_TYPE_ATTEMPTS:
-                    lowest[hardware_type] = min(group["coverage"], lowest.get(hardware_type, 1.0))
-        out[f"{name}_lowest_by_busy_type"] = lowest
-    replays = [n["routing"] for n in per_night if "routing" in n]
-    if replays:
-        totals = {}
-        for policy in replays[0]:
-            outcomes = [r[policy] for r in replays]
-            totals[policy] = {
-                "cost": sum(o["cost"] for o in outcomes),
-                "device_hours": sum(o["device_hours"] for o in outcomes),
-                "slow_share": float(np.mean([o["slow_share"] for o in outcomes])),
-                "mean_queue_delay_s": float(np.mean([o["mean_queue_delay_s"] for o in outcomes])),
-            }
-        logged, best = totals["as_logged"]["cost"], totals["oracle"]["cost"]
-        for policy in totals:
-            totals[policy]["capture"] = routing.capture(logged, totals[policy]["cost"], best)
-        out["routing_totals"] = totals
-        out["routing_capture_median"] = float(
-            np.median(
-                [n["routing_capture"] for n in per_night if n.get("routing_capture") is not None]
-            )
-        )
-    return out

@@ -7,6 +7,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from leap_pipeline.modeling.routing import SLOW_FACTOR
+from leap_pipeline.studies.monitoring import BUSY_TYPE_ATTEMPTS
+
 
 def figures(window: pl.DataFrame, series: pl.DataFrame, report: dict, root: Path) -> list[str]:
     import matplotlib
@@ -109,7 +112,7 @@ def markdown(report: dict) -> str:
         f"## Routing, the last night ({report['evaluation_day']})",
         "",
         "| policy | cost (USD) | device-hours | mean queue (s) | top choice | fallback | "
-        "ran > 1.5x slower than its fastest candidate |",
+        f"ran > {SLOW_FACTOR:g}x slower than its fastest candidate |",
         "|---|---|---|---|---|---|---|",
     ]
     lines += [
@@ -162,7 +165,7 @@ def _monitoring_lines(summary: dict) -> list[str]:
             "## Routing over every night: the median ranking and the risk-aware one",
             "",
             "| policy | cost (USD) | device-hours | capture of the oracle's saving | mean share "
-            "ran > 1.5x slower than its fastest candidate |",
+            f"ran > {SLOW_FACTOR:g}x slower than its fastest candidate |",
             "|---|---|---|---|---|",
         ]
         lines += [
@@ -179,7 +182,7 @@ def _monitoring_lines(summary: dict) -> list[str]:
             "## Interval coverage over the nights",
             "",
             f"- median {_pct(summary[name])} (range {_pct(low)} - {_pct(high)})",
-            "- lowest night per hardware type with 200 attempts or more that night: "
-            + (", ".join(f"{t} {_pct(c)}" for t, c in sorted(lowest.items())) or "none"),
+            f"- lowest night per hardware type with {BUSY_TYPE_ATTEMPTS} attempts or more that "
+            "night: " + (", ".join(f"{t} {_pct(c)}" for t, c in sorted(lowest.items())) or "none"),
         ]
     return lines

@@ -1,0 +1,77 @@
+"""The report's monitoring over its nights: interval coverage and routing value, night by night.
+
+Each night's evaluation holds its published model's interval coverage on day D
+(``evaluation.interval_scores``) and, on a simulated fleet, day D replayed under each routing
+policy (``routing.day_routing``). The report keeps both per night and sums them over the nights,
+so the median ranking and the risk-aware one stand side by side.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+
+from leap_pipeline.modeling import routing
+from leap_serving.intervals import coverage_name
+
+# a hardware type's coverage is held to the floor on nights it had at least this many attempts
+BUSY_TYPE_ATTEMPTS = 200
+
+
+def night_monitoring(day: dt.date, evaluation: dict) -> dict:
+    """What a night's evaluation says beyond w20: the published model's interval coverage on
+    day D (``evaluation.interval_scores``) and routing value (``routing.day_routing``)."""
+    out: dict = {"ds": day.isoformat()}
+    scores = evaluation.get("intervals")
+    if scores is not None:
+        out |= {
+            coverage_name(scores["level"]): scores["coverage"],
+            "by_hardware_type": scores["by_hardware_type"],
+            "by_history": scores["by_history"],
+            "interval_width_median": scores["width_median"],
+        }
+    replay = evaluation.get("routing")
+    if replay is not None and "policies" in replay:
+        out["routing_capture"] = replay["capture"]["leap"]
+        out["routing_capture_lower"] = replay["capture"]["leap_lower"]
+        out["trials_named"] = replay["trials_named"]
+        out["routing"] = replay["policies"]
+    return out
+
+
+def monitoring_summary(per_night: list[dict]) -> dict:
+    """Over the report's nights: the coverage's median and range, the lowest nightly coverage
+    of each hardware type (on nights it had ``BUSY_TYPE_ATTEMPTS`` attempts or more), and each
+    routing policy's totals (cost, device-hours) and mean shares, so the median ranking and
+    the risk-aware one stand side by side."""
+    out: dict = {}
+    name = next((k for night in per_night for k in night if k.startswith("coverage_")), None)
+    if name is not None:
+        shares = [n[name] for n in per_night if name in n]
+        out[f"{name}_median"] = float(np.median(shares))
+        out[f"{name}_range"] = [min(shares), max(shares)]
+        lowest: dict[str, float] = {}
+        for night in per_night:
+            for hardware_type, group in night.get("by_hardware_type", {}).items():
+                if group["rows"] >= BUSY_TYPE_ATTEMPTS:
+                    lowest[hardware_type] = min(group["coverage"], lowest.get(hardware_type, 1.0))
+        out[f"{name}_lowest_by_busy_type"] = lowest
+    replays = [n["routing"] for n in per_night if "routing" in n]
+    if replays:
+        totals = {}
+        for policy in replays[0]:
+            outcomes = [r[policy] for r in replays]
+            totals[policy] = {
+                "cost": sum(o["cost"] for o in outcomes),
+                "device_hours": sum(o["device_hours"] for o in outcomes),
+                "slow_share": float(np.mean([o["slow_share"] for o in outcomes])),
+                "mean_queue_delay_s": float(np.mean([o["mean_queue_delay_s"] for o in outcomes])),
+            }
+        logged, best = totals["as_logged"]["cost"], totals["oracle"]["cost"]
+        for policy in totals:
+            totals[policy]["capture"] = routing.capture(logged, totals[policy]["cost"], best)
+        out["routing_totals"] = totals
+        captured = [n["routing_capture"] for n in per_night if n.get("routing_capture") is not None]
+        out["routing_capture_median"] = float(np.median(captured)) if captured else None
+    return out
