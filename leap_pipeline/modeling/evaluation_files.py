@@ -44,42 +44,37 @@ def plot_predicted_vs_measured(scored: pl.DataFrame, path: str) -> str:
     return path
 
 
-def plot_nightly_w20(series: pl.DataFrame, path: str) -> str:
-    """Figure 8: w20 per nightly retrain, one line per model."""
+def plot_per_night(series: pl.DataFrame, by: str, value: str, path: str, **axes) -> str:
+    """One line per value of ``by`` over the evaluation days (``ds``), with ``axes`` set on the
+    plot (``ylabel``, ``ylim``, ``reference``: a dotted line at that value, the oracle's)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    for (model,), part in series.sort("ds").group_by("model", maintain_order=True):
-        ax.plot(part["ds"].to_list(), part["w20"].to_list(), marker="o", label=model)
-    ax.set(ylabel="w20", xlabel="evaluation day", ylim=(0, 1))
+    for (name,), part in series.sort("ds").group_by(by, maintain_order=True):
+        ax.plot(part["ds"].to_list(), part[value].to_list(), marker="o", label=name)
+    reference = axes.pop("reference", None)
+    if reference is not None:
+        ax.axhline(reference, color="grey", linestyle=":", label="oracle")
+    ax.set(xlabel="evaluation day", **axes)
     ax.legend()
     fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def plot_nightly_w20(series: pl.DataFrame, path: str) -> str:
+    """Figure 8: w20 per nightly retrain, one line per model."""
+    return plot_per_night(series, "model", "w20", path, ylabel="w20", ylim=(0, 1))
 
 
 def plot_routing_capture(series: pl.DataFrame, path: str) -> str:
     """Each night's share of the oracle's saving over as-logged routing that a policy captured
     on its day (``routing.day_routing``), one line per policy that ranks by a model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
     ranked = series.filter(pl.col("policy").is_in(["lookup", "leap", "leap_lower"]))
-    for (policy,), part in ranked.sort("ds").group_by("policy", maintain_order=True):
-        ax.plot(part["ds"].to_list(), part["capture"].to_list(), marker="o", label=policy)
-    ax.axhline(1.0, color="grey", linestyle=":", label="oracle")
-    ax.set(ylabel="share of the oracle's saving", xlabel="evaluation day")
-    ax.legend()
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return plot_per_night(ranked, "policy", "capture", path,
+                          ylabel="share of the oracle's saving", reference=1.0)  # fmt: skip
