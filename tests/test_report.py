@@ -136,7 +136,8 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     _check_nightly_selection(report)
     # each night's monitoring: its intervals' coverage and what routing by its model was worth
     assert [n["ds"] for n in report["per_night"]] == [n["ds"] for n in report["selection"]]
-    for night in report["per_night"]:
+    for night, selection in zip(report["per_night"], report["selection"], strict=True):
+        assert night["published_w20"] == selection["published_w20"]
         assert 0.0 <= night["coverage_80"] <= 1.0 and night["interval_width_median"] > 0
         assert set(night["routing"]) == set(routing.POLICIES)
         assert night["routing_capture"] == pytest.approx(routing.capture(
@@ -152,6 +153,13 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
         sum(n["routing"]["leap"]["cost"] for n in report["per_night"])
     )
     assert report["routing"] == report["per_night"][-1]["routing"]
+    # the first night's model served on the second night's day, beside that night's own
+    aged = report["per_night"][1]["staleness"]
+    assert aged["model_age_days"] == 1 and aged["rows"] > 0
+    assert 0.0 <= aged["aged_w20"] <= 1.0 and 0.0 <= aged["fresh_w20"] <= 1.0
+    assert "staleness" not in report["per_night"][0]
+    assert report["staleness"]["w20_lost_oldest"] == pytest.approx(
+        aged["fresh_w20"] - aged["aged_w20"])  # fmt: skip
     explored = report["exploration"]
     assert explored["net_saving"] == pytest.approx(
         explored["gross_saving"] - explored["trial_cost"])  # fmt: skip

@@ -11,18 +11,24 @@ from __future__ import annotations
 import datetime as dt
 
 import numpy as np
+from scipy.stats import spearmanr
 
 from leap_pipeline.modeling import routing
 from leap_serving.intervals import coverage_name
 
 # a hardware type's coverage is held to the floor on nights it had at least this many attempts
 BUSY_TYPE_ATTEMPTS = 200
+# a rank correlation over fewer nights says nothing
+MIN_CORRELATION_NIGHTS = 5
 
 
 def night_monitoring(day: dt.date, evaluation: dict) -> dict:
     """What a night's evaluation says beyond w20: the published model's interval coverage on
     day D (``evaluation.interval_scores``) and routing value (``routing.day_routing``)."""
     out: dict = {"ds": day.isoformat()}
+    published = evaluation.get("overall", {}).get("published")
+    if published is not None:
+        out["published_w20"] = published["w20"]
     scores = evaluation.get("intervals")
     if scores is not None:
         out |= {
@@ -74,4 +80,27 @@ def monitoring_summary(per_night: list[dict]) -> dict:
         out["routing_totals"] = totals
         captured = [n["routing_capture"] for n in per_night if n.get("routing_capture") is not None]
         out["routing_capture_median"] = float(np.median(captured)) if captured else None
+        out["w20_vs_routing_capture"] = proxy_correlation(per_night)
     return out
+
+
+def proxy_correlation(per_night: list[dict]) -> dict | None:
+    """Does the offline metric track the decision's value? Spearman's rank correlation, over
+    the nights, between the published model's w20 on day D and the share of the oracle's
+    routing saving it captured that day (the ML Test Score's "offline proxy metrics correlate
+    with online impact", with the simulated fleet's replay standing in for the online
+    impact). None with fewer than ``MIN_CORRELATION_NIGHTS`` nights holding both, or when
+    either does not vary."""
+    pairs = [
+        (n["published_w20"], n["routing_capture"])
+        for n in per_night
+        if n.get("published_w20") is not None and n.get("routing_capture") is not None
+    ]
+    if len(pairs) < MIN_CORRELATION_NIGHTS:
+        return None
+    w20, capture = (np.array(v, dtype=float) for v in zip(*pairs, strict=True))
+    if np.ptp(w20) == 0 or np.ptp(capture) == 0:
+        return None
+    result = spearmanr(w20, capture)
+    return {"spearman": float(result.statistic), "p_value": float(result.pvalue),
+            "nights": len(pairs)}  # fmt: skip

@@ -21,6 +21,7 @@ import polars as pl
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.sources import source_from_uri
 from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.selection import serving_model
 from leap_pipeline.modeling.training import run_night
 from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings
 from leap_pipeline.studies.ablations import ablation, holdouts, permutation_importance
@@ -28,7 +29,9 @@ from leap_pipeline.studies.exploration import exploration_value
 from leap_pipeline.studies.holdout_regret import holdout_regrets
 from leap_pipeline.studies.monitoring import monitoring_summary, night_monitoring
 from leap_pipeline.studies.report_markdown import figures, markdown
+from leap_pipeline.studies.staleness import staleness_scores, staleness_summary
 from leap_serving.cascade import profile_params
+from leap_serving.model import LeapModel
 from leap_serving.publish import write_atomic
 
 
@@ -122,6 +125,7 @@ def build_report(
 
     training = settings.training()
     nightly, selections, per_night, explored, final = [], [], [], [], None
+    first_served: tuple[dt.date, LeapModel] | None = None  # the first night's model, as served
     with open_warehouse(warehouse, read_only=True) as wh:
         for i in range(settings.nights):
             day = first_night + dt.timedelta(days=i)
@@ -144,8 +148,20 @@ def build_report(
                 }
             )
             per_night.append(night_monitoring(day, evaluation))
+            launches = wh.read("job_attempts", day, day)
+            before = day - dt.timedelta(days=1)
+            served = serving_model(
+                models,
+                wh.read("history_snapshot", before, before).drop("ds"),
+                wh.read("hardware_specs", day, day).drop("ds"),
+            )
+            if first_served is None:
+                first_served = (day, served)
+            else:  # the first night's model, as if every night since had failed
+                per_night[-1]["staleness"] = staleness_scores(
+                    served, first_served[1], first_served[0], launches, day
+                )
             if evaluation.get("routing_launches") is not None:
-                launches = wh.read("job_attempts", day, day)
                 explored.append((launches.select("attempt_id", "family", "candidate_hardware"),
                                  evaluation["routing_launches"]))  # fmt: skip
             log(
@@ -176,6 +192,8 @@ def build_report(
         # per night: the published model's interval coverage and routing value on its day
         "per_night": per_night,
         "monitoring": monitoring_summary(per_night),
+        # the first night's model served on every later day beside that night's own
+        "staleness": staleness_summary(per_night),
         # one trial run on a candidate the Ranker names, for 2% of each night's launches
         "exploration": exploration_value(explored, oracle),
         "lookup_w20_median": float(series["lookup"].median()),

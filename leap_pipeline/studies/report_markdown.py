@@ -122,6 +122,16 @@ def markdown(report: dict) -> str:
         for name, o in report["routing"].items()
     ]
     lines += _monitoring_lines(report.get("monitoring", {}))
+    aged = report.get("staleness")
+    if aged:
+        lines += [
+            "",
+            "## Staleness: the first night's model served on every later day",
+            "",
+            "- w20 lost against that night's fresh model: median "
+            f"{_points(aged['w20_lost_median'])}, {_points(aged['w20_lost_oldest'])} at "
+            f"{aged['oldest_age_days']} days old",
+        ]
     explored = report.get("exploration")
     if explored:
         lines += [
@@ -173,6 +183,13 @@ def _monitoring_lines(summary: dict) -> list[str]:
             f"{_pct(t['slow_share'])} |"
             for name, t in totals.items()
         ]
+        proxy = summary.get("w20_vs_routing_capture")
+        if proxy is not None:
+            lines += [
+                "",
+                f"Night by night, the published model's w20 and its routing capture: Spearman "
+                f"{proxy['spearman']:.2f} (p = {proxy['p_value']:.2f}, {proxy['nights']} nights).",
+            ]
     name = next((k for k in summary if k.startswith("coverage_") and k.endswith("_median")), None)
     if name is not None:
         low, high = summary[name.replace("_median", "_range")]
