@@ -15,6 +15,7 @@ import datetime as dt
 import numpy as np
 import polars as pl
 
+from leap_pipeline.modeling.routing import rank_day
 from leap_serving import metrics
 from leap_serving.model import LeapModel
 from leap_serving.ranking import Ranker
@@ -26,14 +27,13 @@ def served_predictions(model: LeapModel, attempts: pl.DataFrame, day: dt.date) -
     """The throughput ``model`` predicts, through the Ranker as a launcher asks it on ``day``,
     for each attempt on the hardware type it ran on (NaN where the Ranker gives none)."""
     ranker = Ranker(model=model, wait=True, max_model_age_days=None)
-    jobs = [
-        ({k: v for k, v in row.items() if k != "candidate_hardware"}, [row["hardware_type"]])
-        for row in attempts.iter_rows(named=True)
-    ]
-    rankings = ranker.rank_many(jobs, launch_date=day)
+    own_type = attempts.with_columns(candidate_hardware=pl.concat_list("hardware_type"))
+    rankings = rank_day(ranker, own_type, day)
     return np.array(
-        [r.ranking[0].predicted_throughput if r.ranking else np.nan for r in rankings], dtype=float
-    )
+        [r.ranking[0].predicted_throughput if r.ranking else np.nan
+         for r in (rankings[a] for a in attempts["attempt_id"])],
+        dtype=float,
+    )  # fmt: skip
 
 
 def staleness_scores(
