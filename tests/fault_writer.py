@@ -1,6 +1,6 @@
 """A writer for the fault-injection tests: waits for "go" on stdin, then publishes generation
-after generation of one kind of output until it is killed. Every generation marks all of its
-parts with its number, so a reader can tell a whole version from a mix.
+after generation of one kind of output until it is killed, saying "wrote N" after each. Every
+generation marks all of its parts with its number, so a reader can tell a whole version from a mix.
 
     python tests/fault_writer.py model|partition|import|report FOLDER FIRST_GENERATION
 """
@@ -97,6 +97,7 @@ def main() -> None:
     generation = first
     while True:
         write(generation)
+        print(f"wrote {generation}", flush=True)
         generation += 1
 
 

@@ -107,7 +107,11 @@ def test_a_killed_writer_leaves_the_last_complete_version(kind, tmp_path):
     if kind == "import":
         _import_inputs(tmp_path)
     write = fault_writer.WRITERS[kind](tmp_path)
+    started = time.perf_counter()
     write(0)  # the version every kill must leave readable, or a newer complete one
+    # kill times span several writes however slow this machine is right now (a loaded CI
+    # runner took over 1.5 s for one model save, so a fixed window never saw a write finish)
+    window_s = max(1.5, 4 * (time.perf_counter() - started))
     check = CHECKS[kind]
     assert check(tmp_path) == 0
     rng = random.Random(f"{kind}-faults")
@@ -118,7 +122,9 @@ def test_a_killed_writer_leaves_the_last_complete_version(kind, tmp_path):
         following = _spawn(kind, tmp_path, generation + 1000) if kill + 1 < KILLS_PER_KIND else None
         child.stdin.write("go\n")
         child.stdin.flush()
-        time.sleep(rng.uniform(0.05, 1.5))
+        if kill % 5 == 4:  # every fifth kill lands after at least one complete write
+            assert child.stdout.readline().startswith("wrote ")
+        time.sleep(rng.uniform(0.05, window_s))
         child.send_signal(signal.SIGKILL)
         child.wait()
         seen.add(check(tmp_path))
