@@ -27,6 +27,9 @@ import numpy as np
 from .features import FEATURE_COLUMNS
 
 LEVEL = 0.8  # the Ranker's throughput_low / throughput_high: an 80% interval
+# a night's coverage of the LEVEL interval on day D must stay within this band (the nightly
+# check warns outside it; the report counts each busy hardware type's nights under its floor)
+COVERAGE_BAND = (0.75, 0.85)
 # a row's history: a family never seen (cold), a known family on a type it never ran on (the
 # routing question), or a family with 1-9 or 10 and more runs on this type
 HISTORY_CLASSES: tuple[str, ...] = ("cold", "new type", "1-9 runs", "10+ runs")

@@ -1,8 +1,14 @@
 """The report's monitoring summary: does the offline metric track the decision's value?"""
 
 import pytest
+from scipy.stats import binom
 
-from leap_pipeline.studies.monitoring import MIN_CORRELATION_NIGHTS, proxy_correlation
+from leap_pipeline.studies.monitoring import (
+    MIN_CORRELATION_NIGHTS,
+    monitoring_summary,
+    proxy_correlation,
+)
+from leap_serving.intervals import COVERAGE_BAND
 
 
 def _nights(w20: list[float], capture: list[float]) -> list[dict]:
@@ -26,3 +32,39 @@ def test_too_few_nights_or_a_flat_series_gives_no_correlation():
     nights = _nights([0.5 + i / 100 for i in range(n)], [0.8 + i / 100 for i in range(n)])
     nights[0]["routing_capture"] = None
     assert proxy_correlation(nights)["nights"] == n - 1
+
+
+def _coverage_night(rows: dict[str, tuple[int, float]]) -> dict:
+    return {
+        "interval_level": 0.8,
+        "coverage_80": 0.8,
+        "by_hardware_type": {t: {"rows": n, "coverage": c} for t, (n, c) in rows.items()},
+    }
+
+
+def test_busy_types_are_pooled_over_their_busy_nights_and_judged_against_chance():
+    nights = [
+        _coverage_night({"H100": (400, 0.70), "T4": (100, 0.50)}),
+        _coverage_night({"H100": (200, 0.85), "T4": (250, 0.80)}),
+        _coverage_night({"H100": (400, 0.80)}),
+    ]
+    busy = monitoring_summary(nights)["coverage_80_by_busy_type"]
+    assert busy["floor"] == COVERAGE_BAND[0]
+    # the T4's quiet night (100 attempts) is left out of its figures
+    assert busy["types"]["T4"] == pytest.approx({
+        "nights": 1, "pooled": 0.80, "lowest": 0.80, "nights_under_floor": 0,
+        "nights_under_floor_by_chance": busy["types"]["T4"]["nights_under_floor_by_chance"],
+    })  # fmt: skip
+    h100 = busy["types"]["H100"]
+    assert h100["nights"] == 3 and h100["nights_under_floor"] == 1
+    assert h100["pooled"] == pytest.approx((400 * 0.70 + 200 * 0.85 + 400 * 0.80) / 1000)
+    assert h100["lowest"] == 0.70
+    # by chance: a night of n attempts is under the floor when fewer than 0.75 n were covered
+    t4_by_chance = binom.cdf(187, 250, 0.8)
+    assert busy["types"]["T4"]["nights_under_floor_by_chance"] == pytest.approx(t4_by_chance)
+    h100_by_chance = 2 * binom.cdf(299, 400, 0.8) + binom.cdf(149, 200, 0.8)
+    assert h100["nights_under_floor_by_chance"] == pytest.approx(h100_by_chance)
+    assert binom.cdf(299, 400, 0.8) < binom.cdf(149, 200, 0.8)  # more attempts, less chance
+    assert busy["all_nights_at_floor_by_chance"] == pytest.approx(
+        (1 - t4_by_chance) * (1 - binom.cdf(299, 400, 0.8)) ** 2 * (1 - binom.cdf(149, 200, 0.8))
+    )

@@ -34,6 +34,7 @@ from leap_pipeline.orchestration.resources import (
 )
 from leap_pipeline.settings import RegistrySettings
 from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.intervals import COVERAGE_BAND
 from leap_serving.model import ModelArtifactError, load_registered
 from leap_serving.publish import PublicationError, verify_folder
 
@@ -222,10 +223,6 @@ def drift_check(day: dt.date, drift: list[dict] | None) -> dg.AssetCheckResult:
             "psi_by_feature": table_metadata(drift),
         },
     )
-
-
-# the newest night's interval coverage must stay within this band around its 80% level
-COVERAGE_BAND = (0.75, 0.85)
 
 
 def interval_check(day: dt.date, intervals: dict | None) -> dg.AssetCheckResult:

@@ -193,13 +193,27 @@ def _monitoring_lines(summary: dict) -> list[str]:
     name = next((k for k in summary if k.startswith("coverage_") and k.endswith("_median")), None)
     if name is not None:
         low, high = summary[name.replace("_median", "_range")]
-        lowest = summary[name.replace("_median", "_lowest_by_busy_type")]
+        busy = summary[name.replace("_median", "_by_busy_type")]
         lines += [
             "",
             "## Interval coverage over the nights",
             "",
             f"- median {_pct(summary[name])} (range {_pct(low)} - {_pct(high)})",
-            f"- lowest night per hardware type with {BUSY_TYPE_ATTEMPTS} attempts or more that "
-            "night: " + (", ".join(f"{t} {_pct(c)}" for t, c in sorted(lowest.items())) or "none"),
+            f"- each hardware type on its nights with {BUSY_TYPE_ATTEMPTS} attempts or more: "
+            f"pooled coverage, lowest night, nights under {_pct(busy['floor'])} (and how many "
+            "exact calibration would give by chance)",
+            "",
+            "| hardware type | nights | pooled | lowest | under the floor (by chance) |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {t} | {g['nights']} | {_pct(g['pooled'])} | {_pct(g['lowest'])} | "
+            f"{g['nights_under_floor']} ({g['nights_under_floor_by_chance']:.1f}) |"
+            for t, g in busy["types"].items()
+        ]
+        lines += [
+            "",
+            "With exactly calibrated intervals, the chance that no busy type's night falls under "
+            f"the floor: {_pct(busy['all_nights_at_floor_by_chance'])}.",
         ]
     return lines
