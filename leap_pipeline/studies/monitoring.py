@@ -15,7 +15,7 @@ import numpy as np
 from scipy.stats import binom, spearmanr
 
 from leap_pipeline.modeling import routing
-from leap_serving.intervals import COVERAGE_BAND, coverage_name
+from leap_serving.intervals import COVERAGE_BAND, LEVEL, coverage_name
 
 # a hardware type's coverage is held to the floor on nights it had at least this many attempts
 BUSY_TYPE_ATTEMPTS = 200
@@ -58,7 +58,7 @@ def monitoring_summary(per_night: list[dict]) -> dict:
         shares = [n[name] for n in per_night if name in n]
         out[f"{name}_median"] = float(np.median(shares))
         out[f"{name}_range"] = [min(shares), max(shares)]
-        level = next(n["interval_level"] for n in per_night if "interval_level" in n)
+        level = next((n["interval_level"] for n in per_night if "interval_level" in n), LEVEL)
         out[f"{name}_by_busy_type"] = busy_type_coverage(per_night, level)
     replays = [n["routing"] for n in per_night if "routing" in n]
     if replays:
@@ -107,9 +107,9 @@ def busy_type_coverage(per_night: list[dict], level: float) -> dict:
     """Each hardware type's coverage over the nights it had ``BUSY_TYPE_ATTEMPTS`` attempts or
     more: pooled over those nights, its lowest night, and how many nights fell under the band's
     floor beside how many would from sampling alone were the intervals exactly calibrated (a
-    type with 200 attempts covers 80% +- 2.8 points a night by chance). ``all_nights_at_floor``
-    is the chance that no busy type's night falls under the floor with exact calibration: the
-    reason a per-night floor is judged against sampling, not as a bar every night must clear.
+    type with 200 attempts covers 80% +- 2.8 points a night by chance). With exact calibration,
+    ``all_nights_at_floor_by_chance`` is the chance that no busy type's night falls under the
+    floor: why a per-night floor is judged against sampling, not as a bar every night clears.
     """
     floor = COVERAGE_BAND[0]
     nights: dict[str, list[tuple[int, float]]] = {}
