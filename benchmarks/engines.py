@@ -4,21 +4,21 @@ The same window as ``train_cascade.py`` (the simulated fleet's 30 days before ``
 its benchmark warehouse), the night's model: one regressor of ln throughput under the absolute
 (L1) loss, 255 leaves, rate 0.03, up to 3,000 trees, early-stopped after 20 rounds without
 improvement on the window's last day (``selection.validation_rows``), as ``fit_models`` trains
-it. Engines: scikit-learn's HistGradientBoostingRegressor (what the night uses), LightGBM
-(``objective="l1"``, leaf-wise) and XGBoost (``hist``, ``grow_policy="lossguide"``,
-``objective="reg:absoluteerror"``), each on ``--threads`` threads and in its own process, so
-each one's peak memory is its own.
+it. Engines: scikit-learn's HistGradientBoostingRegressor, LightGBM (the night's own booster,
+``leap_serving.boosters.GBDTRegressor``: ``objective="regression_l1"``, leaf-wise) and XGBoost
+(``hist``, ``grow_policy="lossguide"``, ``objective="reg:absoluteerror"``), each on
+``--threads`` threads and in its own process, so each one's peak memory is its own.
 
 Per engine: ``fit_s``, ``trees`` kept, ``w20`` on day D, ``peak_rss_mb`` (the process, data
 included; ``data_rss_mb`` is the same process before the fit), ``model_mb`` in the engine's
 own file format (scikit-learn: skops, as MLflow stores it; LightGBM: its text model; XGBoost:
 its JSON), and ``rank_p50_ms``/``rank_p99_ms``: the engine's own ``predict`` of 20 rows of day D
-at a time over distinct launches. For scikit-learn, ``walker_p50_ms``/``walker_p99_ms`` are the
-same rows through our compiled walker (``leap_serving.trees``), which reads scikit-learn's trees
-only.
+at a time over distinct launches. For LightGBM, ``walker_p50_ms``/``walker_p99_ms`` are the
+same rows through our compiled walker (``leap_serving.trees``), which reads LightGBM's text
+model, and ``walker_equal`` whether it gives LightGBM's values.
 
-LightGBM and XGBoost are not dependencies of the project: ``pip install -e .[engines]`` to run
-them here; an engine that is not installed is reported as such.
+XGBoost is not a dependency of the project: ``pip install -e .[engines]`` to run it here; an
+engine that is not installed is reported as such.
 
 Run: python benchmarks/engines.py [--scale 1.0] [--engines sklearn,lightgbm,xgboost]
      [--threads 2] [--max-iter 3000] [--json]
@@ -88,28 +88,27 @@ def night_rows(scale: float, day: dt.date, warehouse: str) -> dict[str, np.ndarr
 
 
 def _fit_sklearn(X, y, validation, params, threads):
+    from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
-    from leap_serving.cascade import BinnedCascade, fit_booster
+    from leap_serving.cascade import fit_booster
 
-    estimator = BinnedCascade(**params, n_bins=1)._expert()
+    estimator = HistGradientBoostingRegressor(
+        loss="absolute_error", max_iter=params["max_iter"],
+        max_leaf_nodes=params["max_leaf_nodes"], learning_rate=params["learning_rate"],
+        n_iter_no_change=EARLY_STOPPING_ROUNDS, random_state=0,
+    )  # fmt: skip
     with threadpool_limits(threads):
         model = fit_booster(estimator, X, y, validation=validation)
     return model, int(model.n_iter_)
 
 
 def _fit_lightgbm(X, y, validation, params, threads):
-    import lightgbm as lgb
+    from leap_serving.cascade import BinnedCascade, fit_booster
 
-    model = lgb.LGBMRegressor(
-        objective="l1", n_estimators=params["max_iter"], num_leaves=params["max_leaf_nodes"],
-        learning_rate=params["learning_rate"], max_bin=255, min_child_samples=20, reg_lambda=0.0,
-        n_jobs=threads, random_state=0, verbose=-1,
-    )  # fmt: skip
-    train = ~validation
-    model.fit(X[train], y[train], eval_set=[(X[validation], y[validation])], eval_metric="l1",
-              callbacks=[lgb.early_stopping(EARLY_STOPPING_ROUNDS, verbose=False)])  # fmt: skip
-    return model, int(model.best_iteration_ or model.n_estimators)
+    estimator = BinnedCascade(**params, n_bins=1, n_threads=threads)._expert()
+    model = fit_booster(estimator, X, y, validation=validation)
+    return model, int(model.n_iter_)
 
 
 def _fit_xgboost(X, y, validation, params, threads):
@@ -137,7 +136,7 @@ def _model_mb(engine: str, model) -> float:
 
             sio.dump(model, path)
         elif engine == "lightgbm":
-            model.booster_.save_model(path, num_iteration=model.best_iteration_)
+            path.write_text(model.model_text_)
         else:
             path = path.with_suffix(".json")
             model.save_model(path)
@@ -181,17 +180,18 @@ def run_engine(engine: str, args: argparse.Namespace) -> dict:
         "peak_rss_mb": round(peak_rss_mb()),
         "model_mb": round(_model_mb(engine, model), 2),
     }
-    if engine == "lightgbm":  # predict with the trees early stopping kept, not all it grew
-        own = lambda X: model.predict(X, num_iteration=model.best_iteration_)  # noqa: E731
+    if engine == "lightgbm":  # LightGBM's own predict of the trees the booster kept
+        import lightgbm as lgb
+
+        booster = lgb.Booster(model_str=model.model_text_)
+        own = lambda X: booster.predict(X, raw_score=True, num_threads=args.threads)  # noqa: E731
     else:
         own = model.predict
     with _threads(args.threads):
         latency = _latency(own, rows["X_day"], args.calls)
     result |= {"rank_p50_ms": latency["p50_ms"], "rank_p99_ms": latency["p99_ms"]}
-    if engine == "sklearn":
-        from leap_serving.trees import CompiledForest
-
-        forest = CompiledForest(model)
+    if engine == "lightgbm":
+        forest = model.forest()
 
         def walker(X: np.ndarray) -> np.ndarray:
             return forest.raw_predict(X).ravel()
@@ -199,9 +199,7 @@ def run_engine(engine: str, args: argparse.Namespace) -> dict:
         walker(rows["X_day"][:RANK_ROWS])  # compile outside the timing
         latency = _latency(walker, rows["X_day"], args.calls)
         result |= {"walker_p50_ms": latency["p50_ms"], "walker_p99_ms": latency["p99_ms"]}
-        result["walker_equal"] = bool(
-            np.array_equal(walker(rows["X_day"]), model.predict(rows["X_day"]))
-        )
+        result["walker_equal"] = bool(np.array_equal(walker(rows["X_day"]), own(rows["X_day"])))
     return result
 
 

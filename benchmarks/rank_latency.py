@@ -4,8 +4,8 @@ Trains (once, cached under data/bench-models/) a paper-profile model on a small 
 window unless --model names a model folder, then measures over thousands of calls: ``rank``
 with 8 and 20 candidates (p50, p99), its model time alone (the compiled trees), model load time
 and memory, and the other paths on the same rows: MLflow pyfunc ``predict`` on a data frame (the
-compiled trees, behind pandas frames; ``naive_pyfunc``), and scikit-learn's own ``predict`` of the
-cascade; for 20 candidates, ``rank`` and model time over
+compiled trees, behind pandas frames; ``naive_pyfunc``), and LightGBM's own ``predict`` of the
+cascade's boosters (``naive_lightgbm``); for 20 candidates, ``rank`` and model time over
 96 distinct launches in turn (``distinct_launches_20``: the same job on every call lets the
 CPU learn its path through the trees), and under each gating of the same cascade against the
 path before soft gating (``gating_20``, with each gating's ``rank`` as a ratio of that
@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 
 def rss_mb() -> float:
@@ -48,16 +47,45 @@ def percentiles(samples: list[float]) -> dict[str, float]:
             "p99_ms": round(float(np.percentile(ms, 99)), 3)}  # fmt: skip
 
 
+class LightGBMCascade:
+    """The cascade's prediction through LightGBM's own ``Booster.predict`` on each booster's
+    text: what serving would cost without the compiled walk."""
+
+    def __init__(self, cascade) -> None:
+        import lightgbm as lgb
+
+        self.cascade = cascade
+        self.experts = [lgb.Booster(model_str=e.model_text_) for e in cascade.experts_]
+        classifier = cascade.classifier_
+        self.classifier = (
+            None if classifier is None else lgb.Booster(model_str=classifier.model_text_)
+        )
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        from leap_serving.cascade import bin_probabilities, gate
+
+        c = self.cascade
+        if self.classifier is None:
+            proba = np.ones((len(X), 1))
+        else:
+            raw = self.classifier.predict(X, raw_score=True, num_threads=1)
+            proba = bin_probabilities(raw, c.classifier_.classes_, c.n_bins_, c.temperature_)
+        return c.offset(X) + gate(
+            proba,
+            lambda b, rows: self.experts[b].predict(X[rows], raw_score=True, num_threads=1),
+            c.gating, c.gate_top_k,
+        )  # fmt: skip
+
+
 class PerBinArgmax:
     """The serving path before soft gating (b58483d): the classifier, then, for each bin some
     row chose, that bin's expert on those rows. The baseline each gating is compared with."""
 
     def __init__(self, cascade) -> None:
         from leap_serving.compiled import CompiledCascade
-        from leap_serving.trees import CompiledForest
 
         self.compiled = CompiledCascade(copy.copy(cascade).set_params(gating="argmax"))
-        self.experts = [CompiledForest(expert) for expert in cascade.experts_]
+        self.experts = [expert.forest() for expert in cascade.experts_]
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         X = np.ascontiguousarray(X, dtype=np.float64)
@@ -136,11 +164,14 @@ def paper_model(scale: float, cascade: str) -> Path:
 def truncated(cascade, keep: int):
     """A copy of ``cascade`` whose experts keep their first ``keep`` boosting iterations (what
     early stopping at ``keep`` would have left), the classifier untouched."""
+    from leap_serving.lgb_text import forest_from_text
+
     cut = copy.copy(cascade)
     experts = []
     for expert in cascade.experts_:
         short = copy.copy(expert)
-        short._predictors = expert._predictors[:keep]
+        short.__dict__["_forest"] = forest_from_text(expert.model_text_, keep)
+        short.n_iter_ = min(keep, expert.n_iter_)
         experts.append(short)
     cut.experts_ = experts
     return cut
@@ -161,7 +192,7 @@ def trees_tradeoff(model, matrices: list, calls: int, folder: Path | None) -> li
         with open_warehouse(warehouse, read_only=True) as wh:
             rows = wh.read("feature_table", day, day)
     out = []
-    full = max(len(e._predictors) for e in model.cascade.experts_)
+    full = max(e.n_iter_ for e in model.cascade.experts_)
     for keep in sorted({max(1, round(full * share)) for share in (1, 1 / 2, 1 / 4, 1 / 10)},
                        reverse=True):  # fmt: skip
         cascade = truncated(model.cascade, keep)
@@ -238,13 +269,14 @@ def main() -> None:
         pyfunc = mlflow.pyfunc.load_model(str(path))
         result["naive_load_s"] = round(time.perf_counter() - start, 2)
 
+        lightgbm = LightGBMCascade(model.cascade)
         for n in (8, 20):
             candidates = types[:n]
             assert ranker.rank(job, candidates).reason is None
             rows = expand_candidates(job | {"ds": dt.date.fromisoformat(job["ds"])}, candidates)
             X = launch_features(rows, model.hardware_specs, model.history_index).to_numpy()
             frame = rows.to_pandas()
-            timings = {"rank": [], "model_time": [], "naive_pyfunc": [], "naive_sklearn": []}
+            timings = {"rank": [], "model_time": [], "naive_pyfunc": [], "naive_lightgbm": []}
             for _ in range(args.calls):
                 t = time.perf_counter()
                 ranker.rank(job, candidates)
@@ -257,10 +289,9 @@ def main() -> None:
                 t = time.perf_counter()
                 pyfunc.predict(frame)
                 timings["naive_pyfunc"].append(time.perf_counter() - t)
-                with threadpool_limits(1):
-                    t = time.perf_counter()
-                    model.cascade.predict(X)
-                    timings["naive_sklearn"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                lightgbm.predict(X)
+                timings["naive_lightgbm"].append(time.perf_counter() - t)
             stats = {k: percentiles(v) for k, v in timings.items()}
             stats["speedup_p50_vs_pyfunc"] = round(
                 stats["naive_pyfunc"]["p50_ms"] / stats["rank"]["p50_ms"], 1

@@ -7,8 +7,8 @@ one profile, and scores the models on the evaluation day. ``--serial-baseline`` 
 night's cascade again the slow way (one expert at a time, every row) to compare.
 
 Run: python benchmarks/train_cascade.py [--scale 1.0] [--profile paper] [--n-jobs 2]
-     [--dask local|ADDRESS] [--em-sample 0.25] [--classifier-sample 0.25] [--serial-baseline]
-     [--json]
+     [--dask local|ADDRESS] [--em-sample 0.25] [--classifier-sample 0.25] [--subsample 0.5]
+     [--feature-fraction 0.5] [--serial-baseline] [--json]
 """
 
 import argparse
@@ -88,14 +88,16 @@ def early_stop_trees(scores: np.ndarray, n_iter_no_change: int, tol: float) -> i
 def tree_curve(booster, X: np.ndarray, q: np.ndarray, every: int = 100) -> dict:
     """Where a booster's trees go: its held-out loss and the evaluation day's w20 every
     ``every`` trees, and the trees it would keep under larger early-stopping tolerances."""
-    scores = booster.validation_score_
-    if not len(scores):  # trained without early stopping: no held-out loss was recorded
+    from leap_serving.lgb_text import forest_from_text
+
+    if not len(booster.validation_loss_):  # trained without early stopping: no held-out loss
         return {}
-    trees, w20 = [], []
-    for n, log_q in enumerate(booster.staged_predict(X), 1):
-        if n % every == 0 or n == booster.n_iter_:
-            trees.append(n)
-            w20.append(round(metrics.within(np.exp(log_q), q, 20), 4))
+    scores = np.concatenate([[-np.inf], -booster.validation_loss_])  # none before any tree
+    trees = sorted({*range(every, booster.n_iter_ + 1, every), booster.n_iter_})
+    w20 = []
+    for n in trees:
+        log_q = forest_from_text(booster.model_text_, n).predict_many(X, 2)
+        w20.append(round(metrics.within(np.exp(log_q), q, 20), 4))
     return {
         "trees": trees,
         "validation_loss": [round(-float(scores[n]), 5) for n in trees],
@@ -128,6 +130,15 @@ def main() -> None:
         default=1.0,
         help="share of each bin's rows the bin classifier fits",
     )
+    parser.add_argument("--subsample", type=float, default=None,
+                        help="share of rows each tree of every model grows on (default: the "
+                        "profile's)")  # fmt: skip
+    parser.add_argument(
+        "--feature-fraction",
+        type=float,
+        default=None,
+        help="share of columns each tree grows on (default: the profile's)",
+    )
     parser.add_argument("--serial-baseline", action="store_true",
                         help="also fit the cascade the slow way (one expert at a time, every "
                         "row), in this process, and print the speed-up, its w20 and whether the "
@@ -159,6 +170,9 @@ def main() -> None:
     params = profile_params(args.profile)
     levers = {"n_jobs": args.n_jobs, "em_sample": args.em_sample,
               "classifier_sample": args.classifier_sample}  # fmt: skip
+    for name in ("subsample", "feature_fraction"):
+        if getattr(args, name) is not None:
+            levers[name] = getattr(args, name)
     start = time.perf_counter()
     with progress_on_stderr(), expert_backend(args.dask), TreeMemory() as memory:
         night = fit_models(window, args.day, profile=args.profile, cascade_params=levers)

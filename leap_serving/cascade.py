@@ -4,7 +4,8 @@ Throughput spans six decades, and one regressor under an absolute-error loss spe
 the bulk. The cascade cuts y = ln q into equal-frequency bins, fits one median expert per bin, and
 lets EM move each row to the bin whose expert predicts it best, so bins become groups of rows one
 expert models well rather than slices of y. A classifier learns the bin from the features; a
-prediction is the argmax bin's expert. Plain scikit-learn: no Dagster or MLflow inside.
+prediction is the argmax bin's expert. Every booster is LightGBM's behind scikit-learn's
+estimator conventions (``boosters``): no Dagster or MLflow inside.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from typing import Any, Protocol
 import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.base import BaseEstimator, RegressorMixin, is_classifier
-from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
+from .boosters import GBDTClassifier, GBDTRegressor
 from .features import prior_log_q
-from .trees import CompiledForest
 
 # Work units of a fit, for a caller that reports progress. Measured on a demo night (scale 0.1,
 # fast profile, K = 6): one EM iteration (every expert once on all rows) 14 s, the refit 13 s,
@@ -134,8 +134,8 @@ def fit_booster(
     row without early stopping rather than on a random split.
 
     A column with fewer than ``MIN_PRESENT`` values (or 1% of the rows) is given a constant for
-    the fit: scikit-learn cannot bin a column that is all NaN in the part it trains on, and such
-    a column then holds no split, so predictions do not depend on it. ``sample_weight`` weighs
+    the fit: such a column cannot be binned in the part a fit trains on, and
+    then holds no split, so predictions do not depend on it. ``sample_weight`` weighs
     rows in training and in early stopping alike."""
     present = np.sum(~np.isnan(X), axis=0)
     empty = present < max(MIN_PRESENT, 0.01 * len(X))
@@ -160,11 +160,10 @@ def fit_booster(
     )  # fmt: skip
 
 
-def single_gbdt(profile: str = "fast", random_state: int = 0) -> HistGradientBoostingRegressor:
+def single_gbdt(profile: str = "fast", random_state: int = 0) -> GBDTRegressor:
     """The reference model: one median regressor in log space with the profile's trees."""
     p = profile_params(profile)
-    return HistGradientBoostingRegressor(
-        loss="absolute_error",
+    return GBDTRegressor(
         max_iter=p["max_iter"],
         max_leaf_nodes=p["max_leaf_nodes"],
         learning_rate=p["learning_rate"],
@@ -313,6 +312,9 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
     classifier_sample : float
         Share of each bin's rows the bin classifier trains on (every row of a bin that would
         keep fewer than ``min_bin_rows``). 1.0: all rows (the paper).
+    subsample, feature_fraction : float
+        Share of the rows and of the columns each tree of every booster (experts, classifier)
+        is grown on, drawn anew per tree with the seed (``boosters``). 1.0: all (the paper).
 
     Attributes
     ----------
@@ -361,6 +363,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         n_jobs: int | None = None,
         em_sample: float = 1.0,
         classifier_sample: float = 1.0,
+        subsample: float = 1.0,
+        feature_fraction: float = 1.0,
     ) -> None:
         self.n_bins = n_bins
         self.max_em_iter = max_em_iter
@@ -384,12 +388,13 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         self.n_jobs = n_jobs
         self.em_sample = em_sample
         self.classifier_sample = classifier_sample
+        self.subsample = subsample
+        self.feature_fraction = feature_fraction
 
     # -- fitting ---------------------------------------------------------------------------------
 
-    def _expert(self) -> HistGradientBoostingRegressor:
-        return HistGradientBoostingRegressor(
-            loss="absolute_error",
+    def _expert(self) -> GBDTRegressor:
+        return GBDTRegressor(
             max_iter=self.max_iter,
             max_leaf_nodes=self.max_leaf_nodes,
             learning_rate=self.learning_rate,
@@ -397,6 +402,9 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             validation_fraction=self.validation_fraction,
             n_iter_no_change=self.n_iter_no_change,
             random_state=self.random_state,
+            n_threads=self.n_threads,
+            subsample=self.subsample,
+            feature_fraction=self.feature_fraction,
         )
 
     def _check_params(self, n_rows: int) -> None:
@@ -416,7 +424,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             raise ValueError(f"oof_folds={self.oof_folds!r} must be 0 (off) or at least 2")
         if not 0.0 <= self.expert_overlap <= 1.0:
             raise ValueError(f"expert_overlap={self.expert_overlap!r} must be in [0, 1]")
-        for name in ("em_sample", "classifier_sample"):
+        for name in ("em_sample", "classifier_sample", "subsample", "feature_fraction"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be in (0, 1]")
         if n_rows < self.min_bin_rows:
@@ -455,7 +463,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         progress: FitProgress | None = None,
         step: str = "",
         units: float = EM_ITERATION_UNITS,
-    ) -> list[HistGradientBoostingRegressor | None]:
+    ) -> list[GBDTRegressor | None]:
         """One expert per bin (None for a bin without rows here); with ``overlap``, each also
         trains on its neighbours in level, weighted ``overlap``. Each expert advances
         ``progress`` by its share of ``units``."""
@@ -478,7 +486,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             held_out = None if validation is None else validation[rows]
             fits[b] = delayed(fit_booster)(self._expert(), X[rows], y[rows], held_out, weight)
             shares[b] = units * own.sum() / len(y)
-        experts: list[HistGradientBoostingRegressor | None] = [None] * n_bins
+        experts: list[GBDTRegressor | None] = [None] * n_bins
 
         def what(b: int) -> str:
             return f"{step}expert {b + 1}/{n_bins}" if n_bins > 1 else "fitted"
@@ -486,10 +494,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         if len(fits) == 1:  # nothing to run beside it: the fit gets every thread n_jobs allows
             ((b, (function, args, kwargs)),) = fits.items()  # args[0]: the expert to fit
             prefix = f"{what(b)}, " if n_bins > 1 else step
-            with (
-                threadpool_limits(self._threads()),
-                _rounds(progress, args[0], shares[b], prefix, what(b)),
-            ):
+            args[0].set_params(n_threads=self._threads())
+            with _rounds(progress, args[0], shares[b], prefix, what(b)):
                 experts[b] = function(*args, **kwargs)
             return experts
         done = Parallel(n_jobs=self.n_jobs, return_as="generator")(fits.values())
@@ -508,13 +514,12 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
 
     def _errors(self, experts: list, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Every row's absolute error under every expert (inf for a bin without one), through
-        the packed trees on ``n_jobs`` threads: scikit-learn's predictions, several times
-        faster (docs/changelog.md)."""
+        the packed trees on ``n_jobs`` threads."""
         threads = self._threads() or os.cpu_count() or 1
         errors = np.full((len(y), len(experts)), np.inf)
         for b, expert in enumerate(experts):
             if expert is not None:
-                errors[:, b] = np.abs(CompiledForest(expert).predict_many(X, threads) - y)
+                errors[:, b] = np.abs(expert.forest().predict_many(X, threads) - y)
         return errors
 
     def _em_errors(
@@ -693,7 +698,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         validation: np.ndarray | None,
         progress: FitProgress | None = None,
         units: float = 0.0,
-    ) -> HistGradientBoostingClassifier | None:
+    ) -> GBDTClassifier | None:
         """The bin classifier; its rounds advance ``progress`` by ``units`` in all."""
         if n_bins == 1:
             return None  # one bin: nothing to choose
@@ -701,7 +706,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             keep = self._classifier_rows(bins, n_bins)
             X, bins = X[keep], bins[keep]
             validation = None if validation is None else validation[keep]
-        classifier = HistGradientBoostingClassifier(
+        classifier = GBDTClassifier(
             max_iter=self.classifier_max_iter,
             max_leaf_nodes=self.classifier_max_leaf_nodes,
             learning_rate=self.classifier_learning_rate,
@@ -709,11 +714,11 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             validation_fraction=self.validation_fraction,
             n_iter_no_change=self.n_iter_no_change,
             random_state=self.random_state,
+            n_threads=self._threads(),
+            subsample=self.subsample,
+            feature_fraction=self.feature_fraction,
         )
-        with (
-            threadpool_limits(self._threads()),
-            _rounds(progress, classifier, units, "bin classifier, ", "bin classifier"),
-        ):
+        with _rounds(progress, classifier, units, "bin classifier, ", "bin classifier"):
             return fit_booster(classifier, X, bins, validation)
 
     def _classifier_rows(self, bins: np.ndarray, n_bins: int) -> np.ndarray:
@@ -748,8 +753,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, ensure_all_finite="allow-nan", dtype=np.float64)
         if self.classifier_ is None:
             return np.ones((len(X), 1))
-        with threadpool_limits(self.n_threads):
-            raw = self.classifier_.decision_function(X)
+        raw = self.classifier_.decision_function(X)
         classes = self.classifier_.classes_.astype(int)
         return bin_probabilities(raw, classes, self.n_bins_, getattr(self, "temperature_", 1.0))
 
@@ -771,23 +775,9 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         """Predicted ln q, the experts combined by ``gating`` (exponentiate for throughput)."""
         proba = self.predict_proba_bins(X)
         X = np.asarray(X, dtype=np.float64)
-        with threadpool_limits(self.n_threads):
-            return self.offset(X) + gate(
-                proba,
-                lambda b, rows: self.experts_[b].predict(X[rows]),
-                self.gating,
-                self.gate_top_k,
-            )
-
-    def __setstate__(self, state: dict) -> None:
-        # a model saved before gating, out-of-fold EM, calibration, n_jobs and the samples
-        # existed predicts as it did
-        defaults = {"gating": "argmax", "gate_top_k": 3, "oof_folds": 0, "expert_overlap": 0.0,
-                    "residual_on_prior": False, "n_jobs": None, "em_sample": 1.0,
-                    "classifier_sample": 1.0}  # fmt: skip
-        if "classifier_" in state:
-            defaults["temperature_"] = 1.0
-        super().__setstate__(defaults | state)
+        return self.offset(X) + gate(
+            proba, lambda b, rows: self.experts_[b].predict(X[rows]), self.gating, self.gate_top_k
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -1,9 +1,10 @@
 """Exact, compiled evaluation of the cascade's trees for the serving path.
 
-scikit-learn's histogram-GBDT ``predict`` costs about 7 microseconds per tree whatever the batch
-size, and starts an OpenMP pool per call: a paper-profile cascade holds thousands of trees, so one
-ranking of 20 rows would take tens of milliseconds. Here the classifier and the experts walk their
-packed trees (``trees``), and each row walks only the experts its gating needs.
+A library's ``predict`` pays per call and per tree (LightGBM's took 26 ms for 20 rows of the
+paper-scale single GBDT, docs/results.md section 7): a paper-profile cascade holds thousands of
+trees, so one ranking of 20 rows would take tens of milliseconds. Here the classifier and the
+experts walk their packed trees (``trees``), and each row walks only the experts its gating
+needs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from .cascade import BinnedCascade, bin_probabilities, combine, gate_bins
 from .trees import (
     GROUP_ROWS,
     ROW_BLOCK,
-    CompiledForest,
     bit_index,
     group_buffers,
     group_width,
@@ -29,7 +29,7 @@ from .trees import (
 @numba.njit(cache=True, nogil=True)
 def _expert_predict(X, top, nodes, roots, tree_start, tree_end, baseline, width, stack_size):
     """ln q of expert ``top[r, j]`` on row r, walking only that expert's trees, summed in
-    scikit-learn's order (baseline, then tree by tree). A group of rows at a time
+    LightGBM's order (baseline, then tree by tree). A group of rows at a time
     (``trees.walk_group``): each expert's trees are walked once by all the group's rows that
     need it."""
     n_rows, k = top.shape
@@ -101,7 +101,7 @@ class CompiledExperts:
     experts the gating needs."""
 
     def __init__(self, experts: list) -> None:
-        forests = [CompiledForest(e) for e in experts]
+        forests = [e.forest() for e in experts]
         offsets = np.cumsum([0] + [len(f.nodes) for f in forests])[:-1]
         counts = np.array([f.n_trees for f in forests], dtype=np.int64)
         self.nodes = np.concatenate([f.nodes for f in forests])
@@ -136,9 +136,7 @@ class CompiledCascade:
         self.classes = (
             cascade.classifier_.classes_.astype(int) if cascade.classifier_ is not None else None
         )
-        self.classifier = (
-            CompiledForest(cascade.classifier_) if cascade.classifier_ is not None else None
-        )
+        self.classifier = cascade.classifier_.forest() if cascade.classifier_ is not None else None
         self.experts = CompiledExperts(cascade.experts_)
         self.n_bins = len(cascade.experts_)
         self.temperature = getattr(cascade, "temperature_", 1.0)

@@ -1,15 +1,16 @@
 """The published model: what a nightly run ships and what serving loads.
 
-One folder of plain files, stored as the artifacts of one MLflow model: the cascade (skops, never
-pickle), the history snapshot as of the evaluation day and the hardware spec table (Parquet),
-``metadata.json`` with the feature list, the code version, the training window and the novelty
-reference (``novelty.py``), and ``MANIFEST.json`` with the sha256 of each file and the exact
-types the skops file names. The folder is published atomically (``publish.py``).
+One folder of plain files, stored as the artifacts of one MLflow model: the cascade (JSON with
+each booster's trees as LightGBM's text model, ``model_file.py``; never pickle), the history
+snapshot as of the evaluation day and the hardware spec table (Parquet), ``metadata.json`` with
+the feature list, the code version, the training window and the novelty reference
+(``novelty.py``), and ``MANIFEST.json`` with the sha256 of each file. The folder is published
+atomically (``publish.py``).
 
 Loading trusts nothing it is handed: every file must match the manifest (and the hashes recorded
-on the registry version, when it came from the registry), the skops file may name only the types
-its manifest recorded, each of which must be one of ``SKOPS_TYPES`` by exact name, and all of
-this is checked before skops constructs anything. The feature list must be this code's.
+on the registry version, when it came from the registry) before anything is read, and the
+cascade file is read as data only, every field checked, so no file can run code. The feature
+list must be this code's.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .cascade import BinnedCascade
 from .features import FEATURE_COLUMNS, launch_matrix
 from .history import HistoryIndex
 from .intervals import ConformalIntervals
+from .model_file import ModelFileError, dump_model, load_model
 from .novelty import NoveltyReference
 from .publish import PublicationError, publish_folder, verify_files
 from .specs import SpecTable
@@ -34,28 +36,21 @@ if TYPE_CHECKING:  # the compiled walk imports numba: only the callers that walk
     from .compiled import CompiledCascade
 
 ARTIFACTS: dict[str, str] = {
-    "cascade": "cascade.skops",
+    "cascade": "cascade.json",
     "history_snapshot": "history_snapshot.parquet",
     "hardware_specs": "hardware_specs.parquet",
     "metadata": "metadata.json",
     "manifest": "MANIFEST.json",
 }
-# The only types beyond skops' own safe defaults that a published skops file may name, by exact
-# name: a type outside this set is refused before skops constructs anything.
-SKOPS_TYPES: frozenset[str] = frozenset(
-    {
-        "leap_serving.cascade.BinnedCascade",
-        "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
-    }
-)
 
 
 class ModelArtifactError(RuntimeError):
     """An artifact cannot be loaded or does not match this code; the message says which part."""
 
 
-# the libraries whose version changes what a loaded model computes
-MODEL_PACKAGES = ("scikit-learn", "numpy", "skops", "polars")
+# the libraries whose version changes what a loaded model computes (LightGBM only trains: a
+# loaded model's trees are walked from their text, ``trees.py``)
+MODEL_PACKAGES = ("scikit-learn", "numpy", "numba", "polars")
 
 
 def package_versions() -> dict[str, str]:
@@ -114,7 +109,7 @@ class LeapModel:
 
         def write(version: Path) -> dict[str, Any]:
             paths = {name: version / file for name, file in ARTIFACTS.items()}
-            types = dump_skops(self.cascade, paths["cascade"])
+            dump_model(self.cascade, paths["cascade"])
             self.history_snapshot.write_parquet(paths["history_snapshot"])
             self.hardware_specs.write_parquet(paths["hardware_specs"])
             metadata = {
@@ -124,7 +119,7 @@ class LeapModel:
                 **self.metadata,
             }
             paths["metadata"].write_text(json.dumps(metadata, indent=2, sort_keys=True))
-            return {"skops_types": {ARTIFACTS["cascade"]: types}}
+            return None
 
         version = publish_folder(folder, write)
         return {name: str(version / file) for name, file in ARTIFACTS.items()}
@@ -148,7 +143,7 @@ class LeapModel:
         missing = [name for name in ARTIFACTS if not Path(artifacts.get(name, "")).is_file()]
         if missing:
             raise ModelArtifactError(f"model artifact lacks {missing}")
-        manifest = check_artifacts(artifacts, expected_sha256, recorded_by)
+        check_artifacts(artifacts, expected_sha256, recorded_by)
         metadata = json.loads(Path(artifacts["metadata"]).read_text())
         if metadata.get("feature_columns") != list(FEATURE_COLUMNS):
             raise ModelArtifactError(
@@ -156,11 +151,7 @@ class LeapModel:
                 f"(artifact code version {metadata.get('code_version')}, this {code_version()})"
             )
         return cls(
-            cascade=load_skops(
-                artifacts["cascade"],
-                BinnedCascade,
-                manifest.get("skops_types", {}).get(ARTIFACTS["cascade"]),
-            ),
+            cascade=load_cascade(artifacts["cascade"]),
             history_snapshot=pl.read_parquet(artifacts["history_snapshot"]),
             hardware_specs=pl.read_parquet(artifacts["hardware_specs"]),
             metadata=metadata,
@@ -172,8 +163,8 @@ class LeapModel:
         """Predicted throughput, bin and bin probability for launch rows (one per candidate).
 
         ``compiled`` (this model's cascade compiled, as the Ranker and the pyfunc hold it) walks
-        the trees with numba: the same numbers, 20-30x faster for a ranking's rows than
-        scikit-learn's ``predict``, which pays per tree and per call."""
+        a ranking's rows as groups through the trees (``trees.walk_group``); without it each
+        booster walks the rows on its own: the same numbers."""
         X = launch_matrix(launches, self.spec_table, self.history_index)
         if compiled is None:
             bins, probability = self.cascade.predict_bins(X)
@@ -188,6 +179,14 @@ class LeapModel:
                 "history_found": X[:, FEATURE_COLUMNS.index("hist_cold_start")] == 0.0,
             }
         )
+
+
+def load_cascade(path: str | Path) -> BinnedCascade:
+    """The cascade file of a model folder; a refusal is a ``ModelArtifactError`` naming it."""
+    try:
+        return load_model(path, BinnedCascade)
+    except ModelFileError as exc:
+        raise ModelArtifactError(str(exc)) from exc
 
 
 def check_artifacts(
@@ -223,46 +222,6 @@ def check_artifacts(
     except PublicationError as exc:
         raise ModelArtifactError(str(exc)) from exc
     return manifest
-
-
-def dump_skops(obj: Any, path: str | Path) -> list[str]:
-    """Write ``obj`` with skops; returns the exact types beyond skops' defaults the file names,
-    to be recorded in the manifest. Refuses to write a type serving would not load."""
-    import skops.io as sio
-
-    sio.dump(obj, str(path))
-    types = sorted(sio.get_untrusted_types(file=str(path)))
-    unknown = sorted(set(types) - SKOPS_TYPES)
-    if unknown:
-        Path(path).unlink()
-        raise ModelArtifactError(f"{path}: types {unknown} are not in SKOPS_TYPES")
-    return types
-
-
-def load_skops(path: str | Path, expected: type, recorded_types: list[str] | None) -> Any:
-    """Load a skops file that names exactly ``recorded_types`` (the list its manifest kept), all
-    of them in ``SKOPS_TYPES``, and holds an ``expected``. Every check runs before skops
-    constructs an object, so a refused file never runs a call it names."""
-    import skops.io as sio
-
-    path = str(path)
-    if recorded_types is None:
-        raise ModelArtifactError(f"{path}: its manifest records no types; refusing to load it")
-    try:
-        types = sorted(sio.get_untrusted_types(file=path))
-    except Exception as exc:  # a truncated or foreign file: say so, whatever skops raised
-        raise ModelArtifactError(f"{path} cannot be read: {exc}") from exc
-    refused = sorted(set(types) - SKOPS_TYPES)
-    if refused:
-        raise ModelArtifactError(f"{path} names types that are not allowed: {refused}")
-    if types != sorted(recorded_types):
-        raise ModelArtifactError(
-            f"{path} names types {types}, its manifest recorded {sorted(recorded_types)}"
-        )
-    loaded = sio.load(path, trusted=types)
-    if not isinstance(loaded, expected):
-        raise ModelArtifactError(f"{path} holds a {type(loaded).__name__}, not {expected.__name__}")
-    return loaded
 
 
 SHA256_TAG = "artifact_sha256"  # on each registry version: JSON, file name -> sha256

@@ -28,13 +28,14 @@ from .model import LeapModel, ModelArtifactError
 
 # The distributions the model's environment needs, pinned to this environment's versions at
 # log time: every third-party package leap_serving's modules import (mlflow, numba, numpy,
-# polars, scikit-learn, skops, and joblib and threadpoolctl, which cascade.py imports itself),
+# polars, scikit-learn, lightgbm (only to fit: a loaded model's trees are walked from their
+# text), and joblib and threadpoolctl, which cascade.py imports itself),
 # plus two it needs without importing them: pandas (MLflow hands ``predict`` a pandas frame) and
 # pyarrow (polars converts pandas frames through it). tests/test_serving.py checks this against
 # the imports.
 SERVING_DISTRIBUTIONS: tuple[str, ...] = (
-    "mlflow", "numba", "numpy", "polars", "pyarrow", "pandas", "scikit-learn", "skops", "joblib",
-    "threadpoolctl",
+    "mlflow", "numba", "numpy", "polars", "pyarrow", "pandas", "scikit-learn", "lightgbm",
+    "joblib", "threadpoolctl",
 )  # fmt: skip
 # model_config key: file name -> sha256, as the registry version's ``artifact_sha256`` tag
 SHA256_CONFIG = "artifact_sha256"

@@ -316,7 +316,9 @@ def test_a_folder_model_reloads_only_when_its_manifest_changes(served, tmp_path)
     ranker = Ranker(str(folder / "cascade"), check_interval_s=float("inf"), wait=True)
     assert ranker.reload() is False and ranker.reload() is False  # same manifest: no reload
     save_trained(served["models"], folder, *_snapshot_and_specs(served), "fast")
-    assert ranker.reload() is True  # a new publication, even of the same models
+    assert ranker.reload() is False  # published again byte for byte: the same model
+    save_trained(served["models"], folder, *_snapshot_and_specs(served), "paper")
+    assert ranker.reload() is True  # a new publication (its metadata differs)
     assert ranker.stats()["models_loaded"] == 2
 
 
@@ -326,7 +328,7 @@ def test_a_refused_folder_keeps_the_model_being_served(served, tmp_path):
     ranker = Ranker(str(folder / "cascade"), check_interval_s=float("inf"), wait=True)
     job, candidates = _job(served)
     before = ranker.rank(job, candidates)
-    save_trained(served["models"], folder, *_snapshot_and_specs(served), "fast")
+    save_trained(served["models"], folder, *_snapshot_and_specs(served), "paper")
     snapshot = (folder / "cascade").resolve() / "history_snapshot.parquet"
     snapshot.write_bytes(snapshot.read_bytes()[:-10])  # a torn file behind a valid manifest
     assert ranker.reload() is False

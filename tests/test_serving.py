@@ -131,7 +131,7 @@ def test_the_model_ships_leap_serving_and_pins_every_package_it_imports(register
     assert set(python_env["dependencies"]) >= {"-r requirements.txt"}
     distributions = packages_distributions()
     imports = _third_party_imports()
-    assert {"numba", "numpy", "polars", "sklearn", "skops", "mlflow"} <= set(imports)
+    assert {"numba", "numpy", "polars", "sklearn", "lightgbm", "mlflow"} <= set(imports)
     missing = {
         module: files
         for module, files in imports.items()

@@ -8,13 +8,14 @@ import json
 from pathlib import Path
 
 import polars as pl
-from sklearn.ensemble import HistGradientBoostingRegressor
 
 from leap_pipeline.modeling.evaluation_files import write_evaluation_files
 from leap_pipeline.modeling.lookup_table import LookupTable
 from leap_pipeline.modeling.selection import TrainedModels, serving_model
+from leap_serving.boosters import GBDTRegressor
 from leap_serving.cascade import BinnedCascade
-from leap_serving.model import LeapModel, dump_skops, load_skops
+from leap_serving.model import LeapModel
+from leap_serving.model_file import ModelFileError, dump_model, load_model
 from leap_serving.publish import PublicationError, publish_folder, verify_folder
 
 
@@ -49,8 +50,8 @@ def save_trained(
                 "selection": models.selection,
             },
         ).save(version / "cascade")  # fmt: skip
-        types = dump_skops(models.single_gbdt, version / "single_gbdt.skops")
-        cascade_types = dump_skops(models.cascade, version / "cascade_candidate.skops")
+        dump_model(models.single_gbdt, version / "single_gbdt.json")
+        dump_model(models.cascade, version / "cascade_candidate.json")
         models.lookup.entries.write_parquet(version / "lookup_entries.parquet")
         models.model_type_ranks.write_parquet(version / "model_type_ranks.parquet")
         (version / "trained.json").write_text(
@@ -64,12 +65,6 @@ def save_trained(
                 }
             )
         )
-        return {
-            "skops_types": {
-                "single_gbdt.skops": types,
-                "cascade_candidate.skops": cascade_types,
-            }
-        }
 
     publish_folder(folder, write)
 
@@ -96,21 +91,13 @@ def load_trained(folder: Path) -> tuple[TrainedModels, LeapModel]:
         raise FileNotFoundError(f"no trained models in {folder}: materialize cascade_model first")
     folder = folder.resolve()
     try:
-        manifest = verify_folder(folder)
-    except PublicationError as exc:
+        verify_folder(folder)
+        gbdt = load_model(folder / "single_gbdt.json", GBDTRegressor)
+        cascade = load_model(folder / "cascade_candidate.json", BinnedCascade)
+    except (PublicationError, ModelFileError) as exc:
         raise FileNotFoundError(f"{exc}: materialize cascade_model again") from exc
     meta = json.loads((folder / "trained.json").read_text())
     published = LeapModel.load(folder / "cascade")
-    gbdt = load_skops(
-        folder / "single_gbdt.skops",
-        HistGradientBoostingRegressor,
-        manifest.get("skops_types", {}).get("single_gbdt.skops"),
-    )
-    cascade = load_skops(
-        folder / "cascade_candidate.skops",
-        BinnedCascade,
-        manifest.get("skops_types", {}).get("cascade_candidate.skops"),
-    )
     models = TrainedModels(
         cascade=cascade,
         single_gbdt=gbdt,

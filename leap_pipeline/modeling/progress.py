@@ -60,10 +60,9 @@ class BoostingRounds:
     """One fit running in this process as steps of ``progress``: its boosting rounds as it
     goes, then ``done`` when it ends.
 
-    scikit-learn's histogram GBDT takes no callback, so a thread reads how many rounds the
-    estimator holds (its list of fitted predictors, which grows by one a round) every
-    ``ROUNDS_INTERVAL_S`` and advances ``progress`` by their share of ``units``. Reading does
-    not touch the fit: the model is the one a fit without it makes. When the fit ends, the rest
+    The booster counts its rounds as it fits (``rounds_done_``, a callback's count): a thread
+    reads it every ``ROUNDS_INTERVAL_S`` and advances ``progress`` by their share of ``units``,
+    so a report never runs inside the fit's loop. When the fit ends, the rest
     of ``units`` is advanced as ``done`` (early stopping ends a fit before its last round).
     """
 
@@ -93,7 +92,7 @@ class BoostingRounds:
         total = self.estimator.max_iter
         shown = 0
         while not self._stop.wait(ROUNDS_INTERVAL_S):
-            rounds = len(getattr(self.estimator, "_predictors", None) or ())
+            rounds = getattr(self.estimator, "rounds_done_", 0)
             if rounds <= shown or rounds >= total:
                 continue
             share = self.units * (rounds - shown) / total

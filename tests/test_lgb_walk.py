@@ -1,0 +1,137 @@
+"""The compiled walks read LightGBM's text model and give LightGBM's own raw scores, bit for bit;
+the reader refuses a text it does not understand, naming the field."""
+
+from __future__ import annotations
+
+import lightgbm as lgb
+import numpy as np
+import pytest
+
+from leap_serving.boosters import GBDTClassifier, GBDTRegressor
+from leap_serving.compiled import CompiledExperts
+from leap_serving.lgb_text import ZERO_THRESHOLD, ModelTextError, forest_from_text, read_model_text
+
+
+def _data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 6))
+    # missing values meaning "high" in one column and "low" in another, so splits learn to send
+    # them both ways; column 3 has none in training, and zeros
+    X[rng.random(n) < 0.2, 0] = np.nan
+    X[rng.random(n) < 0.2, 1] = np.nan
+    X[rng.random(n) < 0.1, 3] = 0.0
+    y = (np.where(np.isnan(X[:, 0]), 3.0, np.nan_to_num(X[:, 0]))
+         + np.where(np.isnan(X[:, 1]), -3.0, np.nan_to_num(X[:, 1]))
+         + np.where(X[:, 3] == 0.0, 2.0, 0.3 * X[:, 3]) + 0.5 * X[:, 4] * X[:, 5])  # fmt: skip
+    return X, y
+
+
+def _new_rows(n: int, seed: int, thresholds: np.ndarray) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 6))
+    X[rng.random(n) < 0.3] = np.nan  # missing everywhere, also where training had none
+    X[rng.random(n) < 0.3, 0] = np.nan
+    band = [0.0, -0.0, ZERO_THRESHOLD, -ZERO_THRESHOLD, 5e-36, -5e-36, 1e-30, -1e-30]
+    X[: n // 4, 3] = rng.choice(band, n // 4)  # the zero band LightGBM reads as 0.0
+    X[n // 4 : n // 2, 4] = rng.choice(thresholds, n // 2 - n // 4)  # exactly on a split
+    return X
+
+
+def _thresholds(text: str) -> np.ndarray:
+    lines = [line for line in text.splitlines() if line.startswith("threshold=")]
+    return np.array([float(v) for line in lines for v in line[10:].split()])
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X, y = _data(3000, 0)
+    regressor = GBDTRegressor(max_iter=60, max_leaf_nodes=31, early_stopping=False).fit(X, y)
+    binary = GBDTClassifier(max_iter=20, early_stopping=False).fit(X, (y > 0.5).astype(int) * 4)
+    multi = GBDTClassifier(max_iter=20, early_stopping=False).fit(X, np.digitize(y, [-1, 0, 2]))
+    return regressor, binary, multi
+
+
+def test_every_walk_gives_lightgbm_raw_scores_bit_for_bit(fitted):
+    regressor, binary, multi = fitted
+    decisions = {
+        int(v)
+        for line in regressor.model_text_.splitlines()
+        if line.startswith("decision_type=")
+        for v in line[14:].split()
+    }
+    assert {(d >> 2) & 3 for d in decisions} == {0, 2}  # splits with and without missing values
+    assert {d & 2 for d in decisions if (d >> 2) & 3 == 2} == {0, 2}  # NaN sent both ways
+    for model in fitted:
+        booster = lgb.Booster(model_str=model.model_text_)
+        X = _new_rows(5000, 1, _thresholds(model.model_text_))
+        expected = booster.predict(X, raw_score=True).reshape(len(X), -1)
+        forest = forest_from_text(model.model_text_)
+        for threads in (1, 2):
+            assert np.array_equal(forest.raw_predict_many(X, threads), expected)
+        if expected.shape[1] == 1:
+            assert np.array_equal(forest.predict_many(X, 2), expected[:, 0])
+        for n in (1, 2, 20, 64, 65, 130):  # a ranking's rows as groups, a lone row, > 64 rows
+            assert np.array_equal(forest.raw_predict(X[:n]), expected[:n])
+    raw = binary.decision_function(X)
+    assert raw.ndim == 1 and np.array_equal(binary.predict(X), np.where(raw > 0, 4, 0))
+    assert multi.decision_function(X).shape == (len(X), 4)
+
+
+def test_the_experts_walk_gives_each_needed_expert_as_lightgbm_does(fitted):
+    X, y = _data(2000, 2)
+    regressor = fitted[0]
+    other = GBDTRegressor(max_iter=15, early_stopping=False).fit(X, -y)
+    experts = CompiledExperts([regressor, other])
+    rng = np.random.default_rng(3)
+    launch = rng.normal(size=6)
+    for n in (1, 20, 65):
+        rows = np.tile(launch, (n, 1))  # columns shared, as a launch's candidates share them
+        rows[:, 3:] = rng.normal(size=(n, 3))
+        rows[rng.random(n) < 0.3, 0] = np.nan
+        by_expert = np.column_stack(
+            [lgb.Booster(model_str=m.model_text_).predict(rows, raw_score=True)
+             for m in (regressor, other)]
+        )  # fmt: skip
+        top = rng.integers(0, 2, size=(n, 1))
+        top = np.hstack([top, 1 - top, top])  # both, in either order, one named twice
+        expected = np.take_along_axis(by_expert, top, axis=1)
+        assert np.array_equal(experts.predict(rows, top), expected)
+        assert np.array_equal(experts.predict_many(rows, top, 2), expected)
+
+
+def test_the_reader_refuses_what_it_does_not_understand(fitted):
+    text = fitted[0].model_text_
+    trees, per_iteration, n_features = read_model_text(text)
+    assert (len(trees), per_iteration, n_features) == (60, 1, 6)
+    line = next(x for x in text.splitlines() if x.startswith("decision_type="))
+    first = int(line[14:].split()[0])
+    cases = {
+        "version": text.replace("version=v4", "version=v5", 1),
+        "categorical": text.replace(line, line.replace(f"={first}", f"={first | 1}", 1), 1),
+        "zero-as-missing": text.replace(
+            line, line.replace(f"={first}", f"={(first & ~12) | 4}", 1), 1
+        ),
+        "truncated": text[: len(text) // 2],
+        "leaf_value": text.replace("leaf_value=", "leaf_value=1 ", 1),
+        "Tree=": text.replace("Tree=1\n", "Tree=7\n", 1),
+        "left_child": text.replace("left_child=", "left_child=0 ", 1),
+    }
+    split_line = next(x for x in text.splitlines() if x.startswith("split_feature="))
+    cases["split_feature"] = text.replace(split_line, "split_feature=99" + split_line[16:], 1)
+    for name, bad in cases.items():
+        with pytest.raises(ModelTextError):
+            read_model_text(bad)
+        assert bad != text, name
+
+
+def test_boosters_early_stop_on_the_held_out_rows():
+    X, y = _data(3000, 4)
+    rng = np.random.default_rng(4)
+    y_noise = rng.normal(size=3000)  # nothing to learn: the held-out loss stops improving
+    model = GBDTRegressor(max_iter=500, learning_rate=0.3).fit(
+        X[:2500], y_noise[:2500], X_val=X[2500:], y_val=y_noise[2500:]
+    )
+    assert model.n_iter_ < 100
+    assert len(read_model_text(model.model_text_)[0]) == model.n_iter_
+    full = GBDTRegressor(max_iter=40, early_stopping=False).fit(X, y)
+    assert full.n_iter_ == 40
