@@ -44,6 +44,10 @@ ARTIFACTS: dict[str, str] = {
 }
 
 
+# what an earlier leap called the cascade file (scikit-learn trees through skops)
+LEGACY_CASCADE = "cascade.skops"
+
+
 class ModelArtifactError(RuntimeError):
     """An artifact cannot be loaded or does not match this code; the message says which part."""
 
@@ -204,6 +208,12 @@ def check_artifacts(
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelArtifactError(f"{manifest_path} cannot be read: {exc}") from exc
     names = {ARTIFACTS[k] for k in ARTIFACTS if k != "manifest"}
+    if isinstance(recorded, dict) and LEGACY_CASCADE in recorded:
+        raise ModelArtifactError(
+            f"{manifest_path.parent} holds a model saved in the skops format of an earlier leap, "
+            "which this version does not read: train a night again (the latest day's "
+            "cascade_model) to publish one it serves"
+        )
     if not isinstance(recorded, dict) or set(recorded) != names:
         raise ModelArtifactError(
             f"{manifest_path} records files {recorded!r}, a model has {sorted(names)}"

@@ -19,7 +19,7 @@ from leap_pipeline.simulation import SimulatedFleet
 from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS
 from leap_serving.history import SNAPSHOT_SCHEMA
-from leap_serving.model import SHA256_TAG, LeapModel, ModelArtifactError
+from leap_serving.model import ARTIFACTS, SHA256_TAG, LeapModel, ModelArtifactError
 from leap_serving.publish import MANIFEST, sha256_file
 from leap_serving.ranking import Ranker
 
@@ -130,6 +130,21 @@ def test_a_folder_without_its_manifest_is_refused(model, tmp_path):
     (folder.resolve() / MANIFEST).unlink()
     with pytest.raises(ModelArtifactError, match="lacks"):
         LeapModel.load(folder)
+
+
+def test_a_model_of_the_earlier_skops_format_is_refused_saying_how_to_replace_it(model, tmp_path):
+    folder = tmp_path / "model"
+    model.save(folder)
+    real = folder.resolve()
+    (real / "cascade.json").rename(real / "cascade.skops")
+    manifest = json.loads((real / MANIFEST).read_text())
+    manifest["files"]["cascade.skops"] = manifest["files"].pop("cascade.json")
+    (real / MANIFEST).write_text(json.dumps(manifest))
+    artifacts = {"cascade": str(real / "cascade.skops")} | {
+        k: str(real / f) for k, f in ARTIFACTS.items() if k != "cascade"
+    }
+    with pytest.raises(ModelArtifactError, match=r"skops format of an earlier leap.*train a night"):
+        LeapModel.load(artifacts)
 
 
 def test_saving_records_every_hash(model, tmp_path):
