@@ -103,7 +103,7 @@ class _Booster(BaseEstimator):
             if sample_weight is not None:
                 sample_weight, sample_weight_val = parts[4:]
         params = self._params(n_classes)
-        train = lgb.Dataset(X, y, weight=sample_weight, params={"max_bin": 255}, free_raw_data=True)
+        train = lgb.Dataset(X, y, weight=sample_weight, params=params, free_raw_data=True)
         self.rounds_done_ = 0
 
         def count(env) -> None:  # rounds so far, for a caller that shows progress
