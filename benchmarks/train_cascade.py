@@ -27,6 +27,7 @@ import polars as pl
 from leap_pipeline.app.cli import progress_on_stderr
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.modeling.night_store import save_trained
 from leap_pipeline.modeling.parallel import expert_backend
 from leap_pipeline.modeling.selection import fit_models, training_window, validation_rows
 from leap_pipeline.orchestration.definitions import materialize_days
@@ -109,6 +110,19 @@ def tree_curve(booster, X: np.ndarray, q: np.ndarray, every: int = 100) -> dict:
     }
 
 
+def save_night(night, folder: Path, warehouse: Path, day: dt.date, profile: str) -> None:
+    """The night's models as the pipeline publishes them, with day D's history snapshot and
+    spec table, and the warehouse linked beside them (rank_latency scores the trees it keeps)."""
+    with open_warehouse(warehouse, read_only=True) as wh:
+        snapshot = wh.read("history_snapshot", day, day).drop("ds")
+        specs = wh.read("hardware_specs", day, day).drop("ds")
+    save_trained(night, folder / "night", snapshot, specs, profile)
+    link = folder / "leap.duckdb"
+    if not link.exists():
+        link.symlink_to(warehouse.resolve())
+    print(f"saved the night's models under {folder / 'night'}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0)
@@ -139,10 +153,20 @@ def main() -> None:
         default=None,
         help="share of columns each tree grows on (default: the profile's)",
     )
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help="every regressor's learning rate (default: the profile's)",
+    )
     parser.add_argument("--serial-baseline", action="store_true",
                         help="also fit the cascade the slow way (one expert at a time, every "
                         "row), in this process, and print the speed-up, its w20 and whether the "
                         "models are identical")  # fmt: skip
+    parser.add_argument("--save", default="", help="publish the night's models under "
+                        "SAVE/night (the published model in SAVE/night/cascade, for "
+                        "rank_latency.py --model) beside a link SAVE/leap.duckdb to the "
+                        "warehouse")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     warehouse = Path(args.warehouse or f"data/bench-{args.scale}.duckdb")
@@ -170,7 +194,7 @@ def main() -> None:
     params = profile_params(args.profile)
     levers = {"n_jobs": args.n_jobs, "em_sample": args.em_sample,
               "classifier_sample": args.classifier_sample}  # fmt: skip
-    for name in ("subsample", "feature_fraction"):
+    for name in ("subsample", "feature_fraction", "learning_rate"):
         if getattr(args, name) is not None:
             levers[name] = getattr(args, name)
     start = time.perf_counter()
@@ -223,6 +247,8 @@ def main() -> None:
         "dask": args.dask,
         **baseline,
     }
+    if args.save:
+        save_night(night, Path(args.save), warehouse, args.day, args.profile)
     if args.json:
         print(json.dumps(result))
     else:
