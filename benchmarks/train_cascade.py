@@ -8,7 +8,7 @@ night's cascade again the slow way (one expert at a time, every row) to compare.
 
 Run: python benchmarks/train_cascade.py [--scale 1.0] [--profile paper] [--n-jobs 2]
      [--dask local|ADDRESS] [--em-sample 0.25] [--classifier-sample 0.25] [--subsample 0.5]
-     [--feature-fraction 0.5] [--serial-baseline] [--json]
+     [--feature-fraction 0.5] [--learning-rate 0.1] [--serial-baseline] [--save DIR] [--json]
 """
 
 import argparse
