@@ -117,9 +117,9 @@ def save_night(night, folder: Path, warehouse: Path, day: dt.date, profile: str)
         snapshot = wh.read("history_snapshot", day, day).drop("ds")
         specs = wh.read("hardware_specs", day, day).drop("ds")
     save_trained(night, folder / "night", snapshot, specs, profile)
-    link = folder / "leap.duckdb"
-    if not link.exists():
-        link.symlink_to(warehouse.resolve())
+    link = folder / "leap.duckdb"  # replaced: a link left by a run on another warehouse
+    link.unlink(missing_ok=True)
+    link.symlink_to(warehouse.resolve())
     print(f"saved the night's models under {folder / 'night'}", file=sys.stderr)
 
 
