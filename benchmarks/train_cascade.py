@@ -6,9 +6,12 @@ the single GBDT on the prior, the lookup table and the selection) on the 30 days
 one profile, and scores the models on the evaluation day. ``--serial-baseline`` then fits the
 night's cascade again the slow way (one expert at a time, every row) to compare.
 
-Run: python benchmarks/train_cascade.py [--scale 1.0] [--profile paper] [--n-jobs 2]
-     [--dask local|ADDRESS] [--em-sample 0.25] [--classifier-sample 0.25] [--subsample 0.5]
-     [--feature-fraction 0.5] [--learning-rate 0.1] [--serial-baseline] [--save DIR] [--json]
+Run: python benchmarks/train_cascade.py [--scale 1.0] [--profile paper] [--n-jobs -1]
+     [--dask local|ADDRESS] [--em-sample 0.3] [--classifier-sample 0.3] [--subsample 0.5]
+     [--feature-fraction 0.5] [--learning-rate 0.1] [--early-stopping-tol 1e-5]
+     [--serial-baseline] [--save DIR] [--json]
+
+A lever left out takes the profile's value; the JSON names every value the night used.
 """
 
 import argparse
@@ -35,6 +38,10 @@ from leap_pipeline.simulation import SPAN_START
 from leap_serving import metrics
 from leap_serving.cascade import BinnedCascade, profile_params
 from leap_serving.features import FEATURE_COLUMNS
+
+# the speed levers a run may set, each reported with the value the night used
+LEVERS = ("em_sample", "classifier_sample", "subsample", "feature_fraction", "learning_rate",
+          "early_stopping_tol")  # fmt: skip
 
 
 def peak_rss_mb() -> float:
@@ -129,20 +136,22 @@ def main() -> None:
     parser.add_argument("--profile", default="paper", choices=("paper", "fast"))
     parser.add_argument("--day", type=dt.date.fromisoformat, default=SPAN_START + dt.timedelta(31))
     parser.add_argument("--warehouse", default="", help="default: data/bench-<scale>.duckdb")
-    parser.add_argument("--n-jobs", type=int, default=1, help="experts fitted at once (joblib)")
+    parser.add_argument("--n-jobs", type=int, default=-1, help="experts fitted at once (joblib; "
+                        "-1: one per core); with two or more, the single GBDTs fit side by "
+                        "side")  # fmt: skip
     parser.add_argument("--dask", default="", help="fit the experts on this Dask scheduler "
                         "address, or 'local' for a cluster on this machine")  # fmt: skip
     parser.add_argument(
         "--em-sample",
         type=float,
-        default=1.0,
-        help="share of rows the experts fit during EM (the refit uses all)",
+        default=None,
+        help="share of rows the experts fit during EM, the refit uses all (default: the profile's)",
     )
     parser.add_argument(
         "--classifier-sample",
         type=float,
-        default=1.0,
-        help="share of each bin's rows the bin classifier fits",
+        default=None,
+        help="share of each bin's rows the bin classifier fits (default: the profile's)",
     )
     parser.add_argument("--subsample", type=float, default=None,
                         help="share of rows each tree of every model grows on (default: the "
@@ -158,6 +167,13 @@ def main() -> None:
         type=float,
         default=None,
         help="every regressor's learning rate (default: the profile's)",
+    )
+    parser.add_argument(
+        "--early-stopping-tol",
+        type=float,
+        default=None,
+        help="an expert stops once 20 rounds gain less held-out error than this (default: "
+        "the profile's)",
     )
     parser.add_argument("--serial-baseline", action="store_true",
                         help="also fit the cascade the slow way (one expert at a time, every "
@@ -192,9 +208,8 @@ def main() -> None:
     X_day, q_day = held_out.select(FEATURE_COLUMNS).to_numpy(), held_out["throughput"].to_numpy()
 
     params = profile_params(args.profile)
-    levers = {"n_jobs": args.n_jobs, "em_sample": args.em_sample,
-              "classifier_sample": args.classifier_sample}  # fmt: skip
-    for name in ("subsample", "feature_fraction", "learning_rate"):
+    levers = {"n_jobs": args.n_jobs}
+    for name in LEVERS:
         if getattr(args, name) is not None:
             levers[name] = getattr(args, name)
     start = time.perf_counter()
@@ -211,7 +226,8 @@ def main() -> None:
         training = window.filter(pl.col("ds") < window["ds"].max())
         X, y = training.select(FEATURE_COLUMNS).to_numpy(), training["log_q"].to_numpy()
         start = time.perf_counter()
-        serial = BinnedCascade(**params, n_jobs=1).fit(X, y, validation=validation_rows(training))
+        slow = params | {"n_jobs": 1, "em_sample": 1.0, "classifier_sample": 1.0}
+        serial = BinnedCascade(**slow).fit(X, y, validation=validation_rows(training))
         serial_s = time.perf_counter() - start
         baseline = {
             "serial_wall_s": round(serial_s, 1),
@@ -243,7 +259,8 @@ def main() -> None:
         "w20_single_gbdt": w20(night.single_gbdt),
         "w20_published": w20(night.published),
         "single_gbdt_curve": tree_curve(night.single_gbdt, X_day, q_day),
-        **levers,
+        **{k: cascade.get_params()[k] for k in LEVERS},  # the values the night used
+        "n_jobs": args.n_jobs,
         "dask": args.dask,
         **baseline,
     }

@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 
 # scikit-learn's histogram GBDT defaults, which the night was tuned with: 255 bins, 20 rows
 # a leaf at least, no L2 penalty, early stopping when 20 rounds improve the held-out loss by
-# less than this
+# less than this (a booster's ``early_stopping_tol``; the paper profile sets a larger one)
 EARLY_STOPPING_TOL = 1e-7
 _FIXED = {
     "max_bin": 255,
@@ -55,6 +55,7 @@ class _Booster(BaseEstimator):
         n_threads: int | None = None,
         subsample: float = 1.0,
         feature_fraction: float = 1.0,
+        early_stopping_tol: float = EARLY_STOPPING_TOL,
     ) -> None:
         self.max_iter = max_iter
         self.max_leaf_nodes = max_leaf_nodes
@@ -66,6 +67,7 @@ class _Booster(BaseEstimator):
         self.n_threads = n_threads
         self.subsample = subsample
         self.feature_fraction = feature_fraction
+        self.early_stopping_tol = early_stopping_tol
 
     def _params(self, n_classes: int) -> dict[str, Any]:
         objective = self._objective
@@ -117,7 +119,7 @@ class _Booster(BaseEstimator):
             valid_sets = [train.create_valid(X_val, y_val, weight=sample_weight_val)]
             stop = lgb.early_stopping(
                 self.n_iter_no_change, first_metric_only=True, verbose=False,
-                min_delta=EARLY_STOPPING_TOL,
+                min_delta=self.early_stopping_tol,
             )  # fmt: skip
             callbacks += [stop, lgb.record_evaluation(evaluations)]
         booster = lgb.train(

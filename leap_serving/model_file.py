@@ -48,8 +48,15 @@ def booster_dict(booster: GBDTRegressor | GBDTClassifier) -> dict[str, Any]:
     }
 
 
+# fitting settings added after FORMAT_VERSION 1 was written: a file saved before them lacks
+# them and loads with their default (they change how a model fits, not what it predicts)
+_LATER_PARAMS = frozenset({"early_stopping_tol"})
+
+
 def _params(cls: type, params: Any, where: str) -> dict[str, Any]:
     expected = cls().get_params()
+    if isinstance(params, dict) and set(expected) - set(params) <= _LATER_PARAMS:
+        params = {**{k: expected[k] for k in _LATER_PARAMS if k in expected}, **params}
     if not isinstance(params, dict) or set(params) != set(expected):
         keys = sorted(params) if isinstance(params, dict) else params
         raise ModelFileError(f"{where}: params {keys!r}, a {cls.__name__} has {sorted(expected)}")

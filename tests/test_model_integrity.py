@@ -57,6 +57,31 @@ def test_a_saved_model_predicts_bit_for_bit_as_before(model, tmp_path):
     assert loaded.cascade.temperature_ == model.cascade.temperature_
 
 
+def test_a_file_saved_before_a_later_fitting_setting_still_loads(model, tmp_path):
+    """A registered model outlives an upgrade: its file lacks ``early_stopping_tol`` (added
+    after the format's version 1) and loads with the default, predicting as before; any
+    other missing parameter is still refused."""
+    folder = tmp_path / "model"
+    model.save(folder)
+    real = folder.resolve()
+    path = real / "cascade.json"
+    cascade = json.loads(path.read_text())
+    for record in [cascade, *cascade["experts"], cascade["classifier"]]:
+        del record["params"]["early_stopping_tol"]
+    path.write_text(json.dumps(cascade))
+    _rewrite_manifest(real)
+    loaded = LeapModel.load(folder)
+    X = np.random.default_rng(2).normal(size=(500, len(FEATURE_COLUMNS)))
+    assert np.array_equal(loaded.cascade.predict(X), model.cascade.predict(X))
+    assert loaded.cascade.get_params() == model.cascade.get_params()
+
+    del cascade["params"]["n_bins"]
+    path.write_text(json.dumps(cascade))
+    _rewrite_manifest(real)
+    with pytest.raises(ModelArtifactError, match="n_bins"):
+        LeapModel.load(folder)
+
+
 def _crafted(cascade: dict, case: str) -> str:
     """The field a crafted cascade file changes, after changing it in ``cascade``."""
     expert = cascade["experts"][0]
