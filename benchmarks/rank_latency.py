@@ -178,8 +178,8 @@ def truncated(cascade, keep: int):
 
 
 def trees_tradeoff(model, matrices: list, calls: int, folder: Path | None) -> list[dict]:
-    """Per number of trees kept: trees, w20 on the day after the window (the benchmark's own
-    model: its warehouse holds that day) and the compiled model time of 20 candidates."""
+    """Per number of trees kept: trees, w20 on the day after the window (where ``folder``'s
+    warehouse holds that day) and the compiled model time of 20 candidates."""
     from leap_pipeline.data.warehouse import open_warehouse
     from leap_serving import metrics
     from leap_serving.compiled import CompiledCascade
@@ -374,9 +374,10 @@ def main() -> None:
             k: round(rank[k] / baseline[k], 3) for k in ("p50_ms", "p99_ms")
         }
     if args.cascade == "single":
-        result["trees_tradeoff_20"] = trees_tradeoff(
-            model, matrices, args.calls, None if args.model else folder
-        )
+        # w20 where the model's warehouse lies beside it (the benchmark's own model, or one
+        # saved by ``train_cascade.py --save``)
+        scored = folder if (folder.parents[1] / "leap.duckdb").exists() else None
+        result["trees_tradeoff_20"] = trees_tradeoff(model, matrices, args.calls, scored)
     result["rss_mb"] = round(rss_mb())
     if args.json:
         print(json.dumps(result))

@@ -7,8 +7,8 @@ one profile, and scores the models on the evaluation day. ``--serial-baseline`` 
 night's cascade again the slow way (one expert at a time, every row) to compare.
 
 Run: python benchmarks/train_cascade.py [--scale 1.0] [--profile paper] [--n-jobs -1]
-     [--dask local|ADDRESS] [--em-sample 0.3] [--classifier-sample 0.3] [--subsample 0.5]
-     [--feature-fraction 0.5] [--learning-rate 0.1] [--early-stopping-tol 1e-5]
+     [--dask local|ADDRESS] [--em-sample 0.2] [--classifier-sample 0.15] [--subsample 0.5]
+     [--feature-fraction 0.5] [--learning-rate 0.1] [--early-stopping-tol 3e-5]
      [--serial-baseline] [--save DIR] [--json]
 
 A lever left out takes the profile's value; the JSON names every value the night used.

@@ -1,6 +1,5 @@
-"""The experts' fits spread through joblib: in processes here, or on a Dask cluster, and the
-single GBDTs side by side in threads; the night's models are the same as fitted one after
-another."""
+"""The experts' fits spread through joblib: in processes here, or on a Dask cluster, the night's
+models are the same as fitted one after another."""
 
 import datetime as dt
 
@@ -45,33 +44,6 @@ def test_experts_fitted_in_parallel_processes_make_the_same_models(window, one_b
     spread = _predictions(window, n_jobs=2)
     for name, predicted in one_by_one.items():
         np.testing.assert_array_equal(spread[name], predicted, err_msg=name)
-
-
-def test_the_single_gbdts_fit_side_by_side_on_a_thread_each_into_the_same_models(
-    window, one_by_one, monkeypatch
-):
-    import threading
-
-    from leap_pipeline.modeling import selection
-    from leap_serving.cascade import BinnedCascade
-
-    monkeypatch.setattr(selection.os, "cpu_count", lambda: 2)  # two cores on any CI box
-    lone_fits, fit = [], BinnedCascade.fit
-
-    def recording_fit(model, *args, **kwargs):
-        if model.n_bins == 1:
-            lone_fits.append((threading.current_thread().name, model.n_jobs))
-        return fit(model, *args, **kwargs)
-
-    monkeypatch.setattr(BinnedCascade, "fit", recording_fit)
-    models = fit_models(window, NIGHT, profile="quick", cascade_params={"n_jobs": 2})
-    assert len(lone_fits) == 2
-    assert all(name.startswith("leap-single") and n_jobs == 1 for name, n_jobs in lone_fits)
-    assert models.single_gbdt.n_threads == 1  # the booster fitted on one thread
-    assert set(models.seconds) == {"cascade", "single_gbdt", "single_gbdt_prior"}
-    X = window.select(FEATURE_COLUMNS).to_numpy()
-    np.testing.assert_array_equal(models.single_gbdt.predict(X), one_by_one["single_gbdt"])
-    np.testing.assert_array_equal(models.published.predict(X), one_by_one["published"])
 
 
 def test_a_night_on_a_local_dask_cluster_makes_the_same_models(window, one_by_one):

@@ -28,56 +28,27 @@ class Progress:
         self.phase = ""  # what is being fitted, set by the caller before each fit
         self.logger = logger
         self.start = time.perf_counter()
-        self._lock = threading.Lock()  # fits running side by side advance one count
 
     def advance(self, what: str, units: float = 1.0) -> None:
-        with self._lock:
-            self.done = min(self.total, self.done + units)
-            done = self.done
+        self.done = min(self.total, self.done + units)
         if not self.logger.isEnabledFor(logging.INFO):
             return
         elapsed = time.perf_counter() - self.start
-        rest = elapsed * (self.total - done) / done if done > 0 else float("nan")
+        rest = elapsed * (self.total - self.done) / self.done if self.done > 0 else float("nan")
         left = f"about {_duration(rest)} left" if rest == rest else "estimating"
         step = f"{self.phase}: {what}" if self.phase else what
         self.logger.info(
             "%s | %s | %s elapsed, %s (%.0f%%)",
-            self.task, step, _duration(elapsed), left, 100 * done / max(self.total, 1e-9),
-            extra={"leap_finished": done >= self.total * (1 - 1e-9)},
+            self.task, step, _duration(elapsed), left, 100 * self.done / max(self.total, 1e-9),
+            extra={"leap_finished": self.done >= self.total * (1 - 1e-9)},
         )  # fmt: skip
 
     def drop(self, units: float) -> None:
         """Work the estimate counted that will not be done (EM converged early)."""
-        with self._lock:
-            self.total = max(self.done, self.total - units)
+        self.total = max(self.done, self.total - units)
 
     def rounds(self, estimator, units: float, step: str = "", done: str = "") -> BoostingRounds:
         """One fit's boosting rounds as steps of this task (see ``BoostingRounds``)."""
-        return BoostingRounds(self, estimator, units, step, done)
-
-    def part(self, phase: str) -> ProgressPart:
-        """What one of several fits running at once reports through: steps named ``phase``."""
-        return ProgressPart(self, phase)
-
-
-class ProgressPart:
-    """One fit's view of a shared ``Progress``: the same count, its own name in each step."""
-
-    def __init__(self, progress: Progress, phase: str) -> None:
-        self.progress, self.phase = progress, phase
-        self.logger = progress.logger
-
-    @property
-    def done(self) -> float:
-        return self.progress.done
-
-    def advance(self, what: str, units: float = 1.0) -> None:
-        self.progress.advance(f"{self.phase}: {what}", units)
-
-    def drop(self, units: float) -> None:
-        self.progress.drop(units)
-
-    def rounds(self, estimator, units: float, step: str = "", done: str = "") -> BoostingRounds:
         return BoostingRounds(self, estimator, units, step, done)
 
 

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
-from joblib import effective_n_jobs
 
 from leap_pipeline.modeling.lookup_table import HEAD_MODEL_TYPES, LookupTable, build_lookup_table
 from leap_pipeline.modeling.progress import Progress
@@ -81,48 +78,6 @@ def validation_rows(window: pl.DataFrame) -> np.ndarray:
     return (window["ds"] == window["ds"].max()).to_numpy()
 
 
-def fit_night_models(
-    models: dict[str, BinnedCascade],
-    X: np.ndarray,
-    y: np.ndarray,
-    held_out: np.ndarray,
-    progress: Progress,
-) -> dict[str, float]:
-    """Fit the night's models in place; returns each fit's wall seconds.
-
-    The cascade fits first, its experts ``n_jobs`` at once. The single GBDTs (one bin each) are
-    a lone booster apiece: where ``n_jobs`` allows two at once they fit side by side on one
-    thread each, which on 2 cores was 1.1x faster than one after the other on two threads
-    (LightGBM's trees gain less than 2x from a second thread; docs/changelog.md). Each fit is
-    seeded and deterministic, so the models are the same either way."""
-    seconds: dict[str, float] = {}
-
-    def fit(name: str, reporter) -> None:
-        start = time.perf_counter()
-        models[name].fit(X, y, validation=held_out, progress=reporter)
-        seconds[name] = time.perf_counter() - start
-
-    lone = [name for name, model in models.items() if model.n_bins == 1]
-    n_jobs = models[lone[0]].n_jobs if lone else 1
-    side_by_side = len(lone) > 1 and min(effective_n_jobs(n_jobs), os.cpu_count() or 1) > 1
-    for name in models:
-        if not (side_by_side and name in lone):
-            progress.phase = name
-            fit(name, progress)
-    if side_by_side:
-        progress.phase = ""  # each fit names itself in its steps
-        for name in lone:
-            models[name].set_params(n_jobs=1)
-        try:
-            with ThreadPoolExecutor(len(lone), thread_name_prefix="leap-single") as pool:
-                for done in [pool.submit(fit, n, progress.part(n)) for n in lone]:
-                    done.result()
-        finally:
-            for name in lone:  # the settings the night was given, as its records show
-                models[name].set_params(n_jobs=n_jobs)
-    return seconds
-
-
 def fit_models(
     window: pl.DataFrame,
     day: dt.date,
@@ -161,7 +116,12 @@ def fit_models(
             for m in models.values()
         ),
     )
-    seconds = fit_night_models(models, X, y, held_out, progress)
+    seconds = {}
+    for name, model in models.items():
+        start = time.perf_counter()
+        progress.phase = name
+        model.fit(X, y, validation=held_out, progress=progress)
+        seconds[name] = time.perf_counter() - start
     cascade, one_bin, on_prior = models.values()
     selection = select_model(
         cascade,
