@@ -78,10 +78,10 @@ PAPER_CASCADE: dict[str, Any] = {
 # scored as 63 at 0.05 over three nights (49.9% against 49.8% w20) with 14% fewer trees, fitted
 # 3.3x faster and ranked 1.6x faster (benchmarks/classifier_size.py, docs/results.md).
 # ``paper`` keeps the paper's trees (3,000 of 255 leaves) but not its rate 0.03: to fit a night
-# at the paper's scale within 20 minutes on 2 cores it learns at 0.1, stops an expert once 20
-# rounds gain less than 3e-5 of held-out error, runs EM on 20% of the rows (the final experts
-# refit on all) and the classifier on 15% of each bin's; its published w20 stays within a
-# point of the paper's settings (docs/results.md section 3, docs/changelog.md).
+# at the paper's scale in about 22 minutes on 2 cores (1,321 s, from 2,113) it learns at 0.1,
+# stops an expert once 20 rounds gain less than 3e-5 of held-out error, runs EM on 20% of the
+# rows (the final experts refit on all) and the classifier on 15% of each bin's; its published
+# w20 stays within a point of the paper's settings (docs/results.md section 3, changelog).
 PROFILES: dict[str, dict[str, Any]] = {
     "paper": {
         "max_iter": 3000,
