@@ -136,9 +136,8 @@ def main() -> None:
     parser.add_argument("--profile", default="paper", choices=("paper", "fast"))
     parser.add_argument("--day", type=dt.date.fromisoformat, default=SPAN_START + dt.timedelta(31))
     parser.add_argument("--warehouse", default="", help="default: data/bench-<scale>.duckdb")
-    parser.add_argument("--n-jobs", type=int, default=-1, help="experts fitted at once (joblib; "
-                        "-1: one per core); with two or more, the single GBDTs fit side by "
-                        "side")  # fmt: skip
+    parser.add_argument("--n-jobs", type=int, default=-1, help="experts fitted at once, and "
+                        "threads of a lone fit (joblib; -1: one per core)")  # fmt: skip
     parser.add_argument("--dask", default="", help="fit the experts on this Dask scheduler "
                         "address, or 'local' for a cluster on this machine")  # fmt: skip
     parser.add_argument(

@@ -442,6 +442,8 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             raise ValueError(f"oof_folds={self.oof_folds!r} must be 0 (off) or at least 2")
         if not 0.0 <= self.expert_overlap <= 1.0:
             raise ValueError(f"expert_overlap={self.expert_overlap!r} must be in [0, 1]")
+        if not self.early_stopping_tol >= 0.0:
+            raise ValueError(f"early_stopping_tol={self.early_stopping_tol!r} must be >= 0")
         for name in ("em_sample", "classifier_sample", "subsample", "feature_fraction"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be in (0, 1]")

@@ -334,6 +334,7 @@ def test_selection_publishes_the_model_that_wins_on_unseen_rows(make, published)
     ({"expert_overlap": 1.5}, "expert_overlap"),
     ({"em_sample": 0.0}, "em_sample"),
     ({"classifier_sample": 1.5}, "classifier_sample"),
+    ({"early_stopping_tol": -1e-5}, "early_stopping_tol"),
     ({"subsample": 0.0}, "subsample"),
     ({"feature_fraction": 1.2}, "feature_fraction"),
 ])  # fmt: skip
