@@ -177,17 +177,24 @@ def truncated(cascade, keep: int):
     return cut
 
 
-def trees_tradeoff(model, matrices: list, calls: int, folder: Path | None) -> list[dict]:
-    """Per number of trees kept: trees, w20 on the day after the window (where ``folder``'s
-    warehouse holds that day) and the compiled model time of 20 candidates."""
+def warehouse_beside(folder: Path) -> Path | None:
+    """The warehouse a model folder ``ROOT/night/cascade`` lies beside (``ROOT/leap.duckdb``:
+    this benchmark's own model, or one saved by ``train_cascade.py --save``), if there is one."""
+    parents = folder.resolve().parents
+    warehouse = parents[1] / "leap.duckdb" if len(parents) > 1 else None
+    return warehouse if warehouse is not None and warehouse.exists() else None
+
+
+def trees_tradeoff(model, matrices: list, calls: int, warehouse: Path | None) -> list[dict]:
+    """Per number of trees kept: trees, w20 on the day after the window (where a ``warehouse``
+    holds that day) and the compiled model time of 20 candidates."""
     from leap_pipeline.data.warehouse import open_warehouse
     from leap_serving import metrics
     from leap_serving.compiled import CompiledCascade
     from leap_serving.features import FEATURE_COLUMNS
 
     rows = None
-    if folder is not None:
-        warehouse = folder.parents[1] / "leap.duckdb"
+    if warehouse is not None:
         day = model.history_index.last_ds
         with open_warehouse(warehouse, read_only=True) as wh:
             rows = wh.read("feature_table", day, day)
@@ -376,8 +383,9 @@ def main() -> None:
     if args.cascade == "single":
         # w20 where the model's warehouse lies beside it (the benchmark's own model, or one
         # saved by ``train_cascade.py --save``)
-        scored = folder if (folder.parents[1] / "leap.duckdb").exists() else None
-        result["trees_tradeoff_20"] = trees_tradeoff(model, matrices, args.calls, scored)
+        result["trees_tradeoff_20"] = trees_tradeoff(
+            model, matrices, args.calls, warehouse_beside(folder)
+        )
     result["rss_mb"] = round(rss_mb())
     if args.json:
         print(json.dumps(result))

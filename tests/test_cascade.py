@@ -7,7 +7,7 @@ from sklearn.exceptions import NotFittedError
 
 from leap_serving import metrics
 from leap_serving.boosters import EARLY_STOPPING_TOL
-from leap_serving.cascade import N_BINS, PROFILES, BinnedCascade, profile_params
+from leap_serving.cascade import N_BINS, PROFILES, BinnedCascade, profile_params, single_gbdt
 from leap_serving.trees import ROW_BLOCK
 
 SMALL = {"max_iter": 60, "classifier_max_iter": 40, "min_bin_rows": 40}
@@ -55,6 +55,30 @@ def test_sampled_em_scores_only_the_sampled_rows_until_its_last_iteration(monkey
     sampled = int(np.sum(np.random.default_rng(0).random(len(y)) < 0.3))
     assert scored == [sampled, sampled, len(y)]
     assert model.em_iterations_ == 3 and model.bin_rows_.sum() == len(y)
+
+
+def test_a_single_gbdt_is_fitted_once_and_scores_no_training_row(monkeypatch):
+    """One bin: no row can move, so the fit neither scores the training rows (about 30 s a
+    night at full scale) nor refits its expert, not even with an overlap, which one bin lacks."""
+    from leap_serving import cascade
+
+    X, y = _regimes(3000)
+    scored, fitted = [], []
+    errors, fit = BinnedCascade._errors, cascade.fit_booster
+
+    def spy_errors(self, experts, X_scored, y_scored):
+        scored.append(len(y_scored))
+        return errors(self, experts, X_scored, y_scored)
+
+    def spy_fit(estimator, *args, **kwargs):
+        fitted.append(estimator)
+        return fit(estimator, *args, **kwargs)
+
+    monkeypatch.setattr(BinnedCascade, "_errors", spy_errors)
+    monkeypatch.setattr(cascade, "fit_booster", spy_fit)
+    model = BinnedCascade(n_bins=1, max_em_iter=3, expert_overlap=0.5, **SMALL).fit(X, y)
+    assert scored == [] and len(fitted) == 1
+    assert model.experts_[0] is fitted[0]
 
 
 def test_a_lone_fit_takes_the_threads_n_jobs_allows(monkeypatch):
@@ -148,7 +172,10 @@ def test_profiles_are_the_papers_and_a_fast_one():
     assert (paper["max_iter"], paper["max_leaf_nodes"]) == (3000, 255)  # section 2.4's trees
     # ... learning faster than its 0.03 and stopping sooner, for a 20-minute night (the docs)
     assert paper["learning_rate"] > 0.03 and paper["early_stopping_tol"] > EARLY_STOPPING_TOL
-    assert BinnedCascade(**paper).get_params()["em_sample"] == paper["em_sample"] < 1.0
+    params = BinnedCascade(**paper).get_params()
+    assert params["em_sample"] == paper["em_sample"] < 1.0
+    assert params["feature_fraction"] == paper["feature_fraction"] < 1.0
+    assert single_gbdt("paper").get_params()["feature_fraction"] == paper["feature_fraction"]
     with pytest.raises(ValueError, match="profile='huge'"):
         profile_params("huge")
 
