@@ -91,7 +91,7 @@ def early_stop_trees(scores: np.ndarray, n_iter_no_change: int, tol: float) -> i
     ``n_iter_no_change`` rounds after the best and keeps the trees up to it."""
     best, best_trees = -np.inf, 0
     for trees in range(1, len(scores)):
-        if best_trees == 0 or scores[trees] > best + tol:
+        if scores[trees] > best + tol:  # the first round always is: best starts at -inf
             best, best_trees = scores[trees], trees
         elif trees - best_trees >= n_iter_no_change:
             break

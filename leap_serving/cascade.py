@@ -173,8 +173,8 @@ def fit_booster(
 def single_gbdt(profile: str = "fast", random_state: int = 0) -> GBDTRegressor:
     """The reference model: one median regressor in log space with the profile's trees and
     early stopping, built as the night's one-bin cascade builds its expert, on every core."""
-    cascade = BinnedCascade(**profile_params(profile), n_bins=1, random_state=random_state)
-    return cascade.set_params(n_threads=None)._expert()
+    params = profile_params(profile) | {"n_bins": 1, "n_threads": None}
+    return BinnedCascade(**params, random_state=random_state)._expert()
 
 
 GATINGS: tuple[str, ...] = ("argmax", "mean", "median")
