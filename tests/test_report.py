@@ -129,8 +129,10 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     assert all(0.0 <= w <= 1.0 for w in report["nightly_w20"])
     assert report["oracle_w20_median"] > report["nightly_w20_median"]  # the noise ceiling
     assert [a["configuration"] for a in report["ablation"]][-1].startswith("+ binned cascade")
-    # the ladder's last rung and the importance base are the last night's cascade, not a refit
+    # the ladder's top two rungs and the importance base are the last night's single GBDT and
+    # cascade, not refits
     assert report["ablation"][-1]["w20"] == report["nightly_w20"][-1]
+    assert report["ablation"][-2]["w20"] == report["single_gbdt_w20"][-1]
     assert report["importance"]["base_w20"] == report["nightly_w20"][-1]
     assert len(report["published_w20"]) == len(report["single_gbdt_w20"]) == 2
     _check_nightly_selection(report)
@@ -171,6 +173,11 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     assert "flagged novel" in (tmp_path / "reports" / "report.md").read_text()
     # Table 4's hold-outs as decisions: the refitted published model and the rules are scored
     # on the same launches, by the oracle's truth on every candidate
+    # where the time went: every stage timed, within the whole run
+    phases = report["phase_seconds"]
+    assert len(phases["nights"]) == 2 and all(s > 0 for s in phases["nights"])
+    stages = [phases[k] for k in ("landing", "ablation", "importance", "holdouts")]
+    assert sum(stages) + sum(phases["nights"]) <= report["seconds"]
     for key in ("hardware", "family"):
         part = report["holdout_regret"][key]
         # the same value Table 4 held out

@@ -78,6 +78,14 @@ def validation_rows(window: pl.DataFrame) -> np.ndarray:
     return (window["ds"] == window["ds"].max()).to_numpy()
 
 
+def split_window(window: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The night's training rows and its selection day: the window's last day is held out to
+    choose the model to publish, and every model of the night (and every study's refit of one)
+    trains on the days before it."""
+    selection_day = window["ds"].max()
+    return window.filter(pl.col("ds") < selection_day), window.filter(pl.col("ds") == selection_day)
+
+
 def fit_models(
     window: pl.DataFrame,
     day: dt.date,
@@ -95,9 +103,7 @@ def fit_models(
     not refitted: what ships is exactly what the selection scored, at the cost of one day of
     rows, and a refit would double the night's training whenever the cascade wins."""
     check_window(window, day)
-    selection_day = window["ds"].max()
-    training = window.filter(pl.col("ds") < selection_day)
-    selection_rows = window.filter(pl.col("ds") == selection_day)
+    training, selection_rows = split_window(window)
     X = training.select(FEATURE_COLUMNS).to_numpy()
     y = training["log_q"].to_numpy()
     held_out = validation_rows(training)
@@ -130,7 +136,7 @@ def fit_models(
         selection_rows["throughput"].to_numpy(),
         challengers={"single_gbdt_prior": on_prior},
     )
-    selection["selection_day"] = selection_day.isoformat()
+    selection["selection_day"] = selection_rows["ds"].max().isoformat()
     ranks = (
         window.group_by("model_type")
         .len()

@@ -1,9 +1,11 @@
 """The paper's studies of one held-out day: the ablation ladder (Table 2), permutation importance
 (Figure 4) and the hold-outs of a hardware type and a model type (Table 4).
 
-Each takes the night's window, the held-out day's rows and the night's cascade, and refits what it
-varies at the report's profile, so a difference measures the features or the data, never a change
-of tree budget.
+Each takes the night's window, the held-out day's rows and the night's models. What a study refits
+trains on the rows the night's models trained on (``split_window``: the window without its
+selection day) at the night's parameters, so a difference measures the features or the data, never
+a change of tree budget or of training days; and where a rung is one of the night's models, the
+study scores that model rather than fitting it again.
 """
 
 from __future__ import annotations
@@ -12,17 +14,17 @@ import os
 
 import numpy as np
 import polars as pl
+from sklearn.base import clone
 
 from leap_pipeline.modeling.evaluation import novelty_scores
 from leap_pipeline.modeling.progress import Progress
-from leap_pipeline.modeling.selection import validation_rows
+from leap_pipeline.modeling.selection import split_window, validation_rows
 from leap_serving import metrics
 from leap_serving.cascade import (
     SINGLE_GBDT_UNITS,
     BinnedCascade,
     cascade_units,
     fit_booster,
-    profile_params,
     single_gbdt,
 )
 from leap_serving.compiled import CompiledCascade
@@ -30,38 +32,41 @@ from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
 from leap_serving.novelty import NoveltyReference
 
 
-def _holdout_cascade(profile: str) -> BinnedCascade:
-    """A hold-out's cascade, on every core as the nights' are (at scale 1.0 the four fits took
-    42 minutes on one)."""
-    return BinnedCascade(**profile_params(profile), n_jobs=-1)
-
-
 def _w20_log(predicted_log_q: np.ndarray, rows: pl.DataFrame) -> float:
     return metrics.within(np.exp(predicted_log_q), rows["throughput"].to_numpy(), 20)
 
 
 def ablation(
-    window: pl.DataFrame, rows: pl.DataFrame, profile: str, cascade: BinnedCascade
+    window: pl.DataFrame,
+    rows: pl.DataFrame,
+    profile: str,
+    single: object,
+    cascade: BinnedCascade,
 ) -> list[dict]:
-    """Table 2's ladder on one held-out day: add feature groups, then the cascade (``cascade``:
-    the night's model, already fitted on ``window``). Every rung is fitted at the report's profile,
-    so a step up the ladder measures the features or the model, never a change of tree budget."""
+    """Table 2's ladder on one held-out day: add feature groups, then the cascade. The rungs with
+    fewer features are single GBDTs refitted at the report's profile on the night's training
+    rows; the all-feature rung is the night's own single GBDT (``single``) and the last the night's
+    cascade, both fitted on those rows, so the ladder's top two rungs are the night's figures."""
     groups = [
         ("single GBDT: launch config + hardware specs", ("job", "cfg", "hw")),
         ("+ job history", ("job", "cfg", "hw", "hist")),
         ("+ throughput-ratio features", ("job", "cfg", "hw", "hist", "ratio")),
         ("+ architecture features", ("job", "cfg", "hw", "hist", "ratio", "arch")),
     ]
-    y = window["log_q"].to_numpy()
-    held_out = validation_rows(window)
+    training, _ = split_window(window)
+    y = training["log_q"].to_numpy()
+    held_out = validation_rows(training)
+    refitted = [g for g in groups if _columns(g[1]) != list(FEATURE_COLUMNS)]
     ladder = []
-    progress = Progress("ablation ladder", SINGLE_GBDT_UNITS * len(groups))
+    progress = Progress("ablation ladder", SINGLE_GBDT_UNITS * max(len(refitted), 1))
     for rung, (name, chosen) in enumerate(groups, start=1):
-        columns = [c for g in chosen for c in FEATURE_GROUPS[g]]
-        X = window.select(columns).to_numpy()
-        model = single_gbdt(profile)  # on every core: LightGBM's trees do not depend on them
-        with progress.rounds(model, SINGLE_GBDT_UNITS, f"rung {rung}/{len(groups)}, "):
-            model = fit_booster(model, X, y, held_out)
+        columns = _columns(chosen)
+        if columns == list(FEATURE_COLUMNS):
+            model = single  # the night's single GBDT: every feature, the same rows
+        else:
+            model = single_gbdt(profile)  # on every core: LightGBM's trees do not depend on them
+            with progress.rounds(model, SINGLE_GBDT_UNITS, f"rung {rung}/{len(groups)}, "):
+                model = fit_booster(model, training.select(columns).to_numpy(), y, held_out)
         ladder.append(
             {
                 "configuration": f"{name} ({profile} profile)",
@@ -75,6 +80,10 @@ def ablation(
         }
     )
     return ladder
+
+
+def _columns(groups: tuple[str, ...]) -> list[str]:
+    return [c for g in groups for c in FEATURE_GROUPS[g]]
 
 
 def permutation_importance(cascade: BinnedCascade, rows: pl.DataFrame, shuffles: int) -> dict:
@@ -113,36 +122,43 @@ def permutation_importance(cascade: BinnedCascade, rows: pl.DataFrame, shuffles:
 
 
 def holdouts(
-    window: pl.DataFrame, rows: pl.DataFrame, profile: str, cascade: BinnedCascade
-) -> dict:
-    """Table 4: remove one hardware type, or one model type, from training; the same number of
-    random rows removed is the control. Scored on the held-out day's rows of that type; the
-    full model is ``cascade``, the night's model fitted on all of ``window``."""
-    X_all, y_all = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
-    held_out = validation_rows(window)
+    window: pl.DataFrame, rows: pl.DataFrame, published: BinnedCascade
+) -> tuple[dict, dict[str, BinnedCascade]]:
+    """Table 4: remove one hardware type, or one model type, from the night's training rows and
+    refit the published model (what ships) at its own parameters; the same number of random rows
+    removed is the control. Scored on the held-out day's rows of that type beside ``published``
+    itself. Returns the table's entries and the two refits without the held-out value, keyed
+    ``hardware`` and ``family``, which ``holdout_regret`` scores as decisions."""
+    training, _ = split_window(window)
+    X_all, y_all = training.select(FEATURE_COLUMNS).to_numpy(), training["log_q"].to_numpy()
+    held_out = validation_rows(training)
     rng = np.random.default_rng(0)
-    model = _holdout_cascade(profile)
     progress = Progress(
         "hold-outs",
-        4 * cascade_units(model.max_em_iter, model.n_bins, model.expert_overlap, model.em_sample),
-    )
-    out = {}
+        4 * cascade_units(
+            published.max_em_iter, published.n_bins, published.expert_overlap,
+            published.em_sample,
+        ),
+    )  # fmt: skip
+    out, refits = {}, {}
     for key, column in (("hardware", "hardware_type"), ("family", "model_type")):
         counts = rows.group_by(column).len().sort(["len", column], descending=[True, False])
         target = counts[column][0]
         scored = rows.filter(pl.col(column) == target)
-        removed = (window[column] == target).to_numpy()
+        removed = (training[column] == target).to_numpy()
         control = np.zeros(len(y_all), dtype=bool)
         control[rng.choice(len(y_all), size=int(removed.sum()), replace=False)] = True
         X_day = scored.select(FEATURE_COLUMNS).to_numpy()
-        w20 = {"full": _w20_log(cascade.predict(X_day), scored)}
+        w20 = {"full": _w20_log(published.predict(X_day), scored)}
         predicted = {}
         for name, drop in (("held_out", removed), ("control", control)):
             progress.phase = (f"{column} {target} held out" if name == "held_out"
                               else f"{column} control: as many random rows out")  # fmt: skip
-            fitted = _holdout_cascade(profile).fit(
+            fitted = clone(published).fit(
                 X_all[~drop], y_all[~drop], validation=held_out[~drop], progress=progress
             )
+            if name == "held_out":
+                refits[key] = fitted
             predicted[name] = np.exp(fitted.predict(X_day))
             w20[name] = _w20_log(np.log(predicted[name]), scored)
         out[f"holdout_{key}"] = {
@@ -152,7 +168,7 @@ def holdouts(
             **w20,
         }
         if key == "family":  # the novelty flag where the model type really is new to the model
-            reference = NoveltyReference.fit(window.filter(~removed)["model_type"].to_list(),
+            reference = NoveltyReference.fit(training.filter(~removed)["model_type"].to_list(),
                                              X_all[~removed])  # fmt: skip
             out["holdout_family"]["novelty"] = novelty_scores(
                 reference.assess_rows(scored["model_type"].to_list(), X_day),
@@ -160,4 +176,4 @@ def holdouts(
             )  # fmt: skip
         out[f"holdout_{key}_delta_w20"] = w20["held_out"] - w20["full"]
         out[f"holdout_{key}_control_delta_w20"] = w20["control"] - w20["full"]
-    return out
+    return out, refits

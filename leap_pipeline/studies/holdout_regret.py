@@ -4,18 +4,16 @@ truth of every candidate is known.
 
 For the day's launches of the held-out type or family, every candidate type is scored: the
 features a Ranker builds (the launch on that type, the history snapshot before the day), the
-published model refitted on the window without the held-out rows, the full published model,
-and the two rules. Truth comes from the simulator's oracle: the job's true median throughput
-and its devices on each candidate, priced as the Ranker prices them.
+published model refitted on the night's training rows without the held-out rows, the full
+published model and the two rules. Truth comes from the simulator's oracle: the job's true
+median throughput and its devices on each candidate, priced as the Ranker prices them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from sklearn.base import clone
 
-from leap_pipeline.modeling.selection import validation_rows
 from leap_pipeline.studies.decisions import KINDS, RULES, decision_regrets, summarize, unit_costs
 from leap_serving.features import FEATURE_COLUMNS, build_features
 from leap_serving.history import history_features, with_family
@@ -42,29 +40,23 @@ def candidate_features(
 
 
 def holdout_regrets(
-    window: pl.DataFrame,
     launches: pl.DataFrame,
     snapshot: pl.DataFrame,
     specs: pl.DataFrame,
     oracle,
     published,
-    targets: dict[str, str],
+    refits: dict[str, tuple[str, object]],
 ) -> dict:
     """Per hold-out (hardware type, model type): the value held out (``target``), and mean /
     p90 / within-5% regret and top-1 of the published model refitted without its rows
     (``held_out``), of the full published model (``full``) and of the rules, fastest and per
-    dollar, over the day's launches of the held-out value. ``targets`` names the value each
-    hold-out removes (``hardware``, ``family``: Table 4's, ``ablations.holdouts``)."""
-    X_all, y_all = window.select(FEATURE_COLUMNS).to_numpy(), window["log_q"].to_numpy()
-    held_days = validation_rows(window)
+    dollar, over the day's launches of the held-out value. ``refits`` maps each hold-out
+    (``hardware``, ``family``) to the value it removed and the refit without it: Table 4's
+    (``ablations.holdouts``), so one refit answers both the w20 and the decisions."""
     out = {}
     for key, column in TARGETS:
-        target = targets[key]
+        target, refit = refits[key]
         day = launches.filter(pl.col(column) == target)
-        removed = (window[column] == target).to_numpy()
-        refit = clone(published).fit(
-            X_all[~removed], y_all[~removed], validation=held_days[~removed]
-        )
         pairs, X = candidate_features(day, snapshot, specs)
         truth = oracle.true_medians(day["attempt_id"].to_list(), specs["hardware_type"].to_list())
         table = _decision_table(pairs, truth, specs).with_columns(
