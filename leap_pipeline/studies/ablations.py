@@ -25,7 +25,6 @@ from leap_serving.cascade import (
     BinnedCascade,
     cascade_units,
     fit_booster,
-    single_gbdt,
 )
 from leap_serving.compiled import CompiledCascade
 from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
@@ -46,7 +45,8 @@ def ablation(
     """Table 2's ladder on one held-out day: add feature groups, then the cascade. The rungs with
     fewer features are single GBDTs refitted at the report's profile on the night's training
     rows; the all-feature rung is the night's own single GBDT (``single``) and the last the night's
-    cascade, both fitted on those rows, so the ladder's top two rungs are the night's figures."""
+    cascade, both fitted on those rows, so the ladder's top two rungs are the night's figures.
+    ``profile`` only names the rungs: the refits take ``single``'s parameters."""
     groups = [
         ("single GBDT: launch config + hardware specs", ("job", "cfg", "hw")),
         ("+ job history", ("job", "cfg", "hw", "hist")),
@@ -64,7 +64,7 @@ def ablation(
         if columns == list(FEATURE_COLUMNS):
             model = single  # the night's single GBDT: every feature, the same rows
         else:
-            model = single_gbdt(profile)  # on every core: LightGBM's trees do not depend on them
+            model = clone(single)  # the night's parameters, unfitted
             with progress.rounds(model, SINGLE_GBDT_UNITS, f"rung {rung}/{len(groups)}, "):
                 model = fit_booster(model, training.select(columns).to_numpy(), y, held_out)
         ladder.append(
@@ -83,7 +83,8 @@ def ablation(
 
 
 def _columns(groups: tuple[str, ...]) -> list[str]:
-    return [c for g in groups for c in FEATURE_GROUPS[g]]
+    """The feature columns of ``groups``, in ``FEATURE_COLUMNS``' order (a model's column order)."""
+    return [c for g, columns in FEATURE_GROUPS.items() if g in groups for c in columns]
 
 
 def permutation_importance(cascade: BinnedCascade, rows: pl.DataFrame, shuffles: int) -> dict:
