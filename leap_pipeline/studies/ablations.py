@@ -56,11 +56,11 @@ def ablation(
     training, _ = split_window(window)
     y = training["log_q"].to_numpy()
     held_out = validation_rows(training)
-    refitted = [g for g in groups if _columns(g[1]) != list(FEATURE_COLUMNS)]
+    rungs = [(name, _columns(chosen)) for name, chosen in groups]
+    refits = sum(columns != list(FEATURE_COLUMNS) for _, columns in rungs)
     ladder = []
-    progress = Progress("ablation ladder", SINGLE_GBDT_UNITS * max(len(refitted), 1))
-    for rung, (name, chosen) in enumerate(groups, start=1):
-        columns = _columns(chosen)
+    progress = Progress("ablation ladder", SINGLE_GBDT_UNITS * max(refits, 1))
+    for rung, (name, columns) in enumerate(rungs, start=1):
         if columns == list(FEATURE_COLUMNS):
             model = single  # the night's single GBDT: every feature, the same rows
         else:
