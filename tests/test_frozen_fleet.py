@@ -6,13 +6,16 @@ moves them on purpose must re-measure the acceptance runs at scale 1.0 (`leap fl
 seeds 0-2, `benchmarks/learnability.py --scale 1.0`) and update both these pins and the notes.
 """
 
+import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from leap_pipeline.simulation import SimulatedFleet
 from leap_pipeline.studies.fleet_stats import simulated_fleet_statistics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +56,68 @@ VARIANCE_SHARE_AT_SCALE_0_05 = {
     "package_version_efficiency": 0.0006343829874041185,
     "noise": 0.014311958903356995,
 }
+
+
+# Digests (``_frame_digest``, ``_catalog_digest``) of days of the span and of its catalogs, taken
+# from the code before the fleet was carried on past 2027-12-31 (issue 47): every row of every
+# source and of the truth, so a change that moves any day of the span, by a draw or a byte, fails
+# here. Per day: attempts, allocations, the true medians of its first 50 attempts on every
+# hardware type, and the hidden factors of all of them.
+FROZEN_DAYS = {
+    (0, 0.05, 0): "5741cfba079f9338-7083cc83cfc7d98b-1b7dd65b8b8815e4-32e920575e6cd712",
+    (0, 0.05, 364): "9db657f4ab6046af-a7d5c6edc332a184-c62074372c084f4f-b9558bc5583521c8",
+    (0, 0.05, 729): "056463724fdebef3-790d57d8de1f2879-a43340d8b0884292-1133c9d740c23289",
+    (3, 0.02, 100): "471de5a18ef2d93a-22ee88a1ddf83b72-27b9ca64f81b8e15-db1bef9835fdf5b0",
+    (3, 0.02, 728): "e62198c65a61f9c9-7c263ca8d6b424cc-cd37b75bce2f3403-892bad26d4dbebd2",
+}
+FROZEN_CATALOGS = {0: "e5dcd58fd1cf122c", 3: "8f2b7309c526b15b"}
+FROZEN_HARDWARE_SPECS = "add19b322fd1b751"
+
+
+def _frame_digest(frame) -> str:
+    """Bytes this test defines (each value's Python repr, column by column), not a library's
+    row hash, which may change with its version."""
+    digest = hashlib.sha256()
+    for name in frame.columns:
+        digest.update(f"{name}:{frame[name].dtype}\n".encode())
+        for value in frame[name].to_list():
+            digest.update(repr(value).encode() + b"\x1f")
+    return digest.hexdigest()[:16]
+
+
+def _catalog_digest(catalog) -> str:
+    digest = hashlib.sha256()
+    for name, values in vars(catalog).items():
+        values = np.asarray(values)
+        digest.update(f"{name}:{values.dtype}:{values.shape}\n".encode())
+        if values.dtype == object:
+            digest.update("\x1f".join(map(str, values.ravel())).encode())
+        else:
+            little_endian = values.astype(values.dtype.newbyteorder("<"))
+            digest.update(np.ascontiguousarray(little_endian).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def test_every_day_of_the_span_is_what_it_was():
+    moved = {}
+    for seed in sorted({seed for seed, _, _ in FROZEN_DAYS}):
+        catalog = _catalog_digest(SimulatedFleet(seed=seed).catalog)
+        if catalog != FROZEN_CATALOGS[seed]:
+            moved[f"catalog of seed {seed}"] = catalog
+    for (seed, scale, day), pinned in FROZEN_DAYS.items():
+        fleet = SimulatedFleet(seed=seed, scale=scale)
+        sources = fleet.day(day)
+        ids = sources.attempts["attempt_id"].to_list()
+        oracle = fleet.oracle()
+        truth = oracle.true_medians(ids[:50], fleet.hardware_specs()["hardware_type"].to_list())
+        frames = (sources.attempts, sources.allocations, truth, oracle.hidden_factors(ids))
+        now = "-".join(_frame_digest(f) for f in frames)
+        if now != pinned:
+            moved[f"seed {seed}, scale {scale}, day {day}"] = now
+    specs = _frame_digest(SimulatedFleet().hardware_specs())
+    if specs != FROZEN_HARDWARE_SPECS:
+        moved["hardware specs"] = specs
+    assert moved == {}, f"days of the frozen span moved (now): {moved}"
 
 
 def test_fleet_statistics_are_pinned():

@@ -136,7 +136,9 @@ def test_bad_constructor_arguments_name_the_argument(kwargs, named):
         SimulatedFleet(**kwargs)
 
 
-@pytest.mark.parametrize("day", ["01/02/2026", "2026-13-01", "yesterday", 2.5, -1, 10_000])
+@pytest.mark.parametrize(
+    "day", ["01/02/2026", "2026-13-01", "yesterday", 2.5, -1, "2025-12-31", 10_000_000]
+)
 def test_bad_days_name_the_argument(small_fleet, day):
     with pytest.raises(FleetArgumentError, match="day"):
         small_fleet.day(day)

@@ -24,7 +24,6 @@ import polars as pl
 
 from leap_pipeline.settings import DEFAULT_SOURCE, SOURCE_ENV, environment  # noqa: F401
 from leap_pipeline.simulation import SPAN_START, SimulatedFleet
-from leap_pipeline.simulation.catalog import SPAN_DAYS
 from leap_serving.contract import schema
 from leap_serving.validation import ContractError, convert, with_contract_columns
 
@@ -93,8 +92,9 @@ class SimulatorSource:
         return SPAN_START
 
     def has_day(self, day: dt.date) -> bool:
-        """Every day of the simulated span; the calendar keeps to the days that have closed."""
-        return SPAN_START <= day < SPAN_START + dt.timedelta(days=SPAN_DAYS)
+        """Every day from the fleet's first on (the calibrated span, then the blocks that carry it
+        on); the calendar keeps to the days that have closed."""
+        return day >= SPAN_START
 
     def oracle(self) -> Oracle:
         return self.fleet().oracle()

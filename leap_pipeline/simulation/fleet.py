@@ -1,7 +1,9 @@
 """Generate one day of a simulated fleet, and the oracle that knows the truth behind it.
 
 ``SimulatedFleet(seed, scale).day(d)`` returns that day's job attempts and allocation logs in the
-data contract's schemas and nothing else. The hidden side (true medians, family effects, noise) is
+data contract's schemas and nothing else. Any day from ``SPAN_START`` on: the calibrated span is
+the catalog's first block of ``SPAN_DAYS`` days, and the fleet lives on in later blocks
+(``catalog.build_catalog``). The hidden side (true medians, family effects, noise) is
 reachable only through ``SimulatedFleet.oracle()``, which evaluation uses to score predictions and
 routing against the truth; feature extraction never holds a fleet object.
 """
@@ -34,6 +36,7 @@ from .catalog import (
 from .hardware import LEGACY_CAPACITY, VENDORS, hardware_specs
 
 SPAN_START = dt.date(2026, 1, 1)
+LAST_INDEX = (dt.date.max - SPAN_START).days  # the last day a date can name
 ATTEMPTS_PER_DAY = 25_000  # at scale 1.0, before the weekly cycle
 
 # attempt-level noise: log-normal jitter plus a minority of slow attempts
@@ -78,7 +81,7 @@ class _DayTruth:
 
 
 def parse_day(day: int | str | dt.date) -> int:
-    """Day index from the span start; accepts an index, a date or 'YYYY-MM-DD'."""
+    """Day index from the span start; accepts an index, a date or 'YYYY-MM-DD' on or after it."""
     if isinstance(day, bool):
         raise FleetArgumentError(f"day={day!r} is not a day index, date or 'YYYY-MM-DD'")
     if isinstance(day, dt.datetime):
@@ -94,10 +97,9 @@ def parse_day(day: int | str | dt.date) -> int:
         index = int(day)
     else:
         raise FleetArgumentError(f"day={day!r} is not a day index, date or 'YYYY-MM-DD'")
-    if not 0 <= index < SPAN_DAYS:
-        last = SPAN_START + dt.timedelta(days=SPAN_DAYS - 1)
+    if not 0 <= index <= LAST_INDEX:
         raise FleetArgumentError(
-            f"day={day!r} is outside the simulated span {SPAN_START} .. {last}"
+            f"day={day!r} is outside the simulated fleet's days {SPAN_START} .. {dt.date.max}"
         )
     return index
 
@@ -107,13 +109,23 @@ def day_date(index: int) -> dt.date:
 
 
 @functools.lru_cache(maxsize=4)
-def _catalog(seed: int) -> Catalog:
-    return build_catalog(seed)
+def _catalog(seed: int, block: int = 0) -> Catalog:
+    return build_catalog(seed, block)
 
 
 @functools.lru_cache(maxsize=8)
-def _parsed_definitions(seed: int) -> list[dict]:
-    return [{"layers": parse_definition(d)} for d in _catalog(seed).mt_definition]
+def _parsed_definitions(seed: int, block: int) -> list[dict]:
+    return [{"layers": parse_definition(d)} for d in _catalog(seed, block).mt_definition]
+
+
+# package versions' hidden speed effects, drawn in chunks: the first is the span's own draw
+VERSION_CHUNK = (SPAN_DAYS + 120) // VERSION_EVERY_DAYS + 2
+
+
+@functools.lru_cache(maxsize=64)
+def _version_chunk(seed: int, chunk: int) -> np.ndarray:
+    rng = np.random.default_rng([seed, 7002] if chunk == 0 else [seed, 7002, chunk])
+    return rng.lognormal(0.0, 0.04, VERSION_CHUNK)
 
 
 class SimulatedFleet:
@@ -141,7 +153,12 @@ class SimulatedFleet:
 
     @property
     def catalog(self) -> Catalog:
+        """The span's model types and families (block 0; ``catalog_of`` for a later day)."""
         return _catalog(self.seed)
+
+    def catalog_of(self, day: int | str | dt.date) -> Catalog:
+        """The model types and families of the block that holds ``day``."""
+        return _catalog(self.seed, parse_day(day) // SPAN_DAYS)
 
     def hardware_specs(self) -> pl.DataFrame:
         return self._specs
@@ -179,12 +196,14 @@ class SimulatedFleet:
             kernel_overhead_s=np.array([physics.KERNEL_OVERHEAD_S[v] for v in specs["vendor"]]),
         )
 
-    def _version_multipliers(self) -> np.ndarray:
-        rng = np.random.default_rng([self.seed, 7002])
-        return rng.lognormal(0.0, 0.04, (SPAN_DAYS + 120) // VERSION_EVERY_DAYS + 2)
+    def _version_multipliers(self, versions: np.ndarray) -> np.ndarray:
+        """The hidden speed factor of each package version in ``versions``."""
+        chunks = range(int(versions.max(initial=0)) // VERSION_CHUNK + 1)
+        return np.concatenate([_version_chunk(self.seed, c) for c in chunks])[versions]
 
     def _generate(self, d: int) -> tuple[SimulatedDay, _DayTruth]:
-        cat = self.catalog
+        block = d // SPAN_DAYS
+        cat = _catalog(self.seed, block)
         rng = np.random.default_rng([self.seed, d, 11])
         date = day_date(d)
 
@@ -237,7 +256,7 @@ class SimulatedFleet:
         latest = (d + 60) // VERSION_EVERY_DAYS
         version = np.maximum(latest - cat.fam_version_lag[fam], 0)
 
-        summaries = self._summaries(mt, sparse, dense, hash_size, seq_len, low_precision)
+        summaries = self._summaries(block, mt, sparse, dense, hash_size, seq_len, low_precision)
         arch = cat.mt_archetype[mt]
         reader_base = np.array([a["reader_rate"] for a in ARCHETYPES.values()])[arch]
         feature_load = 1.0 + sparse / 200.0 + dense / 2000.0
@@ -275,9 +294,7 @@ class SimulatedFleet:
             reader_rate=reader_base / np.where(arch <= 3, feature_load, 1.0),
             tokens_per_sample=tokens.astype(float),
             hidden_efficiency=(
-                cat.mt_efficiency[mt]
-                * cat.fam_efficiency[fam]
-                * self._version_multipliers()[version]
+                cat.mt_efficiency[mt] * cat.fam_efficiency[fam] * self._version_multipliers(version)
             ),
             vendor_efficiency=cat.mt_vendor_efficiency[mt],
         )
@@ -417,16 +434,16 @@ class SimulatedFleet:
                     cat.mt_vendor_efficiency[mt][np.arange(n), vendor_of_logged]
                 )[run],
                 "family_efficiency": np.log(cat.fam_efficiency[fam])[run],
-                "package_version_efficiency": np.log(self._version_multipliers()[version])[run],
+                "package_version_efficiency": np.log(self._version_multipliers(version))[run],
                 "noise": np.log(noise / NOISE_MEDIAN),
             },
         )
         return SimulatedDay(attempts, allocations), truth
 
     def _summaries(
-        self, mt, sparse, dense, hash_size, seq_len, low_precision
+        self, block, mt, sparse, dense, hash_size, seq_len, low_precision
     ) -> dict[str, np.ndarray]:
-        definitions = _parsed_definitions(self.seed)
+        definitions = _parsed_definitions(self.seed, block)
         keys = np.stack(
             [mt, sparse, dense, hash_size, seq_len, low_precision.astype(float)], axis=1
         )
