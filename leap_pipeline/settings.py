@@ -8,6 +8,11 @@ variables a child process inherits. ``TrainingResource`` holds the night's field
 run config sets them (``resources: {training: {config: {...}}}``), and hands out the dataclasses
 below; the report and the demo build theirs from their flags. A bad value is an error naming the
 field and the value. The README's table of variables is tested against ``VARIABLES``.
+
+Every path an install uses derives from one setting, its data folder (``$LEAP_DATA``): the
+warehouse, the calendar, the MLflow store, the Dagster home, night records and locks all default
+to a place inside it, whatever the working directory; a variable that names one of them
+explicitly (``LEAP_WAREHOUSE``, ``MLFLOW_TRACKING_URI``, ``DAGSTER_HOME``) still wins.
 """
 
 from __future__ import annotations
@@ -27,10 +32,14 @@ DEFAULT_DATA = Path("data")
 DEFAULT_SOURCE = "simulator:seed=0,scale=0.05"
 DEFAULT_MODEL_NAME = "leap-throughput"
 DEFAULT_LOCK_WAIT_S = 120.0
+# a night's file lock is held while it trains (about 15 min at the paper scale on 2 cores): a
+# waiter gives up after four times that, not never
+DEFAULT_FILE_LOCK_WAIT_S = 3600.0
 
 DATA_ENV = "LEAP_DATA"
 WAREHOUSE_ENV = "LEAP_WAREHOUSE"
 LOCK_WAIT_ENV = "LEAP_WAREHOUSE_WAIT_S"
+FILE_LOCK_WAIT_ENV = "LEAP_LOCK_WAIT_S"
 SOURCE_ENV = "LEAP_SOURCE"
 MODEL_NAME_ENV = "LEAP_MODEL_NAME"
 
@@ -43,6 +52,9 @@ class Environment(BaseModel):
     data: Path = Field(DEFAULT_DATA, alias=DATA_ENV)
     warehouse: Path | None = Field(None, alias=WAREHOUSE_ENV)
     warehouse_wait_s: float = Field(DEFAULT_LOCK_WAIT_S, ge=0.0, le=86_400.0, alias=LOCK_WAIT_ENV)
+    lock_wait_s: float = Field(
+        DEFAULT_FILE_LOCK_WAIT_S, ge=0.0, le=86_400.0, alias=FILE_LOCK_WAIT_ENV
+    )
     source: str = Field(DEFAULT_SOURCE, min_length=1, alias=SOURCE_ENV)
     model_name: str = Field(DEFAULT_MODEL_NAME, pattern=r"^[A-Za-z0-9_.-]+$", alias=MODEL_NAME_ENV)
     mlflow_tracking_uri: str = Field("", alias="MLFLOW_TRACKING_URI")
@@ -50,20 +62,39 @@ class Environment(BaseModel):
 
     @property
     def warehouse_path(self) -> Path:
-        """``$LEAP_WAREHOUSE``, else ``leap.duckdb`` under ``data`` in the working directory."""
-        return self.warehouse or DEFAULT_DATA / "leap.duckdb"
+        """``$LEAP_WAREHOUSE``, else ``leap.duckdb`` in the data folder."""
+        return self.warehouse or self.data / "leap.duckdb"
+
+    @property
+    def mlflow_store(self) -> Path:
+        """The local MLflow store (its SQLite file and artifacts): ``mlflow`` in the data folder,
+        used unless ``$MLFLOW_TRACKING_URI`` names another."""
+        return self.data / "mlflow"
+
+    @property
+    def tracking_uri(self) -> str:
+        """``$MLFLOW_TRACKING_URI``, else the SQLite file of the local store (absolute)."""
+        local = f"sqlite:///{(self.mlflow_store / 'mlflow.db').resolve()}"
+        return self.mlflow_tracking_uri or local
+
+    @property
+    def dagster_home_path(self) -> Path:
+        """``$DAGSTER_HOME``, else ``dagster`` in the data folder (what ``leap ui`` and ``leap
+        demo`` set; with neither, an in-process run uses a throwaway instance)."""
+        return Path(self.dagster_home) if self.dagster_home else self.data / "dagster"
 
 
 # name -> (default as the README shows it, what it sets); the serving runtime's own two variables
 # are read by ``leap_serving.ranking`` (it imports nothing of the pipeline) and listed here too.
 VARIABLES: dict[str, tuple[str, str]] = {
-    DATA_ENV: ("data", "the install's folder: its calendar, night records and locks"),
-    WAREHOUSE_ENV: ("data/leap.duckdb", "the DuckDB warehouse file"),
+    DATA_ENV: ("data", "the install's folder: every default path below lies in it"),
+    WAREHOUSE_ENV: ("$LEAP_DATA/leap.duckdb", "the DuckDB warehouse file"),
     LOCK_WAIT_ENV: ("120", "seconds to wait for another process's warehouse lock (0-86400)"),
+    FILE_LOCK_WAIT_ENV: ("3600", "seconds to wait for a night's or the alias's lock (0-86400)"),
     SOURCE_ENV: (DEFAULT_SOURCE, "where days come from: a simulator URI or a folder of logs"),
     MODEL_NAME_ENV: (DEFAULT_MODEL_NAME, "the registered model's name (letters, digits, _ . -)"),
-    "MLFLOW_TRACKING_URI": ("sqlite:///data/mlflow/mlflow.db", "the MLflow tracking store"),
-    "DAGSTER_HOME": ("data/dagster", "Dagster's instance folder (run history, schedules)"),
+    "MLFLOW_TRACKING_URI": ("sqlite:///$LEAP_DATA/mlflow/mlflow.db", "the MLflow tracking store"),
+    "DAGSTER_HOME": ("$LEAP_DATA/dagster", "Dagster's instance folder (run history, schedules)"),
     "LEAP_MODEL_URI": ("models:/leap-throughput@production", "the model the Ranker loads"),
     "LEAP_ROUTING_SWITCHES": ("(none)", "a JSON file of switches the Ranker re-reads"),
 }

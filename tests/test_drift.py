@@ -38,7 +38,7 @@ def test_feature_drift_lists_every_feature_largest_first_and_flags_the_shifted_o
 
 
 def test_the_drift_check_warns_naming_the_features_with_the_table():
-    from leap_pipeline.orchestration.night_evaluation import drift_check
+    from leap_pipeline.orchestration.night_checks import drift_check
 
     rng = np.random.default_rng(2)
     day = dt.date(2026, 1, 5)

@@ -91,7 +91,7 @@ def test_intervals_survive_the_models_json_metadata():
 def test_the_coverage_check_warns_outside_its_band_and_shows_each_class():
     import datetime as dt
 
-    from leap_pipeline.orchestration.night_evaluation import interval_check
+    from leap_pipeline.orchestration.night_checks import interval_check
 
     day = dt.date(2026, 1, 5)
     scores = {"level": 0.8, "coverage": 0.79, "width_median": 0.4,

@@ -5,6 +5,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -82,6 +84,30 @@ def test_a_process_id_is_told_apart_from_its_reuse():
     assert process_alive(me)
     assert not process_alive(me.partition(":")[0] + ":0")  # same id, another start time
     assert not process_alive("4194999")
+
+
+def test_a_worker_is_known_by_psutils_start_time_and_a_zombie_is_dead():
+    """The identity is psutil's (its start time in seconds since the epoch); a worker that exited
+    and was not reaped yet (a zombie) is dead; an identity recorded before, in clock ticks since
+    boot, still names its process, so a run that outlives an upgrade is not taken for dead."""
+    import psutil
+
+    from leap_pipeline.orchestration.partitions import process_alive, process_identity
+
+    me = process_identity(os.getpid())
+    assert float(me.partition(":")[2]) == pytest.approx(psutil.Process().create_time(), abs=0.01)
+    ticks = Path(f"/proc/{os.getpid()}/stat").read_text().rpartition(")")[2].split()[19]
+    assert process_alive(f"{os.getpid()}:{ticks}")
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        identity = process_identity(child.pid)
+        deadline = time.monotonic() + 30
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:  # exited, not reaped
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert not process_alive(identity)
+    finally:
+        child.wait()
 
 
 def test_every_process_of_an_installation_builds_the_same_partitions(tmp_path):
@@ -170,6 +196,88 @@ def test_a_night_being_trained_is_not_asked_for_twice_and_a_dead_run_is_retried(
     span = f"nightly:{_day(40)}..{_day(40)}"
     (retry,) = _plan(40, landed=_days(1, 40), trained=_days(8, 39), failed={span: 1})
     assert retry.run_key == f"{span}:retry1"
+
+
+def test_a_range_never_covers_a_night_another_run_trains():
+    """Nights 37-40 untrained, 38 trained by another live run: two runs, neither holds 38."""
+    requests = _plan(40, landed=_days(1, 40), trained=_days(8, 36), in_flight=[_day(38)])
+    assert [r.tags[NIGHTS_TAG] for r in requests] == [
+        f"{_day(37)}..{_day(37)}",
+        f"{_day(39)}..{_day(40)}",
+    ]
+
+
+def test_every_live_run_that_trains_nights_counts_as_in_flight_whoever_launched_it():
+    """A backfill's run, a night a person materialized and the schedule's own run are in
+    flight; a landing run, a finished run and a run whose worker is gone are not, and the last
+    is marked failed, which the schedule counts as a failed attempt of its span."""
+    from leap_pipeline.orchestration.definitions import MODEL_ASSET_KEYS, runs_state
+    from leap_pipeline.orchestration.partitions import ATTEMPT_TAG, PID_TAG
+
+    live, done = dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.SUCCESS
+
+    def span(a, b, **tags):
+        return {"dagster/asset_partition_range_start": _day(a).isoformat(),
+                "dagster/asset_partition_range_end": _day(b).isoformat(), **tags}  # fmt: skip
+
+    everything = {*MODEL_ASSET_KEYS, *LANDING}
+    schedule = {"dagster/schedule_name": "nightly_schedule", ATTEMPT_TAG: "0"}
+    runs = {
+        "backfill": ("__ASSET_JOB", everything, live, span(20, 22, **{"dagster/backfill": "b1"})),
+        "ui": ("__ASSET_JOB", {dg.AssetKey("model_evaluation")}, dg.DagsterRunStatus.STARTING,
+               {"dagster/partition": _day(25).isoformat()}),
+        "schedule": ("nightly", None, live, span(27, 27, **schedule,
+                                                 **{NIGHTS_TAG: f"{_day(27)}..{_day(27)}"})),
+        "landing": ("daily_pipeline", None, live, span(30, 31)),
+        "finished": ("training", None, done, span(33, 33)),
+        "killed": ("nightly", None, live, span(35, 35, **schedule, **{
+            NIGHTS_TAG: f"{_day(35)}..{_day(35)}", PID_TAG: "4194999:1.00"})),
+    }  # fmt: skip
+    instance = dg.DagsterInstance.ephemeral()
+    for run_id, (job, selection, status, tags) in runs.items():
+        instance.add_run(
+            dg.DagsterRun(job_name=job, run_id=run_id, asset_selection=selection, status=status,
+                          tags=tags)
+        )  # fmt: skip
+    in_flight, failed = runs_state(instance)
+    assert in_flight == {*_days(20, 22), _day(25), _day(27)}
+    assert instance.get_run_by_id("killed").status == dg.DagsterRunStatus.FAILURE
+    assert failed == {f"nightly:{_day(35)}..{_day(35)}": 1}
+
+
+def test_a_lock_held_past_its_wait_fails_naming_the_lock_the_file_and_the_wait(tmp_path):
+    """A waiter gives up after ``$LEAP_LOCK_WAIT_S`` (a setting: 3600 s by default, 0-86400)
+    with an error naming the lock, its file and the wait; run in a process of its own, so a
+    wait that never ends fails the test instead of hanging it."""
+    from filelock import FileLock
+
+    from leap_pipeline.settings import environment
+
+    assert environment({}).lock_wait_s == 3600.0
+    with pytest.raises(ValueError, match=r"^LEAP_LOCK_WAIT_S='-1': "):
+        environment({"LEAP_LOCK_WAIT_S": "-1"})
+    path = tmp_path / "locks" / "night.lock"
+    path.parent.mkdir()
+    waiter = (
+        "from leap_pipeline.orchestration.locks import held\n"
+        f"with held({str(path)!r}, 'night 2026-01-10'):\n"
+        "    print('acquired')\n"
+    )
+    with FileLock(path):  # another run holds the night
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-c", waiter], capture_output=True, text=True, timeout=120,
+            env={**os.environ, "LEAP_LOCK_WAIT_S": "0.5"},
+        )  # fmt: skip
+    assert result.returncode != 0 and "acquired" not in result.stdout
+    assert time.monotonic() - started < 60
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("leap_pipeline.orchestration.locks.LockTimeout: night 2026-01-10:")
+    assert str(path) in message and "after 0.5 s" in message and "LEAP_LOCK_WAIT_S" in message
+    # free again, the lock is taken at once
+    ok = subprocess.run([sys.executable, "-c", waiter], capture_output=True, text=True,
+                        timeout=120, env={**os.environ, "LEAP_LOCK_WAIT_S": "0.5"})  # fmt: skip
+    assert ok.returncode == 0 and "acquired" in ok.stdout
 
 
 def test_a_refused_day_holds_its_nights_saying_what_to_fix_instead_of_retrying():

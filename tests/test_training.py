@@ -120,6 +120,9 @@ def test_pointer_moves_only_when_asked_and_the_gate_passes_and_rollback_works(fl
     failed = _train(fleet, promote=True, gate_floor=0.99, lookup_min_support=4)
     gate = [e for e in failed.get_asset_check_evaluations() if e.check_name == "evaluation_gate"]
     assert len(gate) == 1 and not gate[0].passed
+    # every slice of the real night is judged and shown (a warning never blocks the run)
+    (slices,) = [e for e in failed.get_asset_check_evaluations() if e.check_name == "slice_quality"]
+    assert {"bar", "below", "slices"} <= set(slices.metadata)
     assert str(registry.production_version().version) == second["version"]
     # rollback: one command, recorded
     registry.promote(first["version"], reason="rollback test", actor="pytest")
@@ -340,3 +343,121 @@ def test_the_run_carries_every_hyperparameter_and_its_training_window(fleet):
     assert json.loads(dataset.schema)["mlflow_colspec"][0]["name"] == FEATURE_COLUMNS[0]
     records = trained.asset_materializations_for_node("model_evaluation")[-1].metadata["records"]
     assert str(records.value).endswith("model_evaluation")  # a folder, not the records
+
+
+# -- the incumbent production model --------------------------------------------------------------
+
+
+class _Log:
+    def __init__(self):
+        self.warnings: list[str] = []
+
+    def warning(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+def test_the_alias_is_resolved_once_and_production_is_loaded_by_that_version(monkeypatch):
+    """The version the alias named as the run started is the one loaded, by its number: a
+    promotion meanwhile (the alias now naming version 4) cannot mix two versions."""
+    from types import SimpleNamespace
+
+    from leap_pipeline.orchestration import night_evaluation
+
+    named = SimpleNamespace(version="3", tags={"evaluation_day": "2026-01-09"})
+    monkeypatch.setattr(registry, "production_version", lambda *a, **k: named)
+    loaded = []
+
+    def load(uri, version=None):  # what the registry holds once the alias has moved on to 4
+        loaded.append(version)
+        return f"model {version or '4'}", version or "4"
+
+    monkeypatch.setattr(night_evaluation, "load_registered", load)
+    incumbent = night_evaluation.production_incumbent(_Log())
+    assert loaded == ["3"]
+    assert (incumbent.version, incumbent.model) == ("3", "model 3")
+    assert incumbent.day == dt.date(2026, 1, 9) and not incumbent.unusable
+
+
+def test_a_production_model_that_cannot_load_or_predict_is_no_incumbent(monkeypatch):
+    """Any failure, not only ModelArtifactError, leaves no usable incumbent, logged with its
+    reason: each night is gated on the floor alone, saying why."""
+    from types import SimpleNamespace
+
+    from leap_pipeline.orchestration import night_evaluation
+
+    named = SimpleNamespace(version="3", tags={"evaluation_day": "2026-01-09"})
+    monkeypatch.setattr(registry, "production_version", lambda *a, **k: named)
+
+    def load(uri, version=None):
+        raise TypeError("a crafted file's field")
+
+    monkeypatch.setattr(night_evaluation, "load_registered", load)
+    log = _Log()
+    incumbent = night_evaluation.production_incumbent(log)
+    assert incumbent.model is None and "version 3 cannot be loaded (TypeError" in log.warnings[0]
+    gate = night_evaluation.night_gate(0.5, incumbent, NIGHT, None, 0.3, 0.02, log)
+    assert gate.passed and gate.production_w20 is None
+    assert "version 3 cannot be loaded" in gate.reason and "not compared" in gate.reason
+
+    class Broken:
+        def predict(self, features):
+            raise IndexError("a split past the feature count")
+
+    loads = night_evaluation.Incumbent("3", NIGHT - dt.timedelta(days=1), SimpleNamespace(
+        cascade=Broken()))  # fmt: skip
+    rows = pl.DataFrame({name: [1.0] for name in night_evaluation.FEATURE_COLUMNS})
+    gate = night_evaluation.night_gate(0.5, loads, NIGHT, rows, 0.3, 0.02, log)
+    assert gate.passed and "cannot predict" in gate.reason and "IndexError" in gate.reason
+
+
+def test_a_broken_production_model_does_not_hold_later_nights_back(fleet, monkeypatch):
+    """With production failing to load (here with a plain ValueError), a night still registers
+    a new version, passes the floor, says why production was not its comparison, and replaces
+    it when promotion is asked for."""
+    from leap_pipeline.orchestration import night_evaluation
+
+    assert _train(fleet, promote=True).success  # a production version to break
+    before = registry.production_version()
+    assert before is not None
+
+    def load(uri, version=None):
+        raise ValueError("cascade.json: a field no check refused")
+
+    monkeypatch.setattr(night_evaluation, "load_registered", load)
+    result = _train(fleet, promote=True, lookup_min_support=11)
+    assert result.success
+    record = night_record(result, "model_evaluation", NIGHT)
+    assert not record["reused_version"] and record["gate_passed"]
+    broken = f"production version {before.version} cannot be loaded (ValueError"
+    assert broken in record["gate_reason"]
+    assert str(registry.production_version().version) == record["version"]
+
+
+def test_the_slice_check_names_each_slice_below_the_bar_and_judges_none_too_small():
+    """ML Test Score M6 and M7: every hardware type, frequency band and history group (the long
+    tail and the cold starts among them) is held to the whole day's w20 minus the gap."""
+    import dagster as dg
+
+    from leap_pipeline.modeling.evaluation import SLICE_MAX_GAP, SLICE_MIN_ATTEMPTS
+    from leap_pipeline.orchestration.night_checks import slice_check
+
+    rows = [
+        ("hardware_type", "T4", 400, 0.70), ("hardware_type", "H100-SXM", 300, 0.45),
+        ("band", "head", 600, 0.75), ("band", "tail", 150, 0.40),
+        ("history", "cold", SLICE_MIN_ATTEMPTS - 1, 0.05),  # too few to judge
+        ("history", "known", 500, 0.72),
+    ]  # fmt: skip
+    breakdown = pl.DataFrame(
+        [{"by": b, "group": g, "model": m, "attempts": float(n), "w20": w}
+         for b, g, n, w in rows for m in ("published", "lookup")]
+    )  # fmt: skip
+    overall = 0.70
+    check = slice_check(NIGHT, breakdown, overall)
+    assert check.check_name == "slice_quality" and not check.passed
+    assert check.severity == dg.AssetCheckSeverity.WARN
+    below = str(check.metadata["below"].value)
+    assert "band=tail" in below and "hardware_type=H100-SXM" in below  # 0.40, 0.45 < 0.50
+    assert "cold" not in below and "T4" not in below
+    assert overall - SLICE_MAX_GAP == pytest.approx(0.50)
+    lifted = breakdown.with_columns(w20=pl.max_horizontal("w20", pl.lit(0.5)))
+    assert slice_check(NIGHT, lifted, overall).passed

@@ -33,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto: the warehouse's feature table when it exists, else the simulated fleet",
     )
     stats.add_argument(
-        "--warehouse", default="", help="DuckDB file (default: $LEAP_WAREHOUSE or data/leap.duckdb)"
+        "--warehouse",
+        default="",
+        help="DuckDB file (default: $LEAP_WAREHOUSE, else $LEAP_DATA/leap.duckdb)",
     )
     stats.set_defaults(handler=command.fleet_stats)
 
@@ -54,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--nights", type=int, default=3, help="nightly retrains to run")
     show.add_argument("--seed", type=int, default=0)
     show.add_argument("--profile", choices=("fast", "paper"), default="fast")
-    show.add_argument("--data", default="data", help="folder for the warehouse and MLflow")
+    show.add_argument("--data", default="", help="folder for the warehouse and MLflow "
+                      "(default: $LEAP_DATA, else data)")  # fmt: skip
     show.add_argument(
         "--last-day",
         type=command.parse_date,
@@ -71,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     ranking.add_argument("--candidates", default="", help="A,B,C (default: the job's candidates)")
     ranking.add_argument("--model", default="", help="models:/name@alias or a model folder "
                          "(default: $LEAP_MODEL_URI, else the production alias)")  # fmt: skip
-    ranking.add_argument("--data", default="data", help="where the demo's MLflow store lives, "
-                         "used unless MLFLOW_TRACKING_URI is set")  # fmt: skip
+    ranking.add_argument("--data", default="", help="where the demo's MLflow store lives, "
+                         "used unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
+                         "data)")  # fmt: skip
     ranking.add_argument("--json", action="store_true", help="print one JSON object")
     ranking.set_defaults(handler=command.rank)
 
@@ -82,8 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     imports.add_argument("--hardware", required=True, help="the hardware spec table")
     imports.add_argument("--days-from", default="ds", help="column giving each attempt's day "
                          "(a date or a timestamp, e.g. launch_ts)")  # fmt: skip
-    imports.add_argument("--data", default="data", help="staging goes under DATA/imports/")
-    imports.add_argument("--warehouse", default="", help="DuckDB file (default DATA/leap.duckdb)")
+    imports.add_argument("--data", default="", help="staging goes under DATA/imports/ "
+                         "(default: $LEAP_DATA, else data)")  # fmt: skip
+    imports.add_argument("--warehouse", default="", help="DuckDB file (default DATA/leap.duckdb; "
+                         "without --data, $LEAP_WAREHOUSE when set)")  # fmt: skip
     imports.set_defaults(handler=command.import_logs)
 
     static = commands.add_parser("crossval", help="grouped-split evaluation of static data")
@@ -104,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     static.set_defaults(handler=command.crossval)
 
     ui = commands.add_parser("ui", help="the Dagster and MLflow UIs on the project's data")
-    ui.add_argument("--data", default="data", help="the folder the demo and pipeline write")
+    ui.add_argument("--data", default="", help="the folder the demo and pipeline write "
+                    "(default: $LEAP_DATA, else data)")  # fmt: skip
     ui.add_argument("--dagster-port", type=int, default=3000)
     ui.add_argument("--mlflow-port", type=int, default=5000)
     ui.set_defaults(handler=command.user_interfaces)
@@ -117,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     paper.add_argument("--profile", choices=("fast", "paper"), help="the nights' trees "
                        "(default: fast; paper: section 2.4's, about 9 minutes a night at "
                        "scale 1.0)")  # fmt: skip
-    paper.add_argument("--data", default="data", help="warehouse and data/reports/ go here")
+    paper.add_argument("--data", default="", help="warehouse and DATA/reports/ go here "
+                       "(default: $LEAP_DATA, else data)")  # fmt: skip
     paper.add_argument("--quick", action="store_true", help="a one-minute run for tests")
     paper.add_argument("--json", action="store_true")
     paper.set_defaults(handler=command.report)
@@ -129,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--reason", default="manual promotion", help="recorded with the move")
     model_commands.add_parser("history", help="every recorded move of the pointer")
     model.add_argument("--data", default="", help="data folder (default: $MLFLOW_TRACKING_URI "
-                       "or data/mlflow)")  # fmt: skip
+                       "or $LEAP_DATA/mlflow)")  # fmt: skip
     model.set_defaults(handler=command.model_command)
     return parser
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from leap_pipeline.data.warehouse import default_path
-from leap_pipeline.settings import set_environment
+from leap_pipeline.settings import DATA_ENV, Environment, environment, set_environment
 from leap_pipeline.studies.fleet_stats import (
     STAT_RANGES,
     in_range,
@@ -36,6 +36,12 @@ def _format(value: float | bool | None) -> str:
 
 def _progress(done: int, total: int) -> None:
     print(f"\rgenerating day {done}/{total}", end="" if done < total else "\n", file=sys.stderr)
+
+
+def install(args: argparse.Namespace) -> Environment:
+    """The install a command works on: with ``--data``, every path in that folder; without,
+    the environment's (``$LEAP_DATA``, and any path a variable names explicitly)."""
+    return environment({DATA_ENV: args.data}) if args.data else environment()
 
 
 def parse_date(text: str) -> dt.date:
@@ -92,7 +98,7 @@ def demo(args: argparse.Namespace) -> int:
 
     settings = DemoSettings(
         scale=args.scale, days=args.days, nights=args.nights, seed=args.seed,
-        profile=args.profile, data=Path(args.data), last_day=args.last_day,
+        profile=args.profile, data=install(args).data, last_day=args.last_day,
     )  # fmt: skip
     result = run_demo(settings, log=lambda line: print(line, file=sys.stderr))
     print("\n".join(summary_lines(result, settings)))
@@ -134,7 +140,7 @@ def report(args: argparse.Namespace) -> int:
                 "exploration")  # fmt: skip
         print(json.dumps({k: result[k] for k in keys}))
     else:
-        print((Path(args.data) / "reports" / "report.md").read_text())
+        print((settings.data / "reports" / "report.md").read_text())
     return 0
 
 
@@ -159,15 +165,16 @@ def import_logs(args: argparse.Namespace) -> int:
     from leap_pipeline.data.warehouse import open_warehouse
     from leap_pipeline.orchestration.definitions import materialize_days
 
-    staging = Path(args.data) / "imports" / "staging"
+    data = install(args).data
+    staging = data / "imports" / "staging"
     staged = stage_import(
         Path(args.attempts), Path(args.allocations), Path(args.hardware), staging, args.days_from
     )
     first, last = staged.days[0], staged.days[-1]
     print(f"importing {staged.rows['job_attempts']:,} attempts over {len(staged.days)} days "
           f"({first} .. {last})", file=sys.stderr)  # fmt: skip
-    warehouse = args.warehouse or str(Path(args.data) / "leap.duckdb")
-    calendar = imported_calendar(Path(args.data), first, f"files:{staging}")
+    warehouse = args.warehouse or str(install(args).warehouse_path)
+    calendar = imported_calendar(data, first, f"files:{staging}")
     materialize_days(first, last, source=f"files:{staging}", warehouse=warehouse,
                      log_level="WARNING", calendar=calendar)  # fmt: skip
     with open_warehouse(warehouse, read_only=True) as wh:
@@ -192,7 +199,7 @@ def import_logs(args: argparse.Namespace) -> int:
 def user_interfaces(args: argparse.Namespace) -> int:
     from leap_pipeline.app.ui import serve
 
-    return serve(Path(args.data), args.dagster_port, args.mlflow_port)
+    return serve(install(args).data, args.dagster_port, args.mlflow_port)
 
 
 def crossval(args: argparse.Namespace) -> int:
@@ -275,11 +282,8 @@ def rank(args: argparse.Namespace) -> int:
     )
     if isinstance(job, dict):
         job.pop("candidates", None)
-    if args.data:
-        set_environment(
-            overwrite=False,
-            MLFLOW_TRACKING_URI=f"sqlite:///{Path(args.data).resolve()}/mlflow/mlflow.db",
-        )
+    # the install's store, unless MLFLOW_TRACKING_URI names one
+    set_environment(overwrite=False, MLFLOW_TRACKING_URI=install(args).tracking_uri)
     ranker = Ranker(args.model or None, check_interval_s=float("inf"), wait=True)
     result: Ranking = ranker.rank(job, candidates if candidates is not None else [])
     if args.json:

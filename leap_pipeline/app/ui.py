@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from leap_pipeline.orchestration.calendar import Calendar
-from leap_pipeline.settings import DATA_ENV, WAREHOUSE_ENV, child_environment
+from leap_pipeline.settings import DATA_ENV, WAREHOUSE_ENV, child_environment, environment
 
 PROJECT = Path(__file__).resolve().parents[2]
 # Dagster's recommended command (``dagster dev`` warns that ``dg dev`` supersedes it); with
@@ -50,14 +50,15 @@ def answers(url: str) -> bool:
 def ui_environment(data: Path) -> dict[str, str]:
     """The environment every process of the installation at ``data`` runs in (the UI, the
     daemon, its run workers): its data folder, whose calendar file sets the partitions, the
-    Dagster home, the warehouse and the MLflow store."""
-    data = data.resolve()
+    Dagster home, the warehouse and the MLflow store, each where the settings put it in that
+    folder (named explicitly: a variable the caller's shell set for another folder loses)."""
+    install = environment({DATA_ENV: str(data.resolve())})
     return child_environment(
         **{
-            DATA_ENV: str(data),
-            "DAGSTER_HOME": str(data / "dagster"),
-            WAREHOUSE_ENV: str(data / "leap.duckdb"),
-            "MLFLOW_TRACKING_URI": f"sqlite:///{data / 'mlflow' / 'mlflow.db'}",
+            DATA_ENV: str(install.data),
+            "DAGSTER_HOME": str(install.dagster_home_path),
+            WAREHOUSE_ENV: str(install.warehouse_path),
+            "MLFLOW_TRACKING_URI": install.tracking_uri,
             "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
         }
     )
@@ -67,7 +68,7 @@ def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple
     """The two servers: name -> (argv, environment)."""
     data = data.resolve()
     env = ui_environment(data)
-    tracking = env["MLFLOW_TRACKING_URI"]
+    tracking, store = env["MLFLOW_TRACKING_URI"], environment({DATA_ENV: str(data)}).mlflow_store
     return {
         "dagster": (
             [str(DG), "dev", "-w", str(PROJECT / "workspace.yaml"),
@@ -77,7 +78,7 @@ def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple
         "mlflow": (
             [sys.executable, "-m", "mlflow", "server", "--workers", "1", "--host", "127.0.0.1",
              "--port", str(mlflow_port), "--backend-store-uri", tracking,
-             "--default-artifact-root", (data / "mlflow" / "artifacts").as_uri()],
+             "--default-artifact-root", (store / "artifacts").as_uri()],
             env,
         ),
     }  # fmt: skip

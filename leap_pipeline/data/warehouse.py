@@ -71,7 +71,7 @@ class WarehouseError(RuntimeError):
 
 
 def default_path() -> Path:
-    """``$LEAP_WAREHOUSE`` if set, else ``data/leap.duckdb`` under the working directory."""
+    """``$LEAP_WAREHOUSE`` if set, else ``leap.duckdb`` in the data folder (``$LEAP_DATA``)."""
     return environment().warehouse_path
 
 

@@ -193,3 +193,34 @@ def headline(evaluation: dict) -> dict[str, float | None]:
         out["routing_capture_lower"] = routing["capture"]["leap_lower"]
         out["routing_capture_lookup"] = routing["capture"]["lookup"]
     return out
+
+
+# A slice is held to the pooled figure: its published w20 at most SLICE_MAX_GAP below the whole
+# day's, once it has SLICE_MIN_ATTEMPTS attempts (fewer score too noisily to judge). The slices
+# are every hardware type, frequency band and history group, so the long tail (``tail``) and
+# the jobs LEAP has never seen (``cold``) are held to the same bar as the head.
+SLICE_MAX_GAP = 0.20
+SLICE_MIN_ATTEMPTS = 100
+
+
+def slice_shortfalls(
+    breakdown: pl.DataFrame,
+    overall_w20: float,
+    model: str = "published",
+    max_gap: float = SLICE_MAX_GAP,
+    min_attempts: int = SLICE_MIN_ATTEMPTS,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(every slice of ``model`` judged, with its bar; the slices below their bar), from an
+    evaluation's breakdown (``evaluate``). Slices too small to judge are listed, not judged."""
+    bar = overall_w20 - max_gap
+    judged = (
+        breakdown.filter(pl.col("model") == model)
+        .select("by", pl.col("group").cast(pl.String), "attempts", "w20")
+        .with_columns(
+            judged=pl.col("attempts") >= min_attempts,
+            below=(pl.col("attempts") >= min_attempts) & (pl.col("w20") < bar),
+            bar=pl.lit(bar),
+        )
+        .sort("by", "w20")
+    )
+    return judged, judged.filter(pl.col("below"))

@@ -16,6 +16,7 @@ from importlib.metadata import version
 
 import polars as pl
 
+from leap_pipeline.data.digest import frame_digest
 from leap_pipeline.data.sources import Oracle
 from leap_pipeline.data.warehouse import Warehouse
 from leap_pipeline.modeling.drift import feature_drift
@@ -96,12 +97,18 @@ def night_inputs(wh: Warehouse, day: dt.date, settings: TrainingSettings) -> Nig
         raise ValueError(f"day={day}: its sources have not landed, so it has no feature rows")
     window = wh.read("feature_table", first, last)
     rows = wh.read("feature_table", day, day)
+    return NightInputs(day, window, rows, night_fingerprint(settings, window, rows))
+
+
+def night_fingerprint(settings: TrainingSettings, window: pl.DataFrame, rows: pl.DataFrame) -> str:
+    """The digest of what a night computes from: its settings, the code's version and its rows
+    (``frame_digest``: the same bytes under any polars version, so an upgrade of a library does
+    not make every night look new)."""
     digest = hashlib.sha256(
         repr((sorted(vars(settings).items()), version("leap"), EVALUATION_VERSION)).encode()
     )
-    for frame in (window, rows):
-        digest.update(frame.hash_rows(seed=0).to_numpy().tobytes())
-    return NightInputs(day, window, rows, digest.hexdigest())
+    digest.update(frame_digest(window, rows).encode())
+    return digest.hexdigest()
 
 
 def run_night(

@@ -9,7 +9,7 @@ file is written once, by whoever lands the first days (``leap demo``, ``leap imp
 
 The partitions are open-ended: a day gets its partition when it has closed in the calendar's
 timezone (yesterday is the last one), so the schedule and a person in the UI can always reach the
-next day. The simulated fleet is a calendar too (2026-01-01 .. 2027-12-31, each day generated
+next day. The simulated fleet is a calendar too (every day from 2026-01-01 on, each generated
 from its date alone), so its days meet the real calendar: ``leap demo`` lands the 45 days that end
 the day before yesterday, and leaves yesterday for a person to materialize from the UI or for
 tonight's tick.
@@ -18,13 +18,13 @@ tonight's tick.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import tomllib
 import zoneinfo
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dagster as dg
+import tomli_w
 
 from leap_pipeline.data.sources import SPAN_START
 from leap_pipeline.settings import DATA_ENV, environment  # noqa: F401 (DATA_ENV: for callers)
@@ -96,12 +96,16 @@ class Calendar:
     # -- the file -----------------------------------------------------------------------------
 
     def text(self) -> str:
+        """The file's TOML, written by ``tomli_w`` (any Unicode, quoted as TOML wants it)."""
+        values = {
+            "first_day": self.first_day.isoformat(),
+            "timezone": self.timezone,
+            "source": self.source,
+        }
         return (
             "# LEAP's calendar: the daily partitions start on first_day and a day closes at\n"
             "# midnight in timezone; source is what runs read when their config names none.\n"
-            f"first_day = {json.dumps(self.first_day.isoformat())}\n"
-            f"timezone = {json.dumps(self.timezone)}\n"  # a JSON string is a TOML basic string
-            f"source = {json.dumps(self.source)}\n"
+            + tomli_w.dumps(values)
         )
 
     def save(self, folder: Path | None = None) -> Path:
@@ -110,7 +114,7 @@ class Calendar:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / CALENDAR_FILE
         partial = path.with_name(path.name + ".partial")
-        partial.write_text(self.text())
+        partial.write_text(self.text(), encoding="utf-8")
         partial.replace(path)
         return path
 
@@ -122,8 +126,8 @@ class Calendar:
         if not path.is_file():
             return cls()
         try:
-            values = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
+            values = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{path}: not valid TOML ({exc})") from None
         unknown = set(values) - {"first_day", "timezone", "source"}
         if unknown:

@@ -4,20 +4,30 @@ Each asset handles every partition of its run (``BackfillPolicy.single_run``), s
 days is one run, from the UI or with ``dagster asset materialize --partition-range``. Each day is
 written, audited, then published: the day's rows are built and checked in memory, and only a day
 that passes its audit replaces its partition (in one transaction), so a failed check never leaves
-rows a later step or another run could read. The checks report every day of the run.
+rows a later step or another run could read. The checks report every day of the run, and a day
+a check refused fails the run, named with its check: it is never reported materialized (the days
+of the run that passed are, one partition each).
 
 The assets are built by ``data_assets(partitions)``: the partitions come from the installation's
 calendar (``calendar.py``) when the definitions load, never from the environment at import.
 """
 
 import datetime as dt
-import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import dagster as dg
 import polars as pl
 
+from leap_pipeline.data.audits import (
+    Refusal,
+    feature_audit,
+    landing_audit,
+    refusal_row,
+    refusals,
+    snapshot_audit,
+)
+from leap_pipeline.data.digest import frame_digest
 from leap_pipeline.data.feature_table import (
     FEATURE_TABLE_COLUMNS,
     HISTORY_LOOKBACK_DAYS,
@@ -30,10 +40,10 @@ from leap_pipeline.data.serving_skew import SKEW_SAMPLE, serving_skew
 from leap_pipeline.orchestration.metadata import table_metadata
 from leap_pipeline.orchestration.partitions import PID_TAG, process_identity
 from leap_pipeline.orchestration.resources import SourceResource, WarehouseResource
-from leap_serving.features import ALWAYS_PRESENT_FEATURES
-from leap_serving.history import MAX_SNAPSHOT_FAMILIES, SNAPSHOT_INPUT_COLUMNS, history_snapshot
+from leap_serving.history import SNAPSHOT_INPUT_COLUMNS, history_snapshot
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
+SOURCE_ASSETS = ("job_attempts", "allocations", "hardware_specs")
 FEATURE_CHECKS = (
     "columns_are_the_feature_list",
     "one_row_per_kept_attempt",
@@ -55,14 +65,29 @@ def record_worker(context: dg.AssetExecutionContext) -> None:
         context.instance.add_run_tags(context.run.run_id, {PID_TAG: worker})
 
 
-def content_sha256(*frames: pl.DataFrame) -> str:
-    """A digest of the frames' schemas and rows, in order: equal for a day landed twice from the
-    same files, different when a row changed."""
-    digest = hashlib.sha256()
-    for frame in frames:
-        digest.update(repr(list(frame.schema.items())).encode())
-        digest.update(frame.hash_rows(seed=0).to_numpy().tobytes())
-    return digest.hexdigest()
+def fail_refused_days(
+    assets: Sequence[str],
+    published: Sequence[dict],
+    refused: Sequence[Refusal],
+    checks: Sequence[dg.AssetCheckResult],
+) -> Iterator[dg.AssetMaterialization | dg.AssetCheckResult]:
+    """Nothing when no day was refused. Otherwise report the days that were published (their
+    rows are in the warehouse) one partition at a time, and the checks' results, then fail the
+    step naming each refused day and its check: a refused day is never reported materialized,
+    and keeps the rows it had before (none was written)."""
+    if not refused:
+        return
+    for row in published:
+        for key in assets:
+            yield dg.AssetMaterialization(key, partition=row["ds"])
+    yield from checks
+    days = sorted({r.day for r in refused})
+    raise dg.Failure(
+        description=f"{', '.join(assets)}: {len(days)} day(s) not published, each keeps the rows "
+        f"it had ({len(published)} published): " + "; ".join(map(str, refused)),
+        metadata={"refused": [str(r) for r in refused], "published": [r["ds"] for r in published]},
+        allow_retries=False,
+    )
 
 
 def source_log_row(source: str, landed: LandedDay) -> pl.DataFrame:
@@ -75,30 +100,10 @@ def source_log_row(source: str, landed: LandedDay) -> pl.DataFrame:
             "landed_at": [dt.datetime.now(dt.UTC).replace(tzinfo=None)],
             **{key: [int(counts[key])] for key in ("rows_in", "kept", "dropped", "quarantined")},
             "content_sha256": [
-                content_sha256(landed.attempts, landed.allocations, landed.hardware_specs)
+                frame_digest(landed.attempts, landed.allocations, landed.hardware_specs)
             ],
         }
     )
-
-
-def refusal_row(reason: str | None) -> pl.DataFrame:
-    """The day's refusal record: one row saying why, or none (the day landed)."""
-    rows = [] if reason is None else [reason]
-    at = [] if reason is None else [dt.datetime.now(dt.UTC).replace(tzinfo=None)]
-    return pl.DataFrame(
-        {"reason": rows, "refused_at": at},
-        schema={"reason": pl.String, "refused_at": pl.Datetime("us")},
-    )
-
-
-def landing_audit(counts: dict[str, int]) -> str | None:
-    """Why a landed day must not be published, or None: a day with rows that kept none, or one
-    that quarantined more than half of them. A day with no launches is fine."""
-    if counts["rows_in"] and counts["kept"] == 0:
-        return f"all {counts['rows_in']} rows rejected"
-    if counts["quarantined"] * 2 > counts["rows_in"]:
-        return f"{counts['quarantined']} of {counts['rows_in']} rows quarantined"
-    return None
 
 
 def land_sources(
@@ -111,11 +116,11 @@ def land_sources(
     with warehouse.open() as wh:
         for i, day in enumerate(partition_days(context), start=1):
             landed = land_day(adapter.read_day(day), day)
-            problem = landing_audit(landed.counts)
-            if problem is not None:  # audited before publishing: the day keeps its old rows
-                refused.append(f"{day}: {problem}")
-                context.log.error(f"{day}: not landed, {problem}")
-                wh.replace_partitions(day, {"landing_refusals": refusal_row(problem)})
+            found = refusals(day, landing_audit(landed.counts))
+            if found:  # audited before publishing: the day keeps its old rows
+                refused += found
+                context.log.error(f"{found[0]}: not landed")
+                wh.replace_partitions(day, {"landing_refusals": refusal_row(found[0].problem)})
                 continue
             wh.replace_partitions(
                 day,
@@ -130,6 +135,13 @@ def land_sources(
             )
             per_day.append({"ds": day.isoformat(), **landed.counts})
             context.log.info(f"{day} ({i}/{len(context.partition_keys)}): {landed.counts}")
+    check = dg.AssetCheckResult(
+        check_name="attempts_landed",
+        asset_key="job_attempts",
+        passed=not refused,
+        metadata={"days_refused": str([f"{r.day}: {r.problem}" for r in refused])},
+    )
+    yield from fail_refused_days(SOURCE_ASSETS, per_day, refused, [check])
     totals = {k: sum(r[k] for r in per_day) for k in ("rows_in", "kept", "dropped", "quarantined")}
     yield dg.MaterializeResult(
         asset_key="job_attempts",
@@ -142,19 +154,14 @@ def land_sources(
         asset_key="hardware_specs",
         metadata={"hardware_types": per_day[-1]["hardware_types"] if per_day else 0},
     )
-    yield dg.AssetCheckResult(
-        check_name="attempts_landed",
-        asset_key="job_attempts",
-        passed=not refused,
-        metadata={"days_refused": str(refused)},
-    )
+    yield check
 
 
 def build_snapshots(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     """Job-family history as of the end of each day, over the last ``HISTORY_LOOKBACK_DAYS``."""
-    per_day, problems = [], []
+    per_day, refused = [], []
     with warehouse.open() as wh:
         for day in partition_days(context):
             if wh.count("source_log", day) == 0:
@@ -162,55 +169,35 @@ def build_snapshots(
             first = day - dt.timedelta(days=HISTORY_LOOKBACK_DAYS - 1)
             rows = wh.read("job_attempts", first, day, columns=SNAPSHOT_INPUT_COLUMNS)
             snapshot = history_snapshot(rows, as_of=day)
-            families = snapshot.filter(pl.col("hardware_type").is_null()).height
-            found = []
-            if snapshot.height and snapshot["last_ds"].max() > day:
-                found.append(f"{day}: a statistic from {snapshot['last_ds'].max()}")
-            if families > MAX_SNAPSHOT_FAMILIES:
-                found.append(f"{day}: {families} families")
-            problems += found
-            if found:
-                continue  # audited before publishing
+            found = refusals(day, snapshot_audit(snapshot, day))
+            if found:  # audited before publishing: the day keeps its old rows
+                refused += found
+                context.log.error(f"{found[0]}: not published")
+                continue
             wh.replace_partition("history_snapshot", day, snapshot.with_columns(ds=pl.lit(day)))
+            families = snapshot.filter(pl.col("hardware_type").is_null()).height
             per_day.append({"ds": day.isoformat(), "families": families, "rows": snapshot.height})
+    check = dg.AssetCheckResult(
+        check_name="snapshot_as_of_its_day",
+        asset_key="history_snapshot",
+        passed=not refused,
+        metadata={"problems": str([f"{r.day}: {r.problem}" for r in refused])},
+    )
+    yield from fail_refused_days(["history_snapshot"], per_day, refused, [check])
     yield dg.MaterializeResult(
         metadata={
             "families_last_day": per_day[-1]["families"] if per_day else 0,
             "per_day": table_metadata(per_day),
         }
     )
-    yield dg.AssetCheckResult(
-        check_name="snapshot_as_of_its_day",
-        passed=not problems,
-        metadata={"problems": str(problems)},
-    )
-
-
-def feature_audit(table: pl.DataFrame, attempts: int) -> dict[str, str]:
-    """The feature table checks on one day's rows before they are written: check -> problem."""
-    failed = {}
-    if table.columns != list(FEATURE_TABLE_COLUMNS):
-        failed["columns_are_the_feature_list"] = "columns differ from the feature list"
-    if table.height != attempts:
-        failed["one_row_per_kept_attempt"] = f"{table.height} rows for {attempts} attempts"
-    nulls = [
-        c
-        for c in (*ALWAYS_PRESENT_FEATURES, "log_q")
-        if c in table.columns and table[c].null_count()
-    ]
-    if nulls:
-        failed["required_features_present"] = f"nulls in {nulls}"
-    if "hist_days_since_last" in table.columns and (table["hist_days_since_last"] < 1).any():
-        failed["history_from_earlier_days"] = "a history statistic from the day itself"
-    return failed
+    yield check
 
 
 def build_features(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     """One row per measured attempt: ids, the label ln q and the shared feature list."""
-    per_day, skewed = [], []
-    failures: dict[str, list[str]] = {name: [] for name in FEATURE_CHECKS}
+    per_day, skewed, refused = [], [], []
     with warehouse.open() as wh:
         for day in partition_days(context):
             if wh.count("source_log", day) == 0:
@@ -229,16 +216,24 @@ def build_features(
                 context.log.warning(f"train_serve_skew {day}: could not run: {exc!r}")
                 found = [{"feature": "(the check could not run)", "example": repr(exc)}]
             skewed += [{"ds": day.isoformat(), **entry} for entry in found]
-            failed = feature_audit(table, attempts.height)
-            for name, problem in failed.items():
-                failures[name].append(f"{day}: {problem}")
-            if failed:
-                context.log.error(f"feature_table {day}: not published, {failed}")
-                continue  # audited before publishing: the day keeps its old rows
+            found = refusals(day, feature_audit(table, attempts.height))
+            if found:  # audited before publishing: the day keeps its old rows
+                refused += found
+                context.log.error(f"feature_table: not published, {'; '.join(map(str, found))}")
+                continue
             wh.replace_partition("feature_table", day, table)
             cold = float(table["hist_cold_start"].mean() or 0.0)
             per_day.append({"ds": day.isoformat(), "rows": table.height, "cold_start": cold})
             context.log.info(f"feature_table {day}: {table.height} rows, cold start {cold:.1%}")
+    failed = {n: [f"{r.day}: {r.problem}" for r in refused if r.check == n] for n in FEATURE_CHECKS}
+    checks = [
+        dg.AssetCheckResult(
+            check_name=n, asset_key="feature_table", passed=not f, metadata={"failed": str(f)}
+        )
+        for n, f in failed.items()
+    ]
+    checks.append(skew_check(skewed, len(context.partition_keys)))
+    yield from fail_refused_days(["feature_table"], per_day, refused, checks)
     yield dg.MaterializeResult(
         metadata={
             "rows": sum(r["rows"] for r in per_day),
@@ -246,17 +241,19 @@ def build_features(
             "per_day": table_metadata(per_day),
         }
     )
-    for name, failed in failures.items():
-        yield dg.AssetCheckResult(
-            check_name=name, passed=not failed, metadata={"failed": str(failed)}
-        )
-    yield dg.AssetCheckResult(
+    yield from checks
+
+
+def skew_check(skewed: list[dict], days: int) -> dg.AssetCheckResult:
+    """The train/serve skew of the days built: reported (a warning's worth), never blocking."""
+    return dg.AssetCheckResult(
         check_name="train_serve_skew",
+        asset_key="feature_table",
         passed=not skewed,
         severity=dg.AssetCheckSeverity.ERROR,
         metadata={
             "launches_per_day": SKEW_SAMPLE,
-            "days": len(partition_days(context)),
+            "days": days,
             "skewed_features": table_metadata(skewed) if skewed else "none",
         },
     )

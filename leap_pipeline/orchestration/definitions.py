@@ -20,9 +20,9 @@ from leap_pipeline.orchestration.partitions import (
     NIGHTS_TAG,
     PID_TAG,
     NightlyState,
-    parse_span,
     plan_tick,
     process_alive,
+    tagged_days,
 )
 from leap_pipeline.orchestration.report_asset import paper_report
 from leap_pipeline.orchestration.resources import (
@@ -70,29 +70,47 @@ def nightly_state(
     refused = set(warehouse.refused_days())
     mlflow_tracking.configure()
     trained = {dt.date.fromisoformat(day) for day in registry.registered_nights()}
+    in_flight, failed = runs_state(instance)
+    adapter = source.source()
+    return NightlyState(landed, trained, in_flight, adapter.has_day, failed, empty, refused)
+
+
+def trains_nights(run: dg.DagsterRun) -> bool:
+    """Whether ``run`` materializes a model asset, whoever launched it: then the day partitions
+    it targets are nights being trained. A run of a whole job (no asset selection) trains unless
+    the job is the data-only one."""
+    if run.asset_selection is not None:
+        return bool(set(run.asset_selection) & set(MODEL_ASSET_KEYS))
+    return run.job_name != "daily_pipeline"
+
+
+def runs_state(instance: dg.DagsterInstance) -> tuple[set[dt.date], dict[str, int]]:
+    """The nights every live run trains (the schedule's, a backfill's, one a person launched
+    from the UI or the CLI: read from Dagster's partition tags), and how many runs the schedule
+    asked for of each span ended without finishing. A live run whose worker is gone is marked
+    failed, saying so in its log, and trains nothing."""
     in_flight: set[dt.date] = set()
+    for record in instance.get_run_records(dg.RunsFilter(statuses=list(LIVE))):
+        run = record.dagster_run
+        if not run_is_alive(run):  # its worker died without a word: say so in the run's log
+            instance.report_run_failed(
+                run, f"the run's process ({run.tags.get(PID_TAG)}) is gone: marked failed"
+            )
+        elif trains_nights(run):
+            in_flight.update(tagged_days(run.tags))
     failed: dict[str, int] = {}
     for record in instance.get_run_records(
         dg.RunsFilter(tags={"dagster/schedule_name": "nightly_schedule"})
     ):
-        run = record.dagster_run
+        run = record.dagster_run  # read after the dead were marked: they count as failed
+        if run.status in LIVE or run.status == dg.DagsterRunStatus.SUCCESS:
+            continue
         for kind, tag in (("nightly", NIGHTS_TAG), ("land", "leap/landing")):
             span = run.tags.get(tag)
-            if span is None:
-                continue
-            if run_is_alive(run):
-                if kind == "nightly":
-                    in_flight.update(parse_span(span))
-                continue
-            if run.status in LIVE:  # its worker died without a word: say so in the run's log
-                instance.report_run_failed(
-                    run, f"the run's process ({run.tags.get(PID_TAG)}) is gone: marked failed"
-                )
-            if run.status != dg.DagsterRunStatus.SUCCESS:
+            if span is not None:
                 key = f"{kind}:{span}"
                 failed[key] = max(failed.get(key, 0), int(run.tags.get(ATTEMPT_TAG, "0")) + 1)
-    adapter = source.source()
-    return NightlyState(landed, trained, in_flight, adapter.has_day, failed, empty, refused)
+    return in_flight, failed
 
 
 def build_definitions(calendar: Calendar) -> dg.Definitions:

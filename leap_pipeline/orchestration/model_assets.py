@@ -25,6 +25,7 @@ import numpy as np
 
 from leap_pipeline.data.sources import Oracle, logged_source
 from leap_pipeline.modeling.drift import PSI_WARN
+from leap_pipeline.modeling.evaluation import SLICE_MAX_GAP, SLICE_MIN_ATTEMPTS
 from leap_pipeline.modeling.night_store import models_folder, reusable_night, save_trained
 from leap_pipeline.modeling.training import night_inputs, run_night
 from leap_pipeline.orchestration.data_assets import (
@@ -172,6 +173,14 @@ def model_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinitio
                 description="Each feature's population stability index on the newest night's "
                 f"day D against its training window, as a table; a warning when any is over "
                 f"{PSI_WARN}.",
+            ),
+            dg.AssetCheckSpec(
+                "slice_quality",
+                asset="model_evaluation",
+                description="The newest night's published w20 on each hardware type, frequency "
+                f"band and history group of at least {SLICE_MIN_ATTEMPTS} attempts is no more "
+                f"than {SLICE_MAX_GAP:.0%} below the whole day's (the long tail and cold starts "
+                "included); a warning naming the slices below, every slice in the metadata.",
             ),
         ],
         partitions_def=partitions,

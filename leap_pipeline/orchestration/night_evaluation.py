@@ -9,6 +9,7 @@ import dataclasses
 import datetime as dt
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -16,7 +17,6 @@ import numpy as np
 import polars as pl
 
 from leap_pipeline.modeling import registry
-from leap_pipeline.modeling.drift import PSI_WARN
 from leap_pipeline.modeling.evaluation import headline
 from leap_pipeline.modeling.evaluation_files import (
     EVALUATION_FILES,
@@ -26,6 +26,12 @@ from leap_pipeline.modeling.evaluation_files import (
 from leap_pipeline.orchestration.data_assets import partition_days
 from leap_pipeline.orchestration.locks import held
 from leap_pipeline.orchestration.metadata import image_metadata, table_metadata
+from leap_pipeline.orchestration.night_checks import (
+    drift_check,
+    interval_check,
+    no_night_checks,
+    slice_check,
+)
 from leap_pipeline.orchestration.promotion import evaluation_day
 from leap_pipeline.orchestration.resources import (
     MlflowResource,
@@ -34,8 +40,7 @@ from leap_pipeline.orchestration.resources import (
 )
 from leap_pipeline.settings import RegistrySettings
 from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.intervals import COVERAGE_BAND
-from leap_serving.model import ModelArtifactError, load_registered
+from leap_serving.model import load_registered
 from leap_serving.publish import PublicationError, verify_folder
 
 EVALUATION_COLUMNS = ("w5", "w10", "w15", "w20", "mdape", "median_ratio", "coverage")
@@ -57,7 +62,7 @@ def evaluate_nights(
     gate_settings = training.gate_settings()
     decisions, per_day, records = [], [], {}
     last = None
-    production, production_day = _production_model(context)
+    incumbent = production_incumbent(context.log)  # the alias resolved once for the whole run
     with warehouse.open() as wh:
         for day in partition_days(context):
             night = cascade_model[day.isoformat()]
@@ -74,21 +79,10 @@ def evaluate_nights(
             with held(folder.with_name(f"{day.isoformat()}.register.lock"), f"night {day}"):
                 existing = registry.registered_night(day, fingerprint) if fingerprint else None
                 rows = wh.read("feature_table", day, day)
-                # production is the comparison only when it never saw day D: one trained on a later
-                # window (a backfill, a re-run of an older night) or this very night is not
-                comparable = production is not None and production_day < day
-                gate = registry.evaluation_gate(
-                    evaluation["overall"]["published"]["w20"],
-                    _production_w20(production, rows) if comparable else None,
-                    gate_settings.floor,
-                    gate_settings.margin,
-                )
-                if production is not None and not comparable:
-                    gate = dataclasses.replace(
-                        gate,
-                        reason=f"{gate.reason} (production, evaluated on {production_day}, may "
-                        f"have trained on {day}: not compared)",
-                    )
+                gate = night_gate(
+                    evaluation["overall"]["published"]["w20"], incumbent, day, rows,
+                    gate_settings.floor, gate_settings.margin, context.log,
+                )  # fmt: skip
                 retired = (
                     registry.registered_before(day, fingerprint)
                     if existing is None and fingerprint
@@ -157,12 +151,7 @@ def evaluate_nights(
         yield dg.AssetCheckResult(
             check_name="evaluation_gate", passed=True, metadata={"decisions": "no night"}
         )
-        yield dg.AssetCheckResult(
-            check_name="interval_coverage", passed=True, metadata={"coverage": "no night"}
-        )
-        yield dg.AssetCheckResult(
-            check_name="feature_drift", passed=True, metadata={"drift": "no night"}
-        )
+        yield from no_night_checks()
         return
     evaluation, breakdown, scatter = last
     overall = pl.DataFrame([{"model": m} | v for m, v in evaluation["overall"].items()])
@@ -200,61 +189,7 @@ def evaluate_nights(
     )
     yield interval_check(newest_day, evaluation.get("intervals"))
     yield drift_check(newest_day, evaluation.get("drift"))
-
-
-def drift_check(day: dt.date, drift: list[dict] | None) -> dg.AssetCheckResult:
-    """Each feature's population stability index on day D against the training window
-    (``drift.feature_drift``) as a table, largest first: a warning when any passes
-    ``PSI_WARN``, naming them."""
-    if not drift:
-        return dg.AssetCheckResult(
-            check_name="feature_drift", passed=True,
-            metadata={"drift": f"{day}: not computed for this night"},
-        )  # fmt: skip
-    drifted = [entry["feature"] for entry in drift if entry["drifted"]]
-    return dg.AssetCheckResult(
-        check_name="feature_drift",
-        passed=not drifted,
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={
-            "day": str(day),
-            "threshold": f"PSI > {PSI_WARN}",
-            "drifted": str(drifted),
-            "psi_by_feature": table_metadata(drift),
-        },
-    )
-
-
-def interval_check(day: dt.date, intervals: dict | None) -> dg.AssetCheckResult:
-    """Day D's coverage of the published model's intervals against ``COVERAGE_BAND``: a warning
-    when it leaves it (the intervals are miscalibrated for the day: too narrow below the band,
-    wider than they need be above it), with each hardware type's and history class's coverage
-    as tables."""
-    if intervals is None:
-        return dg.AssetCheckResult(
-            check_name="interval_coverage", passed=True,
-            metadata={"coverage": f"{day}: the published model has no intervals"},
-        )  # fmt: skip
-    low, high = COVERAGE_BAND
-    share = intervals["coverage"]
-
-    def table(groups: dict) -> dg.MetadataValue:
-        return table_metadata([{"group": g, **v} for g, v in groups.items()])
-
-    return dg.AssetCheckResult(
-        check_name="interval_coverage",
-        passed=bool(low <= share <= high),
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={
-            "day": str(day),
-            "level": intervals["level"],
-            "coverage": share,
-            "band": f"{low:.2f}-{high:.2f}",
-            "interval_width_median": intervals["width_median"],
-            "by_hardware_type": table(intervals["by_hardware_type"]),
-            "by_history": table(intervals["by_history"]),
-        },
-    )
+    yield slice_check(newest_day, breakdown, evaluation["overall"]["published"]["w20"])
 
 
 def _run_kind(context: dg.AssetExecutionContext, settings: RegistrySettings) -> str:
@@ -263,27 +198,76 @@ def _run_kind(context: dg.AssetExecutionContext, settings: RegistrySettings) -> 
     return "nightly" if context.run.tags.get("dagster/schedule_name") else "adhoc"
 
 
-def _production_model(context: dg.AssetExecutionContext) -> tuple[object | None, dt.date | None]:
-    """The model the alias names when the run starts (promotion happens after evaluation, so it
-    stays the same for every day of the run) and the day it was evaluated on, or (None, None)
-    when there is none or it cannot load."""
+@dataclass(frozen=True)
+class Incumbent:
+    """The production version a run's nights are gated against, read once as the run starts
+    (promotion happens after evaluation): its registry version, the day it was evaluated on, and
+    its model, or why it cannot be compared. No version: there is no production model yet."""
+
+    version: str | None = None
+    day: dt.date | None = None
+    model: object | None = None
+    unusable: str = ""
+
+
+def production_incumbent(log) -> Incumbent:
+    """The version the alias names now, loaded by that version number (never by the alias
+    again, so a promotion meanwhile cannot mix two versions). A production model that does not
+    load, whatever the error (a refused file, a bug, a missing artifact), is no usable incumbent:
+    it is logged, and each night is gated on the floor alone."""
     current = registry.production_version()
     if current is None:
-        return None, None
+        return Incumbent()
+    version = str(current.version)
     try:
-        production, _ = load_registered(registry.model_uri())
-    except ModelArtifactError as exc:
-        context.log.warning(f"production model not comparable: {exc}")
-        return None, None
-    return production, evaluation_day(current) or dt.date.max
+        day = evaluation_day(current) or dt.date.max
+        model, _ = load_registered(registry.model_uri(), version=version)
+    except Exception as exc:  # any failure: the night must still be registered
+        why = f"production version {version} cannot be loaded ({type(exc).__name__}: {exc})"
+        log.warning(f"{why}: each night is gated on the floor alone")
+        return Incumbent(version=version, unusable=why)
+    return Incumbent(version=version, day=day, model=model)
 
 
-def _production_w20(production, rows: pl.DataFrame) -> float | None:
-    """The production model's w20 on the same rows, or None when there is none."""
+def night_gate(
+    candidate_w20: float,
+    incumbent: Incumbent,
+    day: dt.date,
+    rows: pl.DataFrame,
+    floor: float,
+    margin: float,
+    log,
+) -> registry.GateDecision:
+    """Night ``day``'s gate: against the incumbent on the same rows when it never saw day D (one
+    trained on a later window, a backfill or a re-run of an older night, or this very night, is
+    not compared); against the floor alone, saying why, when there is none, it saw the day, or it
+    cannot load or predict. A broken production model must not hold a good night back: the
+    night that passes the floor is what replaces it."""
+    note, production_w20 = "", None
+    if incumbent.unusable:
+        note = f"({incumbent.unusable}: not compared)"
+    elif incumbent.model is not None and incumbent.day < day:
+        try:
+            production_w20 = _production_w20(incumbent.model, rows)
+        except Exception as exc:  # a model that loads, then cannot predict
+            note = (
+                f"(production version {incumbent.version} cannot predict {day} "
+                f"({type(exc).__name__}: {exc}): not compared)"
+            )
+            log.warning(f"{day}: {note}")
+    elif incumbent.model is not None:
+        seen = f"evaluated on {incumbent.day}, may have trained on {day}"
+        note = f"(production, {seen}: not compared)"
+    gate = registry.evaluation_gate(candidate_w20, production_w20, floor, margin)
+    if production_w20 is not None:
+        note = f"(production is version {incumbent.version})"
+    return dataclasses.replace(gate, reason=f"{gate.reason} {note}") if note else gate
+
+
+def _production_w20(production, rows: pl.DataFrame) -> float:
+    """The production model's w20 on the same rows."""
     from leap_serving import metrics
 
-    if production is None:
-        return None
     predicted = np.exp(production.cascade.predict(rows.select(FEATURE_COLUMNS).to_numpy()))
     return metrics.within(predicted, rows["throughput"].to_numpy(), 20)
 

@@ -2,12 +2,13 @@
 
 The tick at 02:00 (in the calendar's timezone) for day D asks for every night from D back over
 ``CATCH_UP_NIGHTS``, after the newest trained night, that is neither trained (a registered
-version names it) nor being trained (a live run carries it), as long as its day and its
-window's days have landed or can be read from the source. A day that landed with no measured
-attempt has no night: there is nothing to score a model on. A night whose day arrived late, or
-whose run was killed, is simply still untrained at the next tick, which takes it then. Days of a
-window that were never landed are landed by a run of their own first; the queue (one run at a
-time) keeps the order.
+version names it) nor being trained (a live run targets it: the schedule's, a backfill's, one a
+person launched), as long as its day and its window's days have landed or can be read from the
+source; a run's range never covers a night another live run trains. A day that landed with no
+measured attempt has no night: there is nothing to score a model on. A night whose day arrived
+late, or whose run was killed, is simply still untrained at the next tick, which takes it then.
+Days of a window that were never landed are landed by a run of their own first; the queue (one
+run at a time) keeps the order.
 """
 
 from __future__ import annotations
@@ -15,39 +16,77 @@ from __future__ import annotations
 import datetime as dt
 import os
 import warnings
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import dagster as dg
+import psutil
 
 CATCH_UP_NIGHTS = 7  # untrained nights a tick looks back over
 NIGHTS_TAG = "leap/nights"  # "FIRST..LAST" on every run the schedule asks for
 ATTEMPT_TAG = "leap/attempt"
 PID_TAG = "leap/pid"  # the process that runs a run's assets, recorded as it starts
+# Dagster's own tags for the partitions a run targets: one partition, or a range (a single-run
+# backfill's, a schedule's, a range a person materialized)
+PARTITION_TAG = "dagster/partition"
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+# a process whose start time is within this of the recorded one is the same process: a PID is
+# reused only after its holder exited, which a run's worker does minutes after it started, while
+# the start time psutil derives from the boot time may move by a clock step's fraction of a second
+SAME_START_S = 1.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # per second, in the start times /proc gave before psutil
 
 
 def process_identity(pid: int) -> str:
-    """``PID`` or, where ``/proc`` tells it, ``PID:START`` with the process's start time in clock
-    ticks since boot: a process id is reused, the pair is not (until a reboot, which a run does
-    not survive either)."""
+    """``PID:START``, with the process's start time in seconds since the epoch (psutil's
+    ``create_time``): a process id is reused, the pair is not (until a reboot, which a run does
+    not survive either). ``PID`` alone when the process cannot be read."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        started = psutil.Process(pid).create_time()
+    except psutil.Error:
         return str(pid)
-    return f"{pid}:{stat.rpartition(')')[2].split()[19]}"
+    return f"{pid}:{started:.2f}"
 
 
 def process_alive(identity: str) -> bool:
-    """Whether the process ``process_identity`` named still runs (the same one)."""
-    pid = int(identity.partition(":")[0])
+    """Whether the process ``process_identity`` named still runs (the same one, not a zombie).
+    An identity recorded before psutil kept the start in clock ticks since boot (no decimal
+    point): it is converted, so a run that outlives an upgrade is not taken for dead."""
+    pid_text, _, recorded = identity.partition(":")
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        process = psutil.Process(int(pid_text))
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        started = process.create_time()
+    except (psutil.NoSuchProcess, ValueError):
         return False
-    except PermissionError:
-        pass
-    return ":" not in identity or process_identity(pid) == identity
+    except psutil.AccessDenied:
+        return True  # it exists; whose it is cannot be told
+    try:
+        if "." in recorded:
+            expected = float(recorded)
+        else:  # clock ticks since boot, as /proc/PID/stat gave them
+            expected = psutil.boot_time() + int(recorded) / CLOCK_TICKS
+    except ValueError:
+        return True  # no start recorded (or not one this can read): the id alone says it runs
+    return abs(started - expected) < SAME_START_S
+
+
+def tagged_days(tags: Mapping[str, str]) -> list[dt.date]:
+    """The day partitions a run targets, read from Dagster's tags (``dagster/partition``, or the
+    range start and end); empty when it targets none, or something that is not a day."""
+    try:
+        if tags.get(PARTITION_TAG):
+            return [dt.date.fromisoformat(tags[PARTITION_TAG])]
+        if tags.get(RANGE_START_TAG) and tags.get(RANGE_END_TAG):
+            return days_between(
+                dt.date.fromisoformat(tags[RANGE_START_TAG]),
+                dt.date.fromisoformat(tags[RANGE_END_TAG]),
+            )
+    except ValueError:
+        return []
+    return []
 
 
 def span_text(first: dt.date, last: dt.date | None) -> str:
@@ -113,7 +152,7 @@ def plan_tick(
         ready.append(night)
     requests: list[dg.RunRequest] = []
     if ready:
-        a, b = ready[0], ready[-1]
+        a = ready[0]
         unlanded = [
             d
             for d in days_between(max(first_day, a - dt.timedelta(days=window_days)), a)
@@ -121,7 +160,10 @@ def plan_tick(
         ]
         if unlanded:
             requests.append(_request(unlanded[0], unlanded[-1], "land", state, landing_assets))
-        requests.append(_request(a, b, "nightly", state))
+        # one run per span that no live run trains: a range never covers a night in flight
+        # (the days between spans are that run's; the queue runs them in order)
+        for first, last in free_spans(ready, state.in_flight):
+            requests.append(_request(first, last, "nightly", state))
         return requests
     # nothing to train: land what arrived so the next tick has less to do
     if day < first_night and day not in state.landed and state.source_has_day(day):
@@ -135,6 +177,20 @@ def plan_tick(
             f"is {first_night}"
         )
     return dg.SkipReason(f"night {day} and the week before it are trained or being trained")
+
+
+def free_spans(
+    nights: Sequence[dt.date], in_flight: Collection[dt.date]
+) -> list[tuple[dt.date, dt.date]]:
+    """``nights`` (ascending) as (first, last) spans, cut wherever a night in flight lies between
+    two of them, so that no span's range holds a night another live run is training."""
+    spans: list[tuple[dt.date, dt.date]] = []
+    for night in nights:
+        if spans and not any(spans[-1][1] < d < night for d in in_flight):
+            spans[-1] = (spans[-1][0], night)
+        else:
+            spans.append((night, night))
+    return spans
 
 
 def _request(
@@ -156,11 +212,6 @@ def _request(
             ATTEMPT_TAG: str(attempt),
         },
     )
-
-
-def parse_span(text: str) -> list[dt.date]:
-    first, _, last = text.partition("..")
-    return days_between(dt.date.fromisoformat(first), dt.date.fromisoformat(last or first))
 
 
 # Every asset relies on two Dagster 1.13 beta parameters, on purpose: single-run backfills and

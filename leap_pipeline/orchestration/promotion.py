@@ -60,13 +60,14 @@ def move_alias(
                     actor=f"dagster run {context.run.run_id}",
                 )
                 note = f"promoted version {registered['version']} ({day})"
+        # what this decision left production at, read under the lock (not resolved again)
+        production = moved["to_version"] if moved else (current.version if current else None)
     deleted = registry.enforce_retention(training.registry_settings().keep_versions)
-    current = registry.production_version()
     context.log.info(note)
     return dg.MaterializeResult(
         metadata={
             "decision": note,
-            "production_version": str(current.version) if current else "none",
+            "production_version": str(production) if production is not None else "none",
             "model_uri": registry.model_uri(),
             "moved_from": str(moved["from_version"]) if moved else "",
             "versions_deleted": ", ".join(deleted),

@@ -17,7 +17,7 @@ class ReportConfig(dg.Config):
     seed: int = ReportSettings.seed
     profile: str = ReportSettings.profile
     quick: bool = ReportSettings.quick
-    data: str = str(ReportSettings.data)
+    data: str = ""  # empty: the install's data folder ($LEAP_DATA)
 
 
 @dg.asset(group_name="report")
@@ -27,7 +27,7 @@ def paper_report(context: dg.AssetExecutionContext, config: ReportConfig) -> dg.
         config.scale, config.nights, config.seed, config.data, config.quick, config.profile
     )
     report = build_report(settings, land_days, log=context.log.info)
-    root = Path(config.data) / "reports"
+    root = settings.data / "reports"
     return dg.MaterializeResult(
         metadata={
             "nightly_w20_median": report["nightly_w20_median"],

@@ -33,7 +33,8 @@ class SourceResource(dg.ConfigurableResource):
 
 
 class WarehouseResource(dg.ConfigurableResource):
-    """Path of the DuckDB file; empty: ``$LEAP_WAREHOUSE`` or ``data/leap.duckdb``."""
+    """Path of the DuckDB file; empty: ``$LEAP_WAREHOUSE``, else ``leap.duckdb`` in the data
+    folder (``$LEAP_DATA``)."""
 
     path: str = ""
 
@@ -98,7 +99,8 @@ class TrainingResource(dg.ConfigurableResource):
 
 
 class MlflowResource(dg.ConfigurableResource):
-    """Tracking store; empty: ``$MLFLOW_TRACKING_URI``, else SQLite under ``data/mlflow``."""
+    """Tracking store; empty: ``$MLFLOW_TRACKING_URI``, else SQLite under ``mlflow`` in the data
+    folder (``$LEAP_DATA``)."""
 
     store: str = ""
 

@@ -13,7 +13,7 @@ import datetime as dt
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -23,7 +23,7 @@ from leap_pipeline.data.sources import source_from_uri
 from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling.selection import serving_model
 from leap_pipeline.modeling.training import run_night
-from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings
+from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings, environment
 from leap_pipeline.studies.ablations import ablation, holdouts, permutation_importance
 from leap_pipeline.studies.exploration import exploration_value
 from leap_pipeline.studies.holdout_regret import holdout_regrets
@@ -44,7 +44,8 @@ class ReportSettings:
     seed: int = 0
     profile: str = "fast"
     shuffles: int = 10
-    data: Path = Path("data")
+    # the install's data folder ($LEAP_DATA), read when settings are made, never at import
+    data: Path = field(default_factory=lambda: environment().data)
     quick: bool = False
 
     def __post_init__(self) -> None:
@@ -55,8 +56,9 @@ class ReportSettings:
         profile_params(self.profile)  # an unknown profile: a clear error before any work
 
     @classmethod
-    def quick_mode(cls, data: Path = Path("data")) -> ReportSettings:
-        return cls(scale=0.02, nights=2, profile="quick", shuffles=2, data=data, quick=True)
+    def quick_mode(cls, data: Path | None = None) -> ReportSettings:
+        folder = {"data": Path(data)} if data else {}
+        return cls(scale=0.02, nights=2, profile="quick", shuffles=2, quick=True, **folder)
 
     @classmethod
     def from_options(
@@ -64,20 +66,20 @@ class ReportSettings:
         scale: float | None,
         nights: int | None,
         seed: int,
-        data: str | Path,
+        data: str | Path | None,
         quick: bool,
         profile: str | None = None,
     ) -> ReportSettings:
         """The settings the CLI flags and the asset's config name, read the same way (a flag
-        left out, None, takes the default here)."""
+        left out, None, takes the default here; no ``data``: the install's data folder)."""
         if quick:
-            return cls.quick_mode(Path(data))
+            return cls.quick_mode(Path(data) if data else None)
         return cls(
             scale=cls.scale if scale is None else scale,
             nights=cls.nights if nights is None else nights,
             seed=seed,
             profile=cls.profile if profile is None else profile,
-            data=Path(data),
+            **({"data": Path(data)} if data else {}),
         )
 
     def training(self) -> TrainingSettings:
