@@ -416,7 +416,9 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
             early_stopping_tol=self.early_stopping_tol,
         )
 
-    def _check_params(self, n_rows: int) -> None:
+    def _check_params(self, n_rows: int | None = None) -> None:
+        """Refuse a parameter out of its range, naming it (before a fit, and when a model file
+        is loaded: ``n_rows`` None, the rows are not checked)."""
         if self.n_bins < 1:
             raise ValueError(f"n_bins={self.n_bins!r} must be at least 1")
         if self.max_em_iter < 0:
@@ -438,7 +440,7 @@ class BinnedCascade(RegressorMixin, BaseEstimator):
         for name in ("em_sample", "classifier_sample", "subsample", "feature_fraction"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be in (0, 1]")
-        if n_rows < self.min_bin_rows:
+        if n_rows is not None and n_rows < self.min_bin_rows:
             raise ValueError(
                 f"{n_rows} training rows are fewer than min_bin_rows={self.min_bin_rows}"
             )

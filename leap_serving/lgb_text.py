@@ -27,6 +27,9 @@ FORMAT_VERSION = "v4"
 ZERO_THRESHOLD = float(np.float32(1e-35))
 _CATEGORICAL, _DEFAULT_LEFT = 1, 2
 _MISSING_NONE, _MISSING_ZERO, _MISSING_NAN = 0, 1, 2
+# outputs a model may have (a classifier's classes): more than any cascade's bins, and few
+# enough that a file cannot make the reader allocate a baseline of its choosing
+MAX_OUTPUTS = 1024
 _SPLIT_KEYS = ("split_feature", "threshold", "decision_type", "left_child", "right_child")
 
 
@@ -51,7 +54,7 @@ def _numbers(fields: dict[str, str], key: str, dtype, count: int, where: str) ->
         values = np.array(fields[key].split(), dtype=dtype)
     except KeyError:
         raise ModelTextError(f"{where} has no {key}") from None
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:  # OverflowError: an integer beyond int64
         raise ModelTextError(f"{where}: {key} is not a list of numbers ({exc})") from None
     if len(values) != count:
         raise ModelTextError(f"{where}: {key} holds {len(values)} values, the tree needs {count}")
@@ -150,7 +153,7 @@ def read_model_text(text: str) -> tuple[list[np.ndarray], int, int]:
         n_features = int(header["max_feature_idx"]) + 1
     except (KeyError, ValueError) as exc:
         raise ModelTextError(f"the model header lacks a valid {exc}") from None
-    if per_iteration < 1 or not 0 < n_features <= np.iinfo(np.int16).max:
+    if not 0 < per_iteration <= MAX_OUTPUTS or not 0 < n_features <= np.iinfo(np.int16).max:
         raise ModelTextError(
             f"num_tree_per_iteration={per_iteration}, max_feature_idx={n_features - 1}"
         )

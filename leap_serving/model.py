@@ -24,12 +24,14 @@ import numpy as np
 import polars as pl
 
 from .cascade import BinnedCascade
+from .contract import schema
 from .features import FEATURE_COLUMNS, launch_matrix
-from .history import HistoryIndex
+from .history import SNAPSHOT_SCHEMA, HistoryIndex
 from .intervals import ConformalIntervals
 from .model_file import ModelFileError, dump_model, load_model
 from .novelty import NoveltyReference
 from .publish import PublicationError, publish_folder, verify_files
+from .shipped import CODE_SHA256_TAG, differences, drop_caches
 from .specs import SpecTable
 
 if TYPE_CHECKING:  # the compiled walk imports numba: only the callers that walk pay for it
@@ -148,18 +150,19 @@ class LeapModel:
         if missing:
             raise ModelArtifactError(f"model artifact lacks {missing}")
         check_artifacts(artifacts, expected_sha256, recorded_by)
-        metadata = json.loads(Path(artifacts["metadata"]).read_text())
-        if metadata.get("feature_columns") != list(FEATURE_COLUMNS):
+        metadata = read_metadata(artifacts["metadata"])
+        cascade = load_cascade(artifacts["cascade"])
+        snapshot = read_frame(artifacts["history_snapshot"], SNAPSHOT_SCHEMA)
+        specs = read_frame(artifacts["hardware_specs"], schema("hardware_specs"))
+        check_spec_table(specs, artifacts["hardware_specs"])
+        try:
+            return cls(cascade, snapshot, specs, metadata)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            # the novelty reference or the intervals in metadata.json, or the snapshot's values
             raise ModelArtifactError(
-                "model artifact was trained on another feature list than this code extracts "
-                f"(artifact code version {metadata.get('code_version')}, this {code_version()})"
-            )
-        return cls(
-            cascade=load_cascade(artifacts["cascade"]),
-            history_snapshot=pl.read_parquet(artifacts["history_snapshot"]),
-            hardware_specs=pl.read_parquet(artifacts["hardware_specs"]),
-            metadata=metadata,
-        )
+                f"{artifacts['metadata']} or the snapshot cannot be served: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
     def predict(
         self, launches: pl.DataFrame, compiled: CompiledCascade | None = None
@@ -185,10 +188,55 @@ class LeapModel:
         )
 
 
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """``metadata.json``: a JSON object whose feature list is this code's."""
+    try:
+        metadata = json.loads(Path(path).read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ModelArtifactError(f"{path} cannot be read: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(metadata, dict):
+        raise ModelArtifactError(f"{path} holds a {type(metadata).__name__}, not an object")
+    if metadata.get("feature_columns") != list(FEATURE_COLUMNS):
+        raise ModelArtifactError(
+            f"{path}: feature_columns: the model was trained on another feature list than this "
+            f"code extracts (artifact code version {metadata.get('code_version')!r:.40}, this "
+            f"{code_version()})"
+        )
+    return metadata
+
+
+def read_frame(path: str | Path, expected: pl.Schema) -> pl.DataFrame:
+    """A Parquet file of the model holding ``expected``'s columns with their types, in order."""
+    try:
+        frame = pl.read_parquet(path)
+    except (Exception, pl.exceptions.PanicException) as exc:  # a panic is a BaseException
+        raise ModelArtifactError(f"{path} cannot be read: {type(exc).__name__}: {exc}") from exc
+    found = frame.schema
+    for name, dtype in expected.items():
+        if found.get(name) != dtype:
+            raise ModelArtifactError(f"{path}: column {name} is {found.get(name)}, not {dtype}")
+    return frame.select(expected.names())
+
+
+def check_spec_table(specs: pl.DataFrame, path: str | Path) -> None:
+    """The spec table a ranking prices from: each type named once, a positive finite price and
+    host size, a premium flag."""
+    types = specs["hardware_type"]
+    if types.null_count() or types.n_unique() != len(types):
+        raise ModelArtifactError(f"{path}: hardware_type is null or repeated")
+    for column in ("hourly_cost_usd", "devices_per_host"):
+        values = specs[column].to_numpy()
+        if not np.all(np.isfinite(values) & (values > 0)):
+            bad = values[~(np.isfinite(values) & (values > 0))][0]
+            raise ModelArtifactError(f"{path}: {column}={bad} is not a positive finite number")
+    if specs["premium"].null_count():
+        raise ModelArtifactError(f"{path}: premium is null")
+
+
 def load_cascade(path: str | Path) -> BinnedCascade:
     """The cascade file of a model folder; a refusal is a ``ModelArtifactError`` naming it."""
     try:
-        return load_model(path, BinnedCascade)
+        return load_model(path, BinnedCascade, n_features=len(FEATURE_COLUMNS))
     except ModelFileError as exc:
         raise ModelArtifactError(str(exc)) from exc
 
@@ -257,8 +305,29 @@ def load_registered(model_uri: str, version: str | None = None) -> tuple[LeapMod
 
     The alias is resolved once (or not at all when ``version`` is given), and the files are
     fetched by that version number, so a promotion meanwhile cannot mix two versions. Every file
-    must carry the sha256 the version recorded at registration.
+    must carry the sha256 the version recorded at registration: its artifacts, and the code and
+    MLflow files it ships, which this process never runs (``mlflow models serve`` would).
     """
+    local, version, expected = fetch_registered(model_uri, version)
+    return LeapModel.load(local / "artifacts", expected_sha256=expected), version
+
+
+def fetch_registered(
+    model_uri: str, version: str | None = None, dst: str | Path | None = None,
+    require_code: bool = False,
+) -> tuple[Path, str, dict[str, str]]:  # fmt: skip
+    """One registry version downloaded (into ``dst``, else where MLflow puts it: in place, for a
+    local store) and every file it ships beside its artifacts checked against the version's
+    ``code_sha256`` tag before anything in it is read or run; returns the folder, the version and
+    its ``artifact_sha256`` tag, which the caller checks the artifacts against. A copy in ``dst``
+    holds no cache (``__pycache__``, recorded nowhere) that a run in place left in the store.
+
+    A version registered before the shipped files were recorded has no ``code_sha256``: refused
+    when ``require_code`` (the caller will run its code), else fetched with a warning (a caller
+    that only reads its artifacts runs none of its code).
+    """
+    import logging
+
     import mlflow
     from mlflow import MlflowClient
 
@@ -270,21 +339,53 @@ def load_registered(model_uri: str, version: str | None = None) -> tuple[LeapMod
         raise
     except Exception as exc:  # MLflow raises several types for a missing model or server
         raise ModelArtifactError(f"cannot resolve {model_uri}: {exc}") from exc
-    recorded = record.tags.get(SHA256_TAG)
-    if not recorded:
+    label = f"{name} version {version}"
+    expected = tag_record(record.tags, SHA256_TAG, label)
+    shipped = tag_record(record.tags, CODE_SHA256_TAG, label, required=require_code)
+    try:
+        local = Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=f"models:/{name}/{version}", dst_path=None if dst is None else str(dst)
+            )
+        )
+    except Exception as exc:  # MLflow raises several types for a missing model or server
+        raise ModelArtifactError(f"cannot download {label}: {exc}") from exc
+    if shipped is None:
+        logging.getLogger("leap_serving").warning(
+            "leap_serving: %s carries no %s tag (registered before the files it ships beside its "
+            "artifacts were recorded): its artifacts are checked, its code cannot be",
+            label, CODE_SHA256_TAG,
+        )  # fmt: skip
+    elif problem := differences(local, shipped):
         raise ModelArtifactError(
-            f"{name} version {version} carries no {SHA256_TAG} tag: it was registered without "
-            "integrity records and is refused; register a new version"
+            f"{local} does not match the sha256 recorded on {label} ({CODE_SHA256_TAG}): "
+            f"{problem}: the model's code or MLflow files were replaced after registration"
+        )
+    if dst is not None:
+        drop_caches(local)
+    return local, str(version), expected
+
+
+def tag_record(
+    tags: dict[str, str], key: str, label: str, required: bool = True
+) -> dict[str, str] | None:
+    """A registry version's sha256 record (JSON, name -> sha256) under ``key``; None when it has
+    none and none is ``required``."""
+    recorded = tags.get(key)
+    if not recorded:
+        if not required:
+            return None
+        raise ModelArtifactError(
+            f"{label} carries no {key} tag: it was registered without integrity records and is "
+            "refused; register a new version"
         )
     try:
-        expected = json.loads(recorded)
+        value = json.loads(recorded)
     except ValueError as exc:
-        raise ModelArtifactError(f"{name} version {version}: {SHA256_TAG} is not JSON") from exc
-    try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}"))
-    except Exception as exc:  # MLflow raises several types for a missing model or server
-        raise ModelArtifactError(f"cannot download {name} version {version}: {exc}") from exc
-    return LeapModel.load(local / "artifacts", expected_sha256=expected), str(version)
+        raise ModelArtifactError(f"{label}: {key} is not JSON") from exc
+    if not isinstance(value, dict):
+        raise ModelArtifactError(f"{label}: {key} is not a mapping of files to sha256")
+    return value
 
 
 def registry_version(model_uri: str) -> str:

@@ -6,12 +6,21 @@ reader (``lgb_text``): no object is built from anything a file names, so a file 
 load but cannot run code. Every key is checked against what this code writes, and a refusal names
 the file and the field. A saved model predicts bit for bit as it did before saving (tests hold
 it): floats go through JSON's shortest round-trip repr, trees through LightGBM's ``%.17g`` text.
+
+A file can be self-consistent and still wrong for the process that serves it: the compiled walks
+(``trees``) index the feature matrix, the node array, the experts and the bins without bounds
+checks, so a split on feature 4,000 of an 85-column matrix reads memory it does not own. Every
+index a walk takes is therefore checked here against what serving builds: the feature count
+(``n_features``, the length of the feature list), the classifier's classes against the bins, each
+bin's expert, each booster's tree count against its rounds, and each parameter's type and range.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +39,20 @@ _CASCADE_FITTED: dict[str, type] = {
     "bins_merged_": int, "em_iterations_": int, "rows_moved_": list, "rows_rescued_": list,
     "bin_rows_": list, "n_trees_per_expert_": list, "fit_seconds_": dict,
 }  # fmt: skip
+# parameters that may be null besides holding their default's type (threads and jobs: "all")
+_NULLABLE_PARAMS = frozenset({"n_threads", "n_jobs"})
+_INT64 = 2**63
+_SHOW = reprlib.Repr()  # keyword arguments need Python 3.12
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlong = 3, 60, 60, 40
 
 
 class ModelFileError(ValueError):
     """A model file this code refuses; the message names the file and the field."""
+
+
+def _show(value: Any) -> str:
+    """A value as a refusal shows it: short, whatever its size or depth."""
+    return _SHOW.repr(value)
 
 
 def booster_dict(booster: GBDTRegressor | GBDTClassifier) -> dict[str, Any]:
@@ -54,46 +73,88 @@ _LATER_PARAMS = frozenset({"early_stopping_tol"})
 
 
 def _params(cls: type, params: Any, where: str) -> dict[str, Any]:
+    """The constructor parameters of a ``cls``, each of its default's type (an int where a
+    float is expected; null only for thread and job counts)."""
     expected = cls().get_params()
     if isinstance(params, dict) and set(expected) - set(params) <= _LATER_PARAMS:
         params = {**{k: expected[k] for k in _LATER_PARAMS if k in expected}, **params}
     if not isinstance(params, dict) or set(params) != set(expected):
-        keys = sorted(params) if isinstance(params, dict) else params
+        keys = sorted(params) if isinstance(params, dict) else _show(params)
         raise ModelFileError(f"{where}: params {keys!r}, a {cls.__name__} has {sorted(expected)}")
     for key, value in params.items():
-        if value is not None and not isinstance(value, bool | int | float | str):
-            raise ModelFileError(f"{where}: params.{key}={value!r} is not a plain value")
+        default = expected[key]
+        if value is None and (default is None or key in _NULLABLE_PARAMS):
+            continue
+        if isinstance(default, bool) or default is None:
+            ok = isinstance(value, bool) if default is not None else _is_int(value)
+        elif isinstance(default, int):
+            ok = _is_int(value)
+        elif isinstance(default, float):
+            ok = _is_int(value) or (isinstance(value, float) and math.isfinite(value))
+        else:
+            ok = isinstance(value, type(default))
+        if not ok:
+            kind = "an integer" if default is None else f"a {type(default).__name__}"
+            raise ModelFileError(f"{where}.params.{key}={_show(value)} is not {kind}")
     return params
 
 
-def _number(value: Any, kind: type, where: str) -> Any:
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        ok = (ok or isinstance(value, float)) and math.isfinite(value)
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -_INT64 <= value < _INT64
+
+
+def _number(value: Any, kind: type, where: str, least: float | None = None) -> Any:
+    """``value`` if it is a finite ``kind`` (an int64, or a finite float; an int is a float)
+    of at least ``least``; a ``ModelFileError`` naming ``where`` otherwise."""
+    ok = _is_int(value) or (kind is float and isinstance(value, float) and math.isfinite(value))
     if not ok:
-        raise ModelFileError(f"{where}={value!r} is not a finite {kind.__name__}")
+        raise ModelFileError(f"{where}={_show(value)} is not a finite {kind.__name__}")
+    if least is not None and value < least:
+        raise ModelFileError(f"{where}={_show(value)} is below {least}")
     return value
 
 
-def booster_from_dict(data: Any, where: str) -> GBDTRegressor | GBDTClassifier:
-    """A booster from ``booster_dict``'s output, its trees read (and checked) at once."""
+def _numbers(values: Any, kind: type, where: str, least: float | None = None) -> list:
+    if not isinstance(values, list):
+        raise ModelFileError(f"{where}={_show(values)} is not a list")
+    return [_number(v, kind, f"{where}[{i}]", least) for i, v in enumerate(values)]
+
+
+def booster_from_dict(
+    data: Any, where: str, n_features: int | None = None, kind: type | None = None
+) -> GBDTRegressor | GBDTClassifier:
+    """A booster from ``booster_dict``'s output, its trees read (and checked) at once; of class
+    ``kind`` and taking ``n_features`` columns when they are given."""
     if not isinstance(data, dict) or set(data) != {"kind", "params", "fitted", "model_text"}:
         raise ModelFileError(f"{where} is not a booster record")
-    cls = _BOOSTERS.get(data["kind"])
-    if cls is None:
-        raise ModelFileError(f"{where}: kind={data['kind']!r} is not one of {sorted(_BOOSTERS)}")
+    cls = _BOOSTERS.get(data["kind"]) if isinstance(data["kind"], str) else None
+    if cls is None or (kind is not None and cls is not kind):
+        allowed = [kind.__name__] if kind is not None else sorted(_BOOSTERS)
+        raise ModelFileError(f"{where}: kind={_show(data['kind'])} is not one of {allowed}")
     booster = cls(**_params(cls, data["params"], where))
     fitted = data["fitted"]
     keys = {"n_iter_", "n_features_in_"} | ({"classes_"} if cls is GBDTClassifier else set())
     if not isinstance(fitted, dict) or set(fitted) != keys:
-        raise ModelFileError(f"{where}: fitted holds {fitted!r}, a {cls.__name__} has {keys}")
-    booster.n_iter_ = _number(fitted["n_iter_"], int, f"{where}.n_iter_")
-    booster.n_features_in_ = _number(fitted["n_features_in_"], int, f"{where}.n_features_in_")
+        raise ModelFileError(
+            f"{where}: fitted holds {_show(fitted)}, a {cls.__name__} has {sorted(keys)}"
+        )
+    booster.n_iter_ = _number(fitted["n_iter_"], int, f"{where}.fitted.n_iter_", 0)
+    booster.n_features_in_ = _number(
+        fitted["n_features_in_"], int, f"{where}.fitted.n_features_in_", 1
+    )
+    if n_features is not None and booster.n_features_in_ != n_features:
+        raise ModelFileError(
+            f"{where}.fitted.n_features_in_={booster.n_features_in_}: serving builds "
+            f"{n_features} features"
+        )
     if cls is GBDTClassifier:
-        classes = fitted["classes_"]
-        if not isinstance(classes, list) or len(classes) < 2:
-            raise ModelFileError(f"{where}.classes_={classes!r}")
-        booster.classes_ = np.array([_number(c, int, f"{where}.classes_") for c in classes])
+        classes = _numbers(fitted["classes_"], int, f"{where}.fitted.classes_", 0)
+        if len(classes) < 2 or any(b <= a for a, b in itertools.pairwise(classes)):
+            raise ModelFileError(
+                f"{where}.fitted.classes_={_show(classes)} is not two or more bins, ascending, "
+                "each once"
+            )
+        booster.classes_ = np.array(classes, dtype=np.int64)
     booster.model_text_ = data["model_text"]
     try:
         forest = booster.forest()
@@ -104,6 +165,11 @@ def booster_from_dict(data: Any, where: str) -> GBDTRegressor | GBDTClassifier:
         raise ModelFileError(
             f"{where}.model_text has {forest.n_features} features and {len(forest.baseline)} "
             f"outputs, the record says {booster.n_features_in_} and {outputs}"
+        )
+    if forest.n_trees != booster.n_iter_ * outputs:
+        raise ModelFileError(
+            f"{where}.model_text holds {forest.n_trees} trees, fitted.n_iter_="
+            f"{booster.n_iter_} rounds of {outputs} make {booster.n_iter_ * outputs}"
         )
     return booster
 
@@ -130,40 +196,108 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
-def cascade_from_dict(data: Any, where: str) -> BinnedCascade:
+def _cascade_params(data: dict[str, Any], where: str) -> BinnedCascade:
+    cascade = BinnedCascade(**_params(BinnedCascade, data["params"], where))
+    try:
+        cascade._check_params()
+    except ValueError as exc:
+        raise ModelFileError(f"{where}.params: {exc}") from None
+    return cascade
+
+
+def _cascade_fitted(cascade: BinnedCascade, fitted: Any, where: str) -> None:
+    """The fitted figures, each of its type and range; the bins within the parameters'."""
+    required = {"prior_fallback_"} if cascade.residual_on_prior else set()
+    expected = set(_CASCADE_FITTED) | required
+    if not isinstance(fitted, dict):
+        raise ModelFileError(f"{where}.fitted={_show(fitted)} is not a cascade's fitted record")
+    if set(fitted) != expected:
+        raise ModelFileError(
+            f"{where}.fitted lacks {sorted(expected - set(fitted))} and has unknown "
+            f"{sorted(set(fitted) - expected)!r:.200}"
+        )
+    at = f"{where}.fitted"
+    cascade.n_features_in_ = _number(fitted["n_features_in_"], int, f"{at}.n_features_in_", 1)
+    cascade.n_bins_ = _number(fitted["n_bins_"], int, f"{at}.n_bins_", 1)
+    if cascade.n_bins_ > cascade.n_bins:
+        raise ModelFileError(f"{at}.n_bins_={cascade.n_bins_} is above params.n_bins")
+    temperature = _number(fitted["temperature_"], float, f"{at}.temperature_")
+    if not temperature > 0.0:
+        raise ModelFileError(f"{at}.temperature_={temperature} must be above 0")
+    cascade.temperature_ = temperature
+    cascade.bins_merged_ = _number(fitted["bins_merged_"], int, f"{at}.bins_merged_", 0)
+    cascade.em_iterations_ = _number(fitted["em_iterations_"], int, f"{at}.em_iterations_", 0)
+    cascade.rows_moved_ = _numbers(fitted["rows_moved_"], float, f"{at}.rows_moved_", 0)
+    cascade.rows_rescued_ = _numbers(fitted["rows_rescued_"], int, f"{at}.rows_rescued_", 0)
+    cascade.bin_edges_ = np.array(_numbers(fitted["bin_edges_"], float, f"{at}.bin_edges_"))
+    bin_rows = _numbers(fitted["bin_rows_"], int, f"{at}.bin_rows_", 0)
+    trees = _numbers(fitted["n_trees_per_expert_"], int, f"{at}.n_trees_per_expert_", 0)
+    for key, values in (("bin_rows_", bin_rows), ("n_trees_per_expert_", trees)):
+        if len(values) != cascade.n_bins_:
+            raise ModelFileError(
+                f"{at}.{key} holds {len(values)} values, n_bins_={cascade.n_bins_}"
+            )
+    cascade.bin_rows_ = np.array(bin_rows, dtype=np.int64)
+    cascade.n_trees_per_expert_ = trees
+    seconds = fitted["fit_seconds_"]
+    if not isinstance(seconds, dict):
+        raise ModelFileError(f"{at}.fit_seconds_={_show(seconds)} is not a mapping")
+    for phase, value in seconds.items():
+        _number(value, float, f"{at}.fit_seconds_.{phase}", 0)
+    cascade.fit_seconds_ = seconds
+    if cascade.residual_on_prior:
+        cascade.prior_fallback_ = _number(fitted["prior_fallback_"], float, f"{at}.prior_fallback_")
+
+
+def cascade_from_dict(data: Any, where: str, n_features: int | None = None) -> BinnedCascade:
+    """A cascade from ``cascade_dict``'s output, every field and tree checked; taking
+    ``n_features`` columns when given (serving: the length of its feature list)."""
     keys = {"kind", "params", "fitted", "experts", "classifier"}
     if not isinstance(data, dict) or set(data) != keys or data["kind"] != "BinnedCascade":
         raise ModelFileError(f"{where} is not a cascade record")
-    cascade = BinnedCascade(**_params(BinnedCascade, data["params"], where))
-    fitted = data["fitted"]
-    optional = {"prior_fallback_"} if cascade.residual_on_prior else set()
-    if not isinstance(fitted, dict) or set(fitted) != set(_CASCADE_FITTED) | optional:
-        raise ModelFileError(f"{where}: fitted keys {sorted(fitted)!r} are not a cascade's")
-    for key, kind in (_CASCADE_FITTED | dict.fromkeys(optional, float)).items():
-        value = fitted[key]
-        if kind in (int, float):
-            value = _number(value, kind, f"{where}.fitted.{key}")
-        elif not isinstance(value, kind):
-            raise ModelFileError(f"{where}.fitted.{key} is not a {kind.__name__}")
-        setattr(cascade, key, value)
-    for key, kind in (("bin_edges_", float), ("bin_rows_", int)):
-        values = [_number(v, kind, f"{where}.fitted.{key}") for v in fitted[key]]
-        setattr(cascade, key, np.array(values, dtype=kind))
+    cascade = _cascade_params(data, where)
+    _cascade_fitted(cascade, data["fitted"], where)
+    if n_features is not None and cascade.n_features_in_ != n_features:
+        raise ModelFileError(
+            f"{where}.fitted.n_features_in_={cascade.n_features_in_}: serving builds "
+            f"{n_features} features"
+        )
     experts = data["experts"]
     if not isinstance(experts, list) or len(experts) != cascade.n_bins_:
         raise ModelFileError(f"{where}: experts is not a list of {cascade.n_bins_} boosters")
+    for b, expert in enumerate(experts):
+        if expert is None:
+            raise ModelFileError(f"{where}.experts[{b}] is null: every bin needs its expert")
     cascade.experts_ = [
-        None if e is None else booster_from_dict(e, f"{where}.experts[{b}]")
+        booster_from_dict(e, f"{where}.experts[{b}]", cascade.n_features_in_, GBDTRegressor)
         for b, e in enumerate(experts)
     ]
-    classifier = data["classifier"]
-    cascade.classifier_ = (
-        None if classifier is None else booster_from_dict(classifier, f"{where}.classifier")
-    )
-    for booster in [*cascade.experts_, cascade.classifier_]:
-        if booster is not None and booster.n_features_in_ != cascade.n_features_in_:
-            raise ModelFileError(f"{where}: a booster takes {booster.n_features_in_} features")
+    for b, expert in enumerate(cascade.experts_):
+        if expert.n_iter_ != cascade.n_trees_per_expert_[b]:
+            raise ModelFileError(
+                f"{where}.fitted.n_trees_per_expert_[{b}]={cascade.n_trees_per_expert_[b]}, "
+                f"the expert has {expert.n_iter_} rounds"
+            )
+    cascade.classifier_ = _classifier(data["classifier"], cascade, where)
     return cascade
+
+
+def _classifier(data: Any, cascade: BinnedCascade, where: str) -> GBDTClassifier | None:
+    """The bin classifier: none for one bin, else one whose classes are bins of the cascade."""
+    if cascade.n_bins_ == 1:
+        if data is not None:
+            raise ModelFileError(f"{where}.classifier: a one-bin cascade has none")
+        return None
+    if data is None:
+        raise ModelFileError(f"{where}.classifier is null: {cascade.n_bins_} bins need one")
+    at = f"{where}.classifier"
+    classifier = booster_from_dict(data, at, cascade.n_features_in_, GBDTClassifier)
+    if classifier.classes_[-1] >= cascade.n_bins_:
+        raise ModelFileError(
+            f"{at}.fitted.classes_ names bin {classifier.classes_[-1]}, the cascade has "
+            f"{cascade.n_bins_}"
+        )
+    return classifier
 
 
 def dump_model(model: BinnedCascade | GBDTRegressor, path: str | Path) -> None:
@@ -172,14 +306,17 @@ def dump_model(model: BinnedCascade | GBDTRegressor, path: str | Path) -> None:
     Path(path).write_text(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **record}))
 
 
-def load_model(path: str | Path, expected: type) -> BinnedCascade | GBDTRegressor:
-    """Read a model file holding an ``expected`` (``BinnedCascade``, or a booster class);
-    raises ``ModelFileError`` naming the file and what is wrong."""
+def load_model(
+    path: str | Path, expected: type, n_features: int | None = None
+) -> BinnedCascade | GBDTRegressor:
+    """Read a model file holding an ``expected`` (``BinnedCascade``, or a booster class) that
+    takes ``n_features`` columns (when given); raises ``ModelFileError`` naming the file and
+    what is wrong."""
     where = str(path)
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelFileError(f"{where} cannot be read: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
+        raise ModelFileError(f"{where} cannot be read: {type(exc).__name__}: {exc}") from None
     if not isinstance(data, dict) or (data.get("format"), data.get("version")) != (
         FORMAT,
         FORMAT_VERSION,
@@ -187,8 +324,8 @@ def load_model(path: str | Path, expected: type) -> BinnedCascade | GBDTRegresso
         raise ModelFileError(f"{where} is not a {FORMAT} file of version {FORMAT_VERSION}")
     record = {k: v for k, v in data.items() if k not in ("format", "version")}
     if expected is BinnedCascade:
-        return cascade_from_dict(record, where)
-    booster = booster_from_dict(record, where)
+        return cascade_from_dict(record, where, n_features)
+    booster = booster_from_dict(record, where, n_features)
     if not isinstance(booster, expected):
         raise ModelFileError(f"{where} holds a {type(booster).__name__}, not {expected.__name__}")
     return booster

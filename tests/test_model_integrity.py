@@ -7,9 +7,11 @@ crafted file is refused by name, and a file changed after publication fails its 
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from urllib.parse import urlparse
 
+import mlflow
 import numpy as np
 import polars as pl
 import pytest
@@ -254,3 +256,158 @@ def test_a_version_carries_a_few_tags_and_its_run_every_metric(model, tmp_path, 
     assert tags["selection_w20"] == "single_gbdt 0.5000, cascade_argmax 0.4000 (on 2026-01-09)"
     assert tags["run"] == f"runs:/{run_id}"
     assert client.get_run(run_id).data.metrics["single_gbdt_w20"] == 0.5
+
+
+def _register(model, tmp_path, monkeypatch, name: str) -> tuple[str, Path]:
+    """One version registered as a night registers it; returns its number and where its files
+    are stored (a local artifact store)."""
+    monkeypatch.setenv(registry.MODEL_NAME_ENV, name)
+    registry.configure_tracking(tmp_path / "mlflow")
+    model.save(tmp_path / "model")
+    day = dt.date(2026, 1, 10)
+    _, version = registry.log_candidate(
+        artifact_folder=tmp_path / "model", day=day, window=(day, day), run_kind="test",
+        params={}, metrics={}, files=[],
+    )  # fmt: skip
+    location = registry.MlflowClient().get_model_version_download_uri(name, version)
+    return version, Path(urlparse(location).path)
+
+
+# What an attacker who can write the artifact store (not the registry) does to the files a
+# version ships beside its artifacts: code that runs at load, a module that shadows another, a
+# package for MLflow to install, a file taken away.
+SHIPPED_TAMPERING = (
+    "code/leap_serving/pyfunc.py", "mlflow_model.py", "code/numpy.py", "requirements.txt",
+    "code/leap_serving/trees.py",
+)  # fmt: skip
+
+
+def _tamper(stored: Path, tampered: str, marker: Path) -> None:
+    path = stored / tampered
+    runs = f"import pathlib; pathlib.Path({str(marker)!r}).write_text('ran')\n"
+    if tampered == "code/numpy.py":
+        path.write_text(runs)
+    elif tampered == "requirements.txt":
+        path.write_text(path.read_text() + "\nevil-package==1.0\n")
+    elif tampered == "code/leap_serving/trees.py":
+        path.unlink()
+    else:
+        path.write_text(path.read_text() + runs)
+
+
+@pytest.mark.parametrize("tampered", SHIPPED_TAMPERING)
+def test_a_version_whose_shipped_files_changed_is_refused_by_name_before_any_of_them_runs(
+    model, tmp_path, monkeypatch, tampered
+):
+    """The artifacts untouched, one file the version ships beside them changed, added or
+    removed: the installed loaders refuse it naming the file, before MLflow runs anything."""
+    from leap_serving import pyfunc
+    from leap_serving.model import load_registered
+
+    version, stored = _register(model, tmp_path, monkeypatch, "leap-shipped-test")
+    name = registry.model_name()
+    shipped = json.loads(
+        registry.MlflowClient().get_model_version(name, version).tags[registry.CODE_SHA256_TAG]
+    )
+    assert {"MLmodel", "mlflow_model.py", "requirements.txt", "code/leap_serving/pyfunc.py",
+            "code/leap_serving/shipped.py"} <= set(shipped)  # fmt: skip
+    assert not any(path.startswith("artifacts/") for path in shipped)
+    assert load_registered(f"models:/{name}/{version}")[1] == version
+    assert isinstance(pyfunc.load_checked(f"models:/{name}/{version}"), mlflow.pyfunc.PyFuncModel)
+
+    marker = tmp_path / "ran"
+    _tamper(stored, tampered, marker)
+    refused = rf"{registry.CODE_SHA256_TAG}\).*\['{re.escape(tampered)}'\].*replaced after registr"
+    with pytest.raises(ModelArtifactError, match=refused):
+        load_registered(f"models:/{name}/{version}")
+    with pytest.raises(ModelArtifactError, match=refused):
+        pyfunc.load_checked(f"models:/{name}/{version}")
+    assert not marker.exists()
+    registry.promote(version, reason="test", actor="pytest")
+    ranker = Ranker(registry.model_uri(), check_interval_s=float("inf"), wait=True)
+    assert ranker.model_version is None and tampered in ranker.stats()["load_error"]
+    if tampered == "mlflow_model.py":
+        # loaded by MLflow itself, the altered file runs first; the pyfunc's own check, reading
+        # the registry, refuses the version only after that
+        with pytest.raises(ModelArtifactError, match=refused):
+            mlflow.pyfunc.load_model(f"models:/{name}/{version}")
+        assert marker.read_text() == "ran"
+
+
+def test_a_rewrite_that_keeps_a_folder_consistent_is_caught_only_against_the_registry(
+    model, tmp_path, monkeypatch
+):
+    """What a folder alone can promise: a shipped code file changed is refused by the model's
+    own config, but one changed with the config that records it (a full rewrite) loads from a
+    folder that names no registry version; the registry's tag still refuses it."""
+    import shutil
+
+    import yaml
+
+    from leap_serving.model import load_registered
+    from leap_serving.pyfunc import CODE_CONFIG
+
+    version, stored = _register(model, tmp_path, monkeypatch, "leap-folder-test")
+    name = registry.model_name()
+    target = stored / "code/leap_serving/history.py"
+    target.write_text(target.read_text() + "# altered\n")
+    folder = tmp_path / "copied"  # a copy that names no registry version
+    shutil.copytree(stored, folder, ignore=shutil.ignore_patterns("registered_model_meta"))
+    with pytest.raises(ModelArtifactError, match=r"in the model's config.*leap_serving/history"):
+        mlflow.pyfunc.load_model(str(folder))
+    # through models:/ the folder names its version, and the registry answers
+    with pytest.raises(ModelArtifactError, match=r"code_sha256\).*leap_serving/history\.py"):
+        mlflow.pyfunc.load_model(f"models:/{name}/{version}")
+
+    mlmodel = yaml.safe_load((folder / "MLmodel").read_text())
+    config = mlmodel["flavors"]["python_function"]["config"]
+    config[CODE_CONFIG]["code/leap_serving/history.py"] = sha256_file(target)
+    (folder / "MLmodel").write_text(yaml.safe_dump(mlmodel))
+    (stored / "MLmodel").write_text(yaml.safe_dump(mlmodel))
+    assert isinstance(mlflow.pyfunc.load_model(str(folder)), mlflow.pyfunc.PyFuncModel)
+    with pytest.raises(ModelArtifactError, match=r"changed \['MLmodel', 'code/leap_serving/hist"):
+        load_registered(f"models:/{name}/{version}")
+    with pytest.raises(ModelArtifactError, match=r"changed \['MLmodel', 'code/leap_serving/hist"):
+        mlflow.pyfunc.load_model(f"models:/{name}/{version}")
+
+
+def test_a_version_registered_before_its_code_was_recorded_serves_its_checked_artifacts_only(
+    model, tmp_path, monkeypatch, caplog
+):
+    """No code_sha256 tag: the Ranker's loader, which runs none of the version's code, loads its
+    artifacts (checked against artifact_sha256) and says the code is unchecked; the loader that
+    would run the code refuses it."""
+    from leap_serving import pyfunc
+    from leap_serving.model import load_registered
+
+    version, _ = _register(model, tmp_path, monkeypatch, "leap-legacy-test")
+    name = registry.model_name()
+    registry.MlflowClient().delete_model_version_tag(name, version, registry.CODE_SHA256_TAG)
+    with caplog.at_level("WARNING", logger="leap_serving"):
+        assert load_registered(f"models:/{name}/{version}")[1] == version
+    assert f"carries no {registry.CODE_SHA256_TAG} tag" in caplog.text
+    with pytest.raises(ModelArtifactError, match=f"carries no {registry.CODE_SHA256_TAG} tag"):
+        pyfunc.load_checked(f"models:/{name}/{version}")
+
+
+def test_a_cache_planted_in_the_store_never_runs_through_the_checked_loader(
+    model, tmp_path, monkeypatch
+):
+    """Caches are recorded nowhere (a run in place writes them), and Python runs an unchecked
+    cached module without reading its source: the checked loader drops them from its copy."""
+    import importlib.util
+    import py_compile
+
+    from leap_serving import pyfunc
+
+    version, stored = _register(model, tmp_path, monkeypatch, "leap-cache-test")
+    marker = tmp_path / "ran"
+    planted = tmp_path / "planted.py"
+    planted.write_text(f"import pathlib; pathlib.Path({str(marker)!r}).write_text('ran')\n")
+    cache = Path(importlib.util.cache_from_source(str(stored / "mlflow_model.py")))
+    py_compile.compile(
+        str(planted), cfile=str(cache), doraise=True,
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )  # fmt: skip
+    loaded = pyfunc.load_checked(f"models:/{registry.model_name()}/{version}")
+    assert isinstance(loaded, mlflow.pyfunc.PyFuncModel) and not marker.exists()

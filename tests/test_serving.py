@@ -253,6 +253,35 @@ def test_a_model_logged_without_integrity_records_is_refused(registered, tmp_pat
         mlflow.pyfunc.load_model(str(tmp_path / "bare"))
 
 
+def test_the_shipped_code_run_alone_compares_its_files_with_the_registry_version(
+    registered, tmp_path
+):
+    """The copy of leap_serving the model ships, run without the installed one (as by
+    ``mlflow models serve``), refuses a version whose shipped code changed after registration,
+    naming the file: the folder MLflow downloads names its version, and the registry answers.
+    (A rewrite of the check itself would pass: tests/test_model_integrity.py shows the installed
+    loaders refusing it before it runs.)"""
+    _, version = registry.log_candidate(
+        artifact_folder=registered["root"] / "model", day=registered["night"],
+        window=(registered["night"],) * 2, run_kind="test", params={}, metrics={}, files=[],
+    )  # fmt: skip
+    target = _stored(version) / "code" / "leap_serving" / "history.py"
+    target.write_text(target.read_text() + "# altered after registration\n")
+    hidden = tmp_path / "hidden" / "leap_serving"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('the installed leap_serving ran')")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registered["uri"],
+           "MLFLOW_REGISTRY_URI": registered["uri"], "PYTHONPATH": str(hidden.parent)}  # fmt: skip
+    script = f"import mlflow; mlflow.pyfunc.load_model('models:/{NAME}/{version}')"
+    run = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert run.returncode != 0
+    assert "the installed leap_serving ran" not in run.stderr, run.stderr[-3000:]
+    assert f"recorded on {NAME} version {version} (registry" in run.stderr, run.stderr[-3000:]
+    assert "changed ['code/leap_serving/history.py']" in run.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,9 +1,10 @@
 """MLflow: log each nightly run, register an immutable version, and move the stable pointer.
 
-Tracking defaults to a SQLite store and an artifact folder under ``data/mlflow`` unless the
-standard ``MLFLOW_TRACKING_URI`` names another (a shared server, say). The pointer is the alias
-``production`` of the registered model; it moves only through ``promote``, which records who moved
-it, when, from which version and why, as tags on the version it now names.
+Tracking defaults to a SQLite store and an artifact folder under ``mlflow`` in the install's data
+folder (``$LEAP_DATA``) unless the standard ``MLFLOW_TRACKING_URI`` names another (a shared
+server, say). The pointer is the alias ``production`` of the registered model; it moves only
+through ``promote``, which records who moved it, when, from which version and why, as tags on the
+version it now names.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from mlflow.types import ColSpec, Schema
 from leap_pipeline.settings import MODEL_NAME_ENV, environment, set_environment  # noqa: F401
 from leap_serving.features import FEATURE_COLUMNS
 from leap_serving.model import SHA256_TAG
+from leap_serving.shipped import CODE_SHA256_TAG
 
 ALIAS = "production"
 EXPERIMENT = "leap-nightly"
-DEFAULT_STORE = Path("data") / "mlflow"
 PROMOTION_TAG = "promotion"
 RETIRED_TAG = "retired_version"  # on a run whose registered version retention deleted
 RUN_KINDS = ("nightly", "adhoc", "test")
@@ -46,13 +47,13 @@ def model_uri(alias: str = ALIAS, name: str | None = None) -> str:
 
 def configure_tracking(store: str | Path | None = None) -> str:
     """Point MLflow at a SQLite store under ``store`` when given, else ``$MLFLOW_TRACKING_URI``,
-    else ``data/mlflow``; create the experiment (with its artifact folder beside a local store).
-    Returns the tracking URI."""
+    else ``mlflow`` in the data folder (``$LEAP_DATA``); create the experiment (with its artifact
+    folder beside a local store). Returns the tracking URI."""
     if store is None and environment().mlflow_tracking_uri:
         uri = environment().mlflow_tracking_uri
         artifacts = None
     else:
-        folder = Path(store or DEFAULT_STORE).resolve()
+        folder = Path(store or environment().mlflow_store).resolve()
         folder.mkdir(parents=True, exist_ok=True)
         uri = f"sqlite:///{folder / 'mlflow.db'}"
         artifacts = (folder / "artifacts").as_uri()
@@ -246,7 +247,8 @@ def log_candidate(
     version; ``fingerprint`` (the night's inputs) lets a re-run of the night find it. The
     training window is the run's input: a dataset named by its days, read from
     ``training_source`` (the warehouse), with the feature columns as its schema and the night's
-    fingerprint as its digest."""
+    fingerprint as its digest. The version records the sha256 of its artifacts (``SHA256_TAG``)
+    and of every other file it ships, read back from the store (``CODE_SHA256_TAG``)."""
     from leap_serving import mlflow_model, pyfunc
     from leap_serving.model import ARTIFACTS, check_artifacts
 
@@ -273,12 +275,13 @@ def log_candidate(
             mlflow.log_artifact(str(path))
         # the signature comes from the contract; the example is a launch on the model's types
         example = pyfunc.input_example(pl.read_parquet(artifacts["hardware_specs"]), day)
+        config = pyfunc.model_config(recorded)
         info = mlflow.pyfunc.log_model(
             name="model",
             python_model=mlflow_model.__file__,
             artifacts=artifacts,
             code_paths=pyfunc.code_paths(),
-            model_config=pyfunc.model_config(recorded),
+            model_config=config,
             signature=model_signature(),
             input_example=example,
             pip_requirements=pyfunc.pip_requirements(),
@@ -287,6 +290,7 @@ def log_candidate(
     # that the night's look-up (``registered_nights``) cannot see
     version_tags_ = {
         SHA256_TAG: json.dumps(recorded, sort_keys=True),
+        CODE_SHA256_TAG: json.dumps(pyfunc.shipped_record(info.model_uri, config), sort_keys=True),
         **version_tags(tags, metrics, run.info.run_id, selection),
         **({"gate_reason": gate_reason} if gate_reason else {}),
     }
@@ -316,6 +320,7 @@ def training_window_dataset(
 VERSION_TAGS = (
     "evaluation_day", "training_window", "run_kind", "published_w20", "published_model",
     "selection_w20", "gate", "gate_reason", "night_fingerprint", "run", SHA256_TAG,
+    CODE_SHA256_TAG,
 )  # fmt: skip
 
 
