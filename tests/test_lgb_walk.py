@@ -99,29 +99,121 @@ def test_the_experts_walk_gives_each_needed_expert_as_lightgbm_does(fitted):
         assert np.array_equal(experts.predict_many(rows, top, 2), expected)
 
 
-def test_the_reader_refuses_what_it_does_not_understand(fitted):
+def _tree_field(text: str, key: str) -> list[int]:
+    """One integer field of Tree=0."""
+    lines = text.split("\n")
+    start = lines.index("Tree=0")
+    line = next(x for x in lines[start:] if x.startswith(f"{key}="))
+    return [int(v) for v in line[len(key) + 1 :].split()]
+
+
+def _with_tree_field(text: str, key: str, values: list[int]) -> str:
+    """The text with one field of Tree=0 replaced, as many values as before."""
+    lines = text.split("\n")
+    start = lines.index("Tree=0")
+    at = next(i for i in range(start, len(lines)) if lines[i].startswith(f"{key}="))
+    assert len(lines[at].split()) == len(values), "a case must keep the value count"
+    lines[at] = f"{key}=" + " ".join(map(str, values))
+    return "\n".join(lines)
+
+
+def _children_cases(text: str) -> dict[str, tuple[str, str]]:
+    """Tree=0's children broken one way per case, each keeping the value count (and, but for
+    the two range cases, every index in range), so each reaches the check it names."""
+    left, right = _tree_field(text, "left_child"), _tree_field(text, "right_child")
+    n_inner = len(left)
+    assert n_inner >= 3 and min(left[0], right[0]) >= 0  # the root's children are inner nodes
+    # a node with a leaf on its left
+    i = next(i for i in range(n_inner) if left[i] < 0)
+    # the root's right subtree replaced by one of its own leaves: nothing is reached twice,
+    # and the rest of that subtree is never reached
+    leaf = right[0]
+    while leaf >= 0:
+        leaf = left[leaf]
+    cases = {}
+    cases["child past the inner nodes"] = (
+        _with_tree_field(text, "left_child", [n_inner, *left[1:]]),
+        r"Tree=0: a child index is outside the tree",
+    )
+    cases["child before the first leaf"] = (
+        _with_tree_field(text, "right_child", [-(n_inner + 2), *right[1:]]),
+        r"Tree=0: a child index is outside the tree",
+    )
+    both_left = right.copy()
+    both_left[i] = left[i]  # both children of node i are the same leaf
+    cases["leaf reached twice"] = (
+        _with_tree_field(text, "right_child", both_left),
+        rf"Tree=0: leaf {~left[i]} is reached twice",
+    )
+    cycle = left.copy()
+    cycle[i] = 0  # node i's left child is the root: a cycle
+    cases["cycle"] = (
+        _with_tree_field(text, "left_child", cycle),
+        r"Tree=0: node 0 is reached twice",
+    )
+    cases["not one tree"] = (
+        _with_tree_field(text, "right_child", [leaf, *right[1:]]),
+        r"Tree=0: its children do not form one tree",
+    )
+    return cases
+
+
+@pytest.fixture(scope="module")
+def malformed(fitted) -> dict[str, tuple[str, str]]:
+    """The regressor's text broken one way per case, with the message of the check it names."""
     text = fitted[0].model_text_
-    trees, per_iteration, n_features = read_model_text(text)
-    assert (len(trees), per_iteration, n_features) == (60, 1, 6)
     line = next(x for x in text.splitlines() if x.startswith("decision_type="))
     first = int(line[14:].split()[0])
-    cases = {
-        "version": text.replace("version=v4", "version=v5", 1),
-        "categorical": text.replace(line, line.replace(f"={first}", f"={first | 1}", 1), 1),
-        "zero-as-missing": text.replace(
-            line, line.replace(f"={first}", f"={(first & ~12) | 4}", 1), 1
+    features = _tree_field(text, "split_feature")
+    return {
+        "version": (text.replace("version=v4", "version=v5", 1), r"version='v5'"),
+        "categorical": (
+            text.replace(line, line.replace(f"={first}", f"={first | 1}", 1), 1),
+            r"Tree=0: a categorical split \(decision_type\) is not supported",
         ),
-        "truncated": text[: len(text) // 2],
-        "leaf_value": text.replace("leaf_value=", "leaf_value=1 ", 1),
-        "Tree=": text.replace("Tree=1\n", "Tree=7\n", 1),
-        "left_child": text.replace("left_child=", "left_child=0 ", 1),
+        "zero-as-missing": (
+            text.replace(line, line.replace(f"={first}", f"={(first & ~12) | 4}", 1), 1),
+            r"Tree=0: zero-as-missing splits \(decision_type\) are not supported",
+        ),
+        "truncated": (text[: len(text) // 2], r"no 'end of trees' line: it is truncated"),
+        "leaf_value count": (
+            text.replace("leaf_value=", "leaf_value=1 ", 1),
+            r"Tree=0: leaf_value holds \d+ values, the tree needs \d+",
+        ),
+        "tree numbers": (text.replace("Tree=1\n", "Tree=7\n", 1), r"Tree=7 where Tree=1"),
+        "left_child count": (
+            text.replace("left_child=", "left_child=0 ", 1),
+            r"Tree=0: left_child holds \d+ values, the tree needs \d+",
+        ),
+        "split_feature": (
+            _with_tree_field(text, "split_feature", [99, *features[1:]]),
+            r"Tree=0: split_feature outside 0\.\.5",
+        ),
+        **_children_cases(text),
     }
-    split_line = next(x for x in text.splitlines() if x.startswith("split_feature="))
-    cases["split_feature"] = text.replace(split_line, "split_feature=99" + split_line[16:], 1)
-    for name, bad in cases.items():
-        with pytest.raises(ModelTextError):
-            read_model_text(bad)
-        assert bad != text, name
+
+
+MALFORMED = [
+    "version", "categorical", "zero-as-missing", "truncated", "leaf_value count", "tree numbers",
+    "left_child count", "split_feature", "child past the inner nodes",
+    "child before the first leaf", "leaf reached twice", "cycle", "not one tree",
+]  # fmt: skip
+
+
+def test_the_reader_reads_the_fitted_text(fitted, malformed):
+    trees, per_iteration, n_features = read_model_text(fitted[0].model_text_)
+    assert (len(trees), per_iteration, n_features) == (60, 1, 6)
+    assert sorted(malformed) == sorted(MALFORMED)
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_the_reader_refuses_what_it_does_not_understand(fitted, malformed, case):
+    """Each malformed text is refused by the check its case names (the message says which): a
+    case that broke a value count instead fails its match."""
+    bad, message = malformed[case]
+    assert bad != fitted[0].model_text_
+    with pytest.raises(ModelTextError, match=message):
+        read_model_text(bad)
 
 
 def test_boosters_early_stop_on_the_held_out_rows():

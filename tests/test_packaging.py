@@ -1,5 +1,6 @@
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -102,7 +103,7 @@ def test_the_ranker_is_leap_serving_ranker_and_needs_no_dagster():
     assert result.returncode == 0, result.stderr
 
 
-def test_ci_runs_the_readme_test_command_verbatim():
+def test_ci_runs_the_readme_test_command_verbatim(tmp_path):
     """`.ci/run` runs the README's test command exactly as a new user types it on a clean
     checkout (its own fresh .venv), and the README keeps its two commands: the main job, then
     the tests."""
@@ -120,4 +121,128 @@ def test_ci_runs_the_readme_test_command_verbatim():
     lines = [line.strip() for line in ci.splitlines()]
     runs = [line.split(" || ")[0] for line in lines if line.startswith(tests)]
     assert runs == [tests]
-    assert "-m long" in ci  # and the long runs beside them
+    # and what the script runs, not what it says: the README's command in the order typed
+    readme = [shlex.split(part) for part in tests.split(" && ")]
+    calls, out, err, code = _run_ci(tmp_path)
+    assert code == 0 and "CI: passed" in out, err
+    assert [c for c in calls if c in readme] == readme
+
+
+# A stand-in for python, pip and ruff, on PATH and in every venv it makes: it logs its command
+# line (one write, so two lanes never interleave), passes, or fails as FAKE_CI_FAIL says; the
+# failing step (ruff, or the README's pytest) fails once the long lane's pytest runs.
+FAKE_TOOL = r"""#!/usr/bin/env bash
+line=$(printf '%s\x1f' "$0" "$@")
+printf '%s\n' "$line" >> "$FAKE_CI_DIR/calls"
+fail() {
+    for _ in $(seq 200); do [ -s "$FAKE_CI_DIR/long-child.pid" ] && break; sleep 0.05; done
+    echo "1 failed"
+    exit 1
+}
+if [ "${1:-}" = -m ] && [ "${2:-}" = venv ]; then
+    mkdir -p "$3/bin"
+    for tool in python pip ruff; do cp "$FAKE_CI_DIR/bin/fake" "$3/bin/$tool"; done
+elif [ "$(basename "$0")" = ruff ]; then
+    if [ "${FAKE_CI_FAIL:-}" = ruff ]; then fail; fi
+elif [ "${1:-}" = -m ] && [ "${2:-}" = pytest ] && [[ " $* " == *" -m long "* ]]; then
+    echo $$ > "$FAKE_CI_DIR/long.pid"
+    if [ -n "${FAKE_CI_FAIL:-}" ]; then  # the other lane fails: run until it is ended
+        sleep 120 &
+        echo $! > "$FAKE_CI_DIR/long-child.pid"
+        wait
+    fi
+    echo "1 passed"
+elif [ "${1:-}" = -m ] && [ "${2:-}" = pytest ]; then
+    if [ "${FAKE_CI_FAIL:-}" = readme ]; then fail; fi
+    echo "1 passed"
+fi
+"""
+FAKE_DATE = """#!/usr/bin/env bash
+echo $((FAKE_CI_DAY * 86400 + 43200))  # noon of day FAKE_CI_DAY since 1970, for date -u +%s
+"""
+
+
+def _run_ci(root, day: int = 20_000, **env: str) -> tuple[list[list[str]], str, str, int]:
+    """.ci/run in a copy of its folder on UTC day ``day`` since 1970, every interpreter and tool
+    it calls a stand-in: the command lines it ran (interpreters on PATH by name), its output,
+    its errors and its exit code."""
+    import shutil
+    from pathlib import Path
+
+    checkout, bin_ = root / "checkout", root / "bin"
+    (checkout / ".ci").mkdir(parents=True)
+    bin_.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / ".ci" / "run", checkout / ".ci" / "run")
+    for name, text in (("fake", FAKE_TOOL), ("date", FAKE_DATE)):
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    for version in ("3.11", "3.12", "3.13"):
+        shutil.copy(bin_ / "fake", bin_ / f"python{version}")
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("LEAP_CI", "FAKE_CI"))}
+    environment.update(PATH=f"{bin_}:{os.environ['PATH']}", PYENV_ROOT=str(root / "no-pyenv"),
+                       FAKE_CI_DIR=str(root), FAKE_CI_DAY=str(day), **env)  # fmt: skip
+    # output to files, not pipes: a process the script leaves running cannot hold it open
+    with open(root / "out", "w") as out, open(root / "err", "w") as err:
+        code = subprocess.run(["bash", str(checkout / ".ci" / "run")], stdout=out, stderr=err,
+                              env=environment, timeout=60).returncode  # fmt: skip
+    calls = []
+    for line in (root / "calls").read_text().splitlines():
+        program, *args = line.split("\x1f")[:-1]
+        calls.append([Path(program).name if program.startswith(str(bin_)) else program, *args])
+    return calls, (root / "out").read_text(), (root / "err").read_text(), code
+
+
+def test_ci_runs_ruff_before_the_readme_tests_and_the_long_runs_beside_them(tmp_path):
+    calls, out, err, code = _run_ci(tmp_path)
+    assert code == 0 and "CI: passed" in out, err
+    ruff = [c[1:] for c in calls if c[0].endswith("/bin/ruff")]
+    assert ruff == [["check", "."], ["format", "--check", "."]]
+    readme_pytest = calls.index([".venv/bin/python", "-m", "pytest"])
+    assert all(calls.index(c) < readme_pytest for c in calls if c[0].endswith("/bin/ruff"))
+    pytest_runs = [c for c in calls if c[1:3] == ["-m", "pytest"]]
+    assert [c[0] for c in pytest_runs if c[-2:] == ["-m", "long"]] == [".venv-3.13/bin/python"]
+
+
+@pytest.mark.parametrize(
+    ("day", "env", "version"),
+    [(20_000, {}, "3.13"), (20_001, {}, "3.12"), (20_000, {"LEAP_CI_LONG_PYTHON": "3.12"}, "3.12")],
+)
+def test_ci_runs_the_long_runs_on_3_13_and_3_12_on_alternate_days(tmp_path, day, env, version):
+    calls, _, err, code = _run_ci(tmp_path, day, **env)
+    assert code == 0, err
+    long_runs = [c for c in calls if c[1:3] == ["-m", "pytest"] and c[-2:] == ["-m", "long"]]
+    assert [c[0] for c in long_runs] == [f".venv-{version}/bin/python"]
+    assert [f"python{version}", "-m", "venv", f".venv-{version}"] in calls
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("failing", ["readme", "ruff"])
+def test_ci_fails_and_ends_the_long_lane_pytest_included_when_the_other_lane_fails(
+    tmp_path, failing
+):
+    import signal
+    import time
+
+    try:
+        calls, out, err, code = _run_ci(tmp_path, FAKE_CI_FAIL=failing)
+        assert code != 0 and "CI: passed" not in out
+        assert ("ruff failed" if failing == "ruff" else "README's test command failed") in err
+        if failing == "ruff":  # the README's tests never start
+            assert [".venv/bin/python", "-m", "pytest"] not in calls
+        # the long lane's pytest (and a process it started) ran when the other lane failed
+        pids = [int((tmp_path / f).read_text()) for f in ("long.pid", "long-child.pid")]
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids), "the long lane's pytest was left running"
+    finally:  # this test's own stand-ins, should the script have left them
+        for name in ("long.pid", "long-child.pid"):
+            if (tmp_path / name).exists() and _alive(pid := int((tmp_path / name).read_text())):
+                os.kill(pid, signal.SIGKILL)
