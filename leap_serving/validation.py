@@ -92,6 +92,15 @@ def validate_attempts(
         pl.when(pl.col(c) < 0).then(pl.format(f"{c}: {{}} is negative", pl.col(c)))
         for c in _NON_NEGATIVE
     ]
+    # NaN sorts above every number in polars, so a NaN throughput would pass "> 0" and become
+    # a label: a float must be a finite number (null, not NaN, is how a file says "none")
+    reasons += [
+        pl.when(pl.col(name).is_nan() | pl.col(name).is_infinite()).then(
+            pl.format(f"{name}: {{}} is not a finite number", pl.col(name))
+        )
+        for name, dtype in contract.items()
+        if dtype == pl.Float64
+    ]
     known = pl.Series(sorted(set(hardware_types)), dtype=pl.String).implode()
     reasons.append(
         pl.when(~pl.col("hardware_type").is_in(known)).then(

@@ -68,3 +68,20 @@ def test_the_contract_page_lists_every_column_as_the_code_defines_it():
         for column in columns:
             required = "yes" if column.required else "no"
             assert f"| `{column.name}` | {column.dtype} | {required} |" in page
+
+
+@pytest.mark.parametrize("text", ["NaN", "inf", "1e400", "-inf"])
+def test_a_throughput_that_is_not_a_finite_number_is_quarantined_not_a_label(small_fleet, text):
+    """NaN sorts above every number, so "throughput > 0" alone kept it as a label; 1e400 reads as
+    infinity."""
+    day = _day(small_fleet).with_columns(pl.col("throughput").cast(pl.String))
+    first = day["attempt_id"][0]
+    broken = day.with_columns(
+        throughput=pl.when(pl.col("attempt_id") == first).then(pl.lit(text))
+        .otherwise(pl.col("throughput"))
+    )  # fmt: skip
+    result = validate_attempts(broken, small_fleet.hardware_specs()["hardware_type"])
+    assert result.quarantined["attempt_id"].to_list() == [first]
+    assert "throughput" in result.quarantined["reason"][0]
+    assert "is not a finite number" in result.quarantined["reason"][0]
+    assert result.kept["throughput"].is_finite().all()
