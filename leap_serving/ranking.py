@@ -11,6 +11,12 @@ The model loads in the background: the constructor returns at once, and a launch
 model is ready gets an empty ranking with the reason "model loading". A model that fails its
 integrity checks is refused, and the ranker keeps serving the one it had.
 
+A new version the pointer names later is canaried before it serves (``canary_launches``): the
+serving model keeps answering every launch while the next launches are also scored by the new
+one in shadow, its answers discarded. It is promoted only if it answered a ranking wherever the
+serving model did, with finite, positive predictions; otherwise it is refused like a model that
+fails its checks, naming the launches it failed.
+
 The premium rule: a premium type stays only if its throughput per dollar is at least
 ``premium_min_ratio`` times that of the best non-premium candidate (1.0 by default: a premium
 type must pay for itself). With no non-premium candidate, premium types stay.
@@ -40,6 +46,7 @@ from .contract import job_devices, schema
 from .exploration import Candidate, trial_run
 from .features import FEATURE_COLUMNS, LAUNCH_COLUMNS, launch_matrix, roofline_log_q
 from .intervals import history_class
+from .latency import LATENCY_BUDGET_MS, LatencyMonitor
 from .model import (
     LeapModel,
     ModelArtifactError,
@@ -156,6 +163,27 @@ class _Loaded:
     specs: dict[str, dict[str, Any]]
     stamp: str | None  # the registry version, or the folder manifest's sha256
 
+    @property
+    def name(self) -> str | None:
+        return self.version or self.stamp
+
+
+# empty rankings that say something about the model (not about the launch): a canary that gives
+# one where the serving model did not fails on that launch
+_MODEL_FAILURES = ("prediction", "internal_error")
+_CANARY_FAILURES_SHOWN = 5  # launches a refusal names; the rest are counted
+
+
+@dataclass
+class _Canary:
+    """A newly loaded version held beside the serving one while it scores ``needed`` launches
+    in shadow. Changed only under ``Ranker._lock``."""
+
+    loaded: _Loaded
+    needed: int
+    seen: int = 0
+    failures: list[str] = field(default_factory=list)  # "job 'x': what went wrong", per launch
+
 
 class Switches:
     """Routing on/off per model type, from a JSON file re-read when it changes:
@@ -184,14 +212,30 @@ class Switches:
             self._default, self._types = True, {}
             return
         try:
-            config = json.loads(self.path.read_text())
-            self._default = bool(config.get("default", True))
-            self._types = {str(k): bool(v) for k, v in config.get("model_types", {}).items()}
-        except (OSError, ValueError, AttributeError) as exc:
+            self._default, self._types = read_switches(self.path.read_text())
+        except (OSError, ValueError, RecursionError) as exc:
             # a broken file keeps the last good switches rather than routing everything
             log.error(
                 "routing switches %s unreadable, keeping the previous ones: %s", self.path, exc
             )
+
+
+def read_switches(text: str) -> tuple[bool, dict[str, bool]]:
+    """The routing switches file: ``default`` and each of ``model_types`` a JSON boolean (not
+    ``"false"``, which ``bool`` reads as true); a ``ValueError`` naming the field otherwise."""
+    config = json.loads(text)
+    if not isinstance(config, dict) or set(config) - {"default", "model_types"}:
+        raise ValueError("the file is not an object of 'default' and 'model_types'")
+    default = config.get("default", True)
+    if not isinstance(default, bool):
+        raise ValueError(f"default={_show(default)} is not true or false")
+    types = config.get("model_types", {})
+    if not isinstance(types, dict):
+        raise ValueError(f"model_types={_show(types)} is not an object")
+    for model_type, enabled in types.items():
+        if not isinstance(enabled, bool):
+            raise ValueError(f"model_types.{_show(model_type)}={_show(enabled)} is not a boolean")
+    return default, dict(types)
 
 
 class Ranker:
@@ -213,6 +257,24 @@ class Ranker:
         lower; the median where the model has no intervals).
     model : a model held in memory, served instead of ``model_uri`` and never reloaded (a
         night's evaluation replays its own day through the model it just trained).
+    latency_budget_ms : the p99 of ``rank`` / ``rank_many`` calls, over each window of 1,000,
+        past which a warning is logged (``latency.py``); percentiles are in ``stats()``. None:
+        no budget.
+    canary_launches : how many launches a new version the pointer names scores in shadow,
+        beside the serving model and unseen by the caller, before it may serve; 0 swaps it in
+        at once. Only launches the serving model predicted for count (not ones refused for
+        their input). It is promoted after them if it answered a ranking wherever the serving
+        model did (no ``prediction`` or ``internal_error`` empty the serving model did not
+        give) with finite, positive throughput; otherwise it is refused (``stats()``'s
+        ``load_error`` names it and the launches it failed), the serving model stays, and the
+        version is not tried again while the pointer names it. The first model a Ranker loads
+        serves at once: there is nothing to compare it with. 200 by default: at a fleet's few
+        thousand launches a day that is an hour or less, a delay a nightly model can afford,
+        and a night's model that breaks on one launch in 100 is caught with probability 87%
+        (1 - 0.99^200), one in 50 with 98%. Longer would not help a launcher that restarts
+        often: a restart loads the pointer's version as its first model, unchecked, so a
+        canary protects only a Ranker that outlives it (the nightly gate checks every version
+        first either way). While it runs, each launch is scored twice.
     """
 
     def __init__(
@@ -226,9 +288,16 @@ class Ranker:
         max_model_age_days: int | None = 3,
         rank_by: str = "median",
         model: LeapModel | None = None,
+        canary_launches: int = 200,
+        latency_budget_ms: float | None = LATENCY_BUDGET_MS,
     ) -> None:
         if rank_by not in RANK_BY:
             raise ValueError(f"rank_by={rank_by!r} is not one of {list(RANK_BY)}")
+        whole = isinstance(canary_launches, int) and not isinstance(canary_launches, bool)
+        if not whole or canary_launches < 0:
+            raise ValueError(f"canary_launches={canary_launches!r} is not a whole number >= 0")
+        self.canary_launches = canary_launches
+        self.latency = LatencyMonitor(latency_budget_ms)
         self.rank_by = rank_by
         self._model = model
         self.model_uri = (
@@ -241,9 +310,13 @@ class Ranker:
         self.max_model_age_days = max_model_age_days
         self.switches = Switches(switches_path or os.environ.get(SWITCHES_ENV))
         self._loaded: _Loaded | None = None
+        self._canary: _Canary | None = None  # a new version scoring in shadow before it serves
+        self._passed_over: str | None = None  # the stamp of the version its canary refused
         self._load_error: str | None = None
         self._checked_at = time.monotonic()
-        self._lock = threading.Lock()  # guards _refreshing and the counters
+        # guards _refreshing and the counters, and every change of _loaded, _canary and
+        # _passed_over after the first load (a canary is judged on a caller's thread)
+        self._lock = threading.Lock()
         self._load_lock = threading.Lock()  # one load at a time
         self._ready = threading.Event()  # set once the first load attempt has finished
         self._refreshing = False
@@ -266,9 +339,16 @@ class Ranker:
 
     def stats(self) -> dict[str, Any]:
         """Answers given, rankings with candidates, empty rankings by reason code, model loads
-        and refusals, and the model serving now."""
+        and refusals, the model serving now, and the new version on canary (None when none is)."""
         with self._lock:
             counts = dict(self._counts)
+            canary = self._canary
+            canary = canary and {
+                "version": canary.loaded.name,
+                "launches_seen": min(canary.seen, canary.needed),
+                "needed": canary.needed,
+                "failures": len(canary.failures),
+            }
         loaded = self._loaded
         age = None
         if loaded is not None and loaded.model.history_index.last_ds is not None:
@@ -280,6 +360,8 @@ class Ranker:
             "models_loaded": counts.get("models_loaded", 0),
             "models_refused": counts.get("models_refused", 0),
             "model_version": self.model_version,
+            # the new version scoring in shadow before it may serve (``canary_launches``)
+            "canary": canary,
             "load_error": self._load_error,
             # days since the model's history snapshot; stale past max_model_age_days
             "model_age_days": age,
@@ -290,6 +372,8 @@ class Ranker:
             ),
             # libraries that differ from the ones the model was saved with: name -> [saved, here]
             "dependency_drift": dependency_drift(loaded.model.metadata) if loaded else {},
+            # the last calls' p50 / p99 / max in ms against the budget (``latency.py``)
+            "latency": self.latency.summary(),
         }
 
     def _count(self, key: str, n: int = 1) -> None:
@@ -300,7 +384,9 @@ class Ranker:
         """Load the model the URI names now if it differs from the one held; True if swapped.
 
         The pointer (the alias, or the folder's manifest) is read once and that exact version
-        loaded. A model that cannot load or fails its checks leaves the held one serving.
+        loaded. A model that cannot load or fails its checks leaves the held one serving. With
+        ``canary_launches``, a new version after the first is held on canary instead (False;
+        ``stats()['canary']`` shows it) and the launches that follow promote or refuse it.
         """
         with self._load_lock:
             try:
@@ -312,7 +398,20 @@ class Ranker:
     def _reload(self) -> bool:
         try:
             source, stamp = self._pointer()
-            held = self._loaded
+            with self._lock:
+                if stamp is not None and stamp == self._passed_over:
+                    return False  # its canary refused it: not tried again while it is named
+                self._passed_over = None
+                held, canary = self._loaded, self._canary
+                if canary is not None and stamp is not None and stamp == canary.loaded.stamp:
+                    return False  # on canary already
+                self._canary = None  # the pointer names another version: the canary ends
+            if canary is not None:
+                log.warning(
+                    "leap_serving: canary of model %s version %s abandoned after %d of %d "
+                    "launches: the pointer names %s now",
+                    self.model_uri, canary.loaded.name, canary.seen, canary.needed, stamp,
+                )  # fmt: skip
             if held is not None and stamp is not None and stamp == held.stamp:
                 return False
             loaded = self._load(source, stamp)
@@ -325,12 +424,60 @@ class Ranker:
                 traceback=True,
             )
             return False
-        self._loaded = loaded
+        return self._take(loaded)
+
+    def _take(self, loaded: _Loaded) -> bool:
+        """Serve a freshly loaded version (True), or hold it on canary beside the serving one."""
+        with self._lock:
+            held = self._loaded
+            on_canary = held is not None and self.canary_launches > 0
+            if on_canary:
+                self._canary = _Canary(loaded, self.canary_launches)
+            else:
+                self._loaded = loaded
+        if on_canary:
+            log.info(
+                "leap_serving: model %s version %s loaded, on canary for %d launches beside "
+                "version %s",
+                self.model_uri, loaded.name, self.canary_launches, held.name,
+            )  # fmt: skip
+            return False
+        self._serving(loaded, "loaded")
+        return True
+
+    def _serving(self, loaded: _Loaded, how: str) -> None:
         self._load_error = None
         self._count("models_loaded")
-        log.info("leap_serving: model %s version %s loaded", self.model_uri, loaded.version)
+        log.info("leap_serving: model %s version %s %s", self.model_uri, loaded.name, how)
         self._warn_if_outdated()
-        return True
+
+    def _judge(self, canary: _Canary, seen: int, failures: list[str]) -> None:
+        """Add a call's shadow launches to the canary; promote or refuse it once it has seen
+        enough. Runs on the caller's thread, after the caller's answer is made."""
+        with self._lock:
+            if self._canary is not canary:
+                return  # judged already, or replaced by a newer version
+            canary.seen += seen
+            canary.failures.extend(failures)
+            if canary.seen < canary.needed:
+                return
+            self._canary = None
+            held = self._loaded
+            if not canary.failures:
+                self._loaded = canary.loaded
+            else:
+                self._passed_over = canary.loaded.stamp
+        if not canary.failures:
+            self._serving(canary.loaded, f"serving after a canary of {canary.seen} launches")
+            return
+        shown = "; ".join(canary.failures[:_CANARY_FAILURES_SHOWN])
+        more = len(canary.failures) - _CANARY_FAILURES_SHOWN
+        self._refused(
+            f"model {self.model_uri} version {canary.loaded.name} refused by its canary: on "
+            f"{len(canary.failures)} of {canary.seen} launches it gave no sane ranking where "
+            f"version {held.name if held else None} did: {shown}"
+            + (f"; and {more} more" if more > 0 else "")
+        )
 
     def _warn_if_outdated(self) -> None:
         stats = self.stats()
@@ -419,8 +566,10 @@ class Ranker:
         launch_date: dt.date | None = None,
     ) -> list[Ranking]:
         """``rank`` for many launches at once: one feature build and one prediction pass."""
+        started = self.latency.start()
         self._maybe_refresh()
-        loaded = self._loaded  # one model for the whole call, whatever a reload does meanwhile
+        with self._lock:  # one model for the whole call, whatever a reload does meanwhile
+            loaded, canary = self._loaded, self._canary
         version = loaded.version if loaded else None
         results: list[Ranking | None] = [None] * len(jobs)
         prepared = []
@@ -448,7 +597,55 @@ class Ranker:
                 for i, *_ in prepared:
                     results[i] = _empty(exc, version, jobs[i][0])
         self._tally(results)
+        if canary is not None:
+            self._shadow(canary, jobs, results, launch_date)
+        self.latency.record(started)  # the call as the caller waited for it, canary included
         return results  # type: ignore[return-value]
+
+    def _shadow(self, canary: _Canary, jobs: Sequence, results: list, launch_date) -> None:
+        """Score the launches the serving model predicted for (at most as many as the canary
+        still needs) with the canary's version too, and judge it. The caller's results are only
+        read; nothing here raises."""
+        seen, failures = 0, []
+        try:
+            compared = [
+                i for i, r in enumerate(results)
+                if r.reason_code is None or r.reason_code in _MODEL_FAILURES
+            ][: max(canary.needed - canary.seen, 0)]  # fmt: skip
+            seen = len(compared)
+            candidate = canary.loaded
+            shadow: list[Ranking | None] = [None] * len(jobs)
+            prepared = []
+            for i in compared:
+                job, candidates = jobs[i]
+                try:
+                    launch, types, ignored = _check_job(job, candidates, candidate, launch_date)
+                    prepared.append((i, launch, types, ignored))
+                except Exception as exc:  # its own snapshot and spec table judge the launch
+                    shadow[i] = _empty(exc, candidate.version, job, quiet=True)
+            if prepared:
+                try:
+                    self._score(prepared, candidate, shadow, quiet=True)
+                except Exception as exc:
+                    for i, *_ in prepared:
+                        shadow[i] = _empty(exc, candidate.version, jobs[i][0], quiet=True)
+            for i in compared:
+                problem = _canary_problem(results[i], shadow[i])
+                if problem is not None:
+                    job = jobs[i][0]
+                    name = _show(job.get("job_name") if isinstance(job, Mapping) else None)
+                    failures.append(f"job {name}: {problem}")
+                    log.warning(
+                        "leap_serving: canary of model %s version %s failed on job %s: %s",
+                        self.model_uri, candidate.name, name, problem,
+                    )  # fmt: skip
+        except Exception as exc:  # a bug in the canary: it cannot vouch for the version
+            log.error("leap_serving: canary check failed", exc_info=exc)
+            failures.append(f"the canary check failed: {type(exc).__name__}: {exc}")
+        try:
+            self._judge(canary, seen, failures)
+        except Exception as exc:
+            log.error("leap_serving: judging the canary failed", exc_info=exc)
 
     def _tally(self, results: list) -> None:
         counts = Counter(
@@ -458,7 +655,7 @@ class Ranker:
         with self._lock:
             self._counts.update(counts)
 
-    def _score(self, prepared: list, loaded: _Loaded, results: list) -> None:
+    def _score(self, prepared: list, loaded: _Loaded, results: list, quiet: bool = False) -> None:
         rows = CandidateRows([(launch, types) for _, launch, types, _ in prepared])
         X = launch_matrix(rows, loaded.model.spec_table, loaded.model.history_index)
         log_q, bins, probability = loaded.compiled.predict(X)
@@ -486,7 +683,7 @@ class Ranker:
                     measured[start:stop],
                 )  # fmt: skip
             except Exception as exc:
-                results[i] = _empty(exc, loaded.version, launch)
+                results[i] = _empty(exc, loaded.version, launch, quiet)
             start = stop
 
     def _order(self, launch, types, log_q, bins, probability, history_found, loaded, ignored,
@@ -587,15 +784,37 @@ class Ranker:
         )  # fmt: skip
 
 
-def _empty(exc: Exception, version: str | None, job: Any) -> Ranking:
+def _empty(exc: Exception, version: str | None, job: Any, quiet: bool = False) -> Ranking:
+    """An empty ranking with the failure's reason, logged; ``quiet``: a canary's shadow answer,
+    which no caller sees (its failures are logged as the canary's)."""
     name = _show(job.get("job_name") if isinstance(job, Mapping) else None)
+    shadow = "canary's shadow " if quiet else ""
     if isinstance(exc, JobError):
         reason, code = str(exc), exc.code
-        log.warning("leap_serving: empty ranking for job %s: %s", name, reason)
+        log.log(logging.DEBUG if quiet else logging.WARNING,
+                "leap_serving: %sempty ranking for job %s: %s", shadow, name, reason)  # fmt: skip
     else:  # not a bad input we know of: a bug, kept with its traceback
         reason, code = f"ranking failed: {type(exc).__name__}: {exc}", "internal_error"
-        log.error("leap_serving: empty ranking for job %s: %s", name, reason, exc_info=exc)
+        log.log(logging.WARNING if quiet else logging.ERROR,
+                "leap_serving: %sempty ranking for job %s: %s", shadow, name, reason,
+                exc_info=exc)  # fmt: skip
     return Ranking([], [], version, reason, reason_code=code)
+
+
+def _canary_problem(served: Ranking, shadow: Ranking | None) -> str | None:
+    """What a canary's answer to a launch lacks beside the serving model's, or None: an empty
+    ranking of a kind that blames the model (the serving model's was not), or a throughput that
+    is not finite and positive."""
+    if shadow is None:
+        return "no answer"
+    if shadow.reason_code in _MODEL_FAILURES and shadow.reason_code != served.reason_code:
+        return f"no ranking ({shadow.reason_code}: {shadow.reason})"
+    bad = [
+        c.hardware_type for c in shadow.ranking + shadow.removed
+        if not (math.isfinite(c.predicted_throughput) and c.predicted_throughput > 0
+                and math.isfinite(c.throughput_per_cost))
+    ]  # fmt: skip
+    return f"throughput not finite and positive for {bad}" if bad else None
 
 
 def _check_job(
@@ -666,7 +885,8 @@ def typed_launch(
 
 
 _INT64 = (-(2**63), 2**63 - 1)
-_INTEGER_TEXT = re.compile(r"-?[0-9]+")
+# at most 19 digits: int64's range, so int() never meets Python's 4,300-digit limit
+_INTEGER_TEXT = re.compile(r"-?[0-9]{1,19}")
 
 
 def _show(value: Any, limit: int = 60) -> str:

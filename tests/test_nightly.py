@@ -448,3 +448,23 @@ def test_a_day_that_fails_its_audit_is_not_published_and_keeps_its_rows(tmp_path
     materialize_days(_day(1), _day(1), source=f"files:{root}", warehouse=warehouse,
                      log_level="ERROR")  # fmt: skip
     assert resource.refused_days() == []
+
+
+def test_a_person_s_promotion_waits_for_the_alias_lock_the_night_holds(tmp_path):
+    """``leap model promote`` (a rollback) takes the lock the nightly promotion reads, compares
+    and moves under: while a night holds it, the command waits, then fails naming it."""
+    from filelock import FileLock
+
+    from leap_pipeline.modeling import registry
+
+    lock = tmp_path / "locks" / f"{registry.model_name()}.production.lock"
+    lock.parent.mkdir()
+    command = [sys.executable, "-m", "leap_pipeline.app.cli", "model", "--data", str(tmp_path),
+               "promote", "1", "--reason", "rollback"]  # fmt: skip
+    with FileLock(lock):  # a night is moving the alias
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "LEAP_LOCK_WAIT_S": "0.5"},
+        )  # fmt: skip
+    assert result.returncode != 0
+    assert "LockTimeout: the alias" in result.stderr and str(lock) in result.stderr

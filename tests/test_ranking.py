@@ -2,6 +2,7 @@
 
 import datetime as dt
 import json
+import re
 import threading
 
 import numpy as np
@@ -165,6 +166,27 @@ def test_switched_off_model_types_get_an_empty_list(served, tmp_path):
     assert ranker.rank(job, candidates).ranking == []
     switches.write_text(json.dumps({"default": True}))
     assert ranker.rank(job, candidates).ranking
+    # "false" as a string is not a boolean (bool("false") is True): the file is refused and
+    # the last good switches stay, until the file says false as JSON does
+    switches.write_text(json.dumps({"default": "false"}))
+    assert ranker.rank(job, candidates).ranking
+    switches.write_text(json.dumps({"model_types": {job["model_type"]: "false"}}))
+    assert ranker.rank(job, candidates).ranking
+    switches.write_text(json.dumps({"default": False}))
+    assert ranker.rank(job, candidates).ranking == []
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [('{"default": "false"}', "default"), ('{"model_types": {"m": 0}}', "model_types.'m'"),
+     ('{"model_types": []}', "model_types"), ('[true]', "not an object"),
+     ('{"defualt": false}', "not an object")],
+)  # fmt: skip
+def test_a_switches_file_that_is_not_booleans_is_refused_naming_the_field(text, field):
+    from leap_serving.ranking import read_switches
+
+    with pytest.raises(ValueError, match=re.escape(field)):
+        read_switches(text)
 
 
 def test_served_features_equal_the_training_features(ranker, served):
@@ -236,7 +258,9 @@ _fields = st.sampled_from(
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("text", ["--5", "²", "-", "5-", "1e3", "0x10", "٣"])
+@pytest.mark.parametrize(
+    "text", ["--5", "²", "-", "5-", "1e3", "0x10", "٣", "7" * 5000, "9223372036854775808"]
+)
 def test_a_malformed_integer_is_refused_naming_the_field_not_a_bug(ranker, served, text):
     job, candidates = _job(served)
     result = ranker.rank({**job, "num_trainers": text}, candidates)
@@ -277,7 +301,10 @@ def test_the_ranker_follows_the_pointer(served, tmp_path, monkeypatch):
         )  # fmt: skip
         versions.append(version)
     registry.promote(versions[0], reason="test", actor="pytest")
-    ranker = Ranker(registry.model_uri(), check_interval_s=float("inf"), wait=True)
+    # no canary: a new version serves at once (the canary's own tests are further down)
+    ranker = Ranker(
+        registry.model_uri(), check_interval_s=float("inf"), wait=True, canary_launches=0
+    )
     job, candidates = _job(served)
     assert ranker.rank(job, candidates).model_version == versions[0]
     assert ranker.reload() is False  # the pointer did not move: nothing to load
@@ -313,7 +340,9 @@ def test_the_constructor_returns_at_once_and_ranks_after_the_model_is_ready(serv
 def test_a_folder_model_reloads_only_when_its_manifest_changes(served, tmp_path):
     folder = tmp_path / "night"
     save_trained(served["models"], folder, *_snapshot_and_specs(served), "fast")
-    ranker = Ranker(str(folder / "cascade"), check_interval_s=float("inf"), wait=True)
+    ranker = Ranker(
+        str(folder / "cascade"), check_interval_s=float("inf"), wait=True, canary_launches=0
+    )
     assert ranker.reload() is False and ranker.reload() is False  # same manifest: no reload
     save_trained(served["models"], folder, *_snapshot_and_specs(served), "fast")
     assert ranker.reload() is False  # published again byte for byte: the same model
@@ -530,3 +559,162 @@ def test_the_expected_saving_of_a_trial_is_the_normal_expectation():
     assert trial_run([top, close, known, apart], 0.8)["hardware_type"] == "b"
     assert trial_run([top, known, apart], 0.8) is None
     assert trial_run([top], 0.8) is None
+
+
+def _two_registered_versions(served, tmp_path, monkeypatch, name) -> list[str]:
+    """Two registry versions of the served model, the alias on the first."""
+    monkeypatch.setenv(registry.MODEL_NAME_ENV, name)
+    registry.configure_tracking(tmp_path / "mlflow")
+    versions = []
+    for _ in range(2):
+        _, version = registry.log_candidate(
+            artifact_folder=served["folder"], day=NIGHT, window=served["models"].window,
+            run_kind="test", params={}, metrics={"w20": 0.5}, files=[],
+        )  # fmt: skip
+        versions.append(version)
+    registry.promote(versions[0], reason="test", actor="pytest")
+    return versions
+
+
+@pytest.mark.parametrize("k", [4, 0])
+def test_a_new_version_serves_only_after_its_canary(served, tmp_path, monkeypatch, k):
+    """canary_launches=k: after the pointer moves, the next k launches are answered by the
+    version serving, exactly as they would be without a candidate, while the new one scores
+    them in shadow; the launch after them is the new one's. k=0: it serves at once."""
+    old, new = _two_registered_versions(served, tmp_path, monkeypatch, "leap-canary-test")
+    ranker = Ranker(
+        registry.model_uri(), check_interval_s=float("inf"), wait=True, canary_launches=k
+    )
+    jobs = [_job(served, i) for i in range(k + 2)]
+    before = [ranker.rank(*job).to_dict() for job in jobs]
+    assert {b["model_version"] for b in before} == {old} and all(b["ranking"] for b in before)
+    assert ranker.stats()["canary"] is None  # the first model a Ranker loads serves at once
+    registry.promote(new, reason="test", actor="pytest")
+    assert ranker.reload() is (k == 0)
+    if k:
+        assert ranker.stats()["canary"] == {
+            "version": new, "launches_seen": 0, "needed": k, "failures": 0
+        }  # fmt: skip
+        assert ranker.reload() is False  # on canary already: not loaded again
+    for i, job in enumerate(jobs[:k]):
+        # a launch refused for its input says nothing of the model: it does not count
+        assert ranker.rank({"job_name": "broken"}, ["A10G"]).reason_code == "invalid_job"
+        assert ranker.rank(*job).to_dict() == before[i]
+        if i < k - 1:
+            assert ranker.stats()["canary"]["launches_seen"] == i + 1
+    after = ranker.rank(*jobs[k])
+    assert after.to_dict() == {**before[k], "model_version": new}  # the same artifacts
+    stats = ranker.stats()
+    assert stats["canary"] is None and stats["model_version"] == new
+    assert stats["models_loaded"] == 2 and stats["models_refused"] == 0
+    assert stats["load_error"] is None
+
+
+@pytest.mark.parametrize("failure", ["non-finite", "raises"])
+def test_a_new_version_that_fails_its_canary_is_refused_and_the_old_one_keeps_serving(
+    served, tmp_path, monkeypatch, failure
+):
+    """A night's model that predicts no finite throughput (or fails) on some launches: the
+    callers never see it, and after its canary it is refused naming it and those launches."""
+    from leap_serving.ranking import _show
+
+    old, new = _two_registered_versions(served, tmp_path, monkeypatch, "leap-canary-bad")
+    k = 4
+    ranker = Ranker(
+        registry.model_uri(), check_interval_s=float("inf"), wait=True, canary_launches=k
+    )
+    jobs = [_job(served, i) for i in range(k + 2)]
+    names = [_show(job["job_name"]) for job, _ in jobs]
+    assert len(set(names)) == len(names)
+    before = [ranker.rank(*job).to_dict() for job in jobs]
+    registry.promote(new, reason="test", actor="pytest")
+    assert ranker.reload() is False
+    compiled = ranker._canary.loaded.compiled
+    real = compiled.predict
+    calls = []
+
+    def broken(X):  # the first and third launches of the canary
+        calls.append(len(X))
+        log_q, bins, probability = real(X)
+        if len(calls) % 2:
+            if failure == "raises":
+                raise FloatingPointError("a broken night")
+            log_q = np.full_like(log_q, np.nan)
+        return log_q, bins, probability
+
+    monkeypatch.setattr(compiled, "predict", broken)
+    for i, job in enumerate(jobs[:k]):
+        assert ranker.rank(*job).to_dict() == before[i]  # the caller sees nothing of it
+    assert len(calls) == k
+    stats = ranker.stats()
+    assert stats["canary"] is None and stats["model_version"] == old
+    assert stats["models_refused"] == 1 and stats["models_loaded"] == 1
+    error = stats["load_error"]
+    assert f"version {new} refused by its canary" in error and f"2 of {k} launches" in error
+    assert f"still serving version {old}" in error
+    assert ("internal_error" if failure == "raises" else "prediction") in error
+    assert names[0] in error and names[2] in error
+    assert names[1] not in error and names[3] not in error
+    # the old version keeps serving, and the refused one is not tried again while it is named
+    assert [ranker.rank(*job).to_dict() for job in jobs[k:]] == before[k:]
+    assert ranker.reload() is False and ranker.stats()["canary"] is None and len(calls) == k
+
+
+def test_a_canary_judged_from_many_threads_promotes_once(served, tmp_path, monkeypatch):
+    """Launches from several threads during a canary: every launch it counts was answered by
+    the old version, it is promoted once, and a thread never goes back to the old one."""
+    old, new = _two_registered_versions(served, tmp_path, monkeypatch, "leap-canary-threads")
+    k = 12
+    ranker = Ranker(
+        registry.model_uri(), check_interval_s=float("inf"), wait=True, canary_launches=k
+    )
+    registry.promote(new, reason="test", actor="pytest")
+    assert ranker.reload() is False
+    seen: dict[int, list] = {}
+    errors = []
+
+    def launch(t: int) -> None:
+        try:
+            seen[t] = [ranker.rank(*_job(served, (t + i) % 8)).model_version for i in range(8)]
+        except Exception as exc:  # rank must never raise
+            errors.append(exc)
+
+    threads = [threading.Thread(target=launch, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors and len(seen) == 4
+    answers = [v for t in sorted(seen) for v in seen[t]]
+    assert set(answers) <= {old, new} and answers.count(old) >= k
+    for versions in seen.values():  # once promoted, for good
+        assert versions == sorted(versions, key=lambda v: v == new)
+    stats = ranker.stats()
+    assert stats["model_version"] == new and stats["canary"] is None
+    assert stats["models_loaded"] == 2 and stats["models_refused"] == 0
+    assert ranker.rank(*_job(served)).model_version == new
+
+
+def test_a_canary_ends_when_the_pointer_names_another_version(served, tmp_path):
+    """A folder pointer is canaried too; rolled back during the canary, the candidate is dropped
+    and never serves, and the version the pointer names again keeps serving."""
+    folder = tmp_path / "night"
+    save_trained(served["models"], folder, *_snapshot_and_specs(served), "fast")
+    ranker = Ranker(
+        str(folder / "cascade"), check_interval_s=float("inf"), wait=True, canary_launches=3
+    )
+    serving = ranker._loaded
+    job, candidates = _job(served)
+    before = ranker.rank(job, candidates).to_dict()
+    save_trained(served["models"], folder, *_snapshot_and_specs(served), "paper")
+    assert ranker.reload() is False
+    candidate = ranker.stats()["canary"]["version"]
+    assert candidate not in (None, serving.stamp)
+    assert ranker.rank(job, candidates).to_dict() == before
+    assert ranker.stats()["canary"]["launches_seen"] == 1
+    save_trained(served["models"], folder, *_snapshot_and_specs(served), "fast")  # rolled back
+    assert ranker.reload() is False
+    assert ranker.stats()["canary"] is None
+    for _ in range(3):
+        assert ranker.rank(job, candidates).to_dict() == before
+    assert ranker._loaded is serving and ranker.stats()["models_loaded"] == 1

@@ -111,10 +111,12 @@ def demo(args: argparse.Namespace) -> int:
 
 def model_command(args: argparse.Namespace) -> int:
     from leap_pipeline.modeling import registry
+    from leap_pipeline.orchestration.promotion import alias_lock
 
     registry.configure_tracking(Path(args.data) / "mlflow" if args.data else None)
     if args.model_command == "promote":
-        record = registry.promote(args.version, reason=args.reason)
+        with alias_lock(install(args).data):  # never between a night's read and its move
+            record = registry.promote(args.version, reason=args.reason)
         print(f"production: version {record['from_version']} -> {record['to_version']}")
     else:
         for record in registry.promotion_history():

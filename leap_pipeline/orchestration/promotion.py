@@ -2,6 +2,8 @@
 backwards, read, compared and moved under one lock; old versions past retention removed."""
 
 import datetime as dt
+from contextlib import AbstractContextManager
+from pathlib import Path
 
 import dagster as dg
 
@@ -12,6 +14,13 @@ from leap_pipeline.orchestration.resources import (
     MlflowResource,
     TrainingResource,
 )
+
+
+def alias_lock(data: Path | None = None) -> AbstractContextManager[None]:
+    """The lock every move of the production alias holds while it reads, compares and moves:
+    the nightly promotion and a person's ``leap model promote`` take turns."""
+    folder = data if data is not None else data_folder()
+    return held(folder / "locks" / f"{registry.model_name()}.production.lock", "the alias")
 
 
 def move_alias(
@@ -31,7 +40,7 @@ def move_alias(
     ]
     # read, compare and move under one lock: two runs that promote at once (in-process runs do
     # not queue) cannot move the alias backwards between another's read and its move
-    with held(data_folder() / "locks" / f"{registry.model_name()}.production.lock", "the alias"):
+    with alias_lock():
         current = registry.production_version()
         current_day = evaluation_day(current)
         moved = None
