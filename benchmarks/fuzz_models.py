@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -343,9 +344,25 @@ class Worker:
             self.process = None
 
 
+class Mutants(Sequence):
+    """``n`` mutants of the base files, each made when a worker asks for it (ten thousand
+    copies of a megabyte model held at once would take gigabytes)."""
+
+    def __init__(self, base: dict[str, bytes], n: int, seed: int) -> None:
+        self.base, self.n, self.seed = base, n, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if not 0 <= index < self.n:
+            raise IndexError(index)
+        return mutant(self.base, index, self.seed)
+
+
 def run(
     base_folder: Path,
-    cases: list[tuple[str, str, bytes]],
+    cases: Sequence[tuple[str, str, bytes]],
     jobs: int = 2,
     timeout: float = 5.0,
     progress: bool = False,
@@ -385,8 +402,7 @@ def fuzz(base_folder: Path, n: int, seed: int = 0, jobs: int = 2, timeout: float
     """``n`` mutants of the base folder through the workers; the counts."""
     base = read_base(base_folder)
     started = time.monotonic()
-    cases = [mutant(base, i, seed) for i in range(n)]
-    answers = run(base_folder, cases, jobs, timeout, progress)
+    answers = run(base_folder, Mutants(base, n, seed), jobs, timeout, progress)
     outcomes = Counter(a["outcome"] for a in answers)
     by_kind: dict[str, Counter] = {}
     for answer in answers:
