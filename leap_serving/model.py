@@ -155,6 +155,7 @@ class LeapModel:
         snapshot = read_frame(artifacts["history_snapshot"], SNAPSHOT_SCHEMA)
         specs = read_frame(artifacts["hardware_specs"], schema("hardware_specs"))
         check_spec_table(specs, artifacts["hardware_specs"])
+        check_snapshot(snapshot, artifacts["history_snapshot"])
         try:
             return cls(cascade, snapshot, specs, metadata)
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
@@ -222,6 +223,8 @@ def check_spec_table(specs: pl.DataFrame, path: str | Path) -> None:
     """The spec table a ranking prices from: each type named once, a positive finite price and
     host size, a premium flag."""
     types = specs["hardware_type"]
+    if specs.height == 0:
+        raise ModelArtifactError(f"{path}: the spec table is empty: no candidate can be priced")
     if types.null_count() or types.n_unique() != len(types):
         raise ModelArtifactError(f"{path}: hardware_type is null or repeated")
     for column in ("hourly_cost_usd", "devices_per_host"):
@@ -231,6 +234,22 @@ def check_spec_table(specs: pl.DataFrame, path: str | Path) -> None:
             raise ModelArtifactError(f"{path}: {column}={bad} is not a positive finite number")
     if specs["premium"].null_count():
         raise ModelArtifactError(f"{path}: premium is null")
+
+
+# a history level is ln q: a throughput of e^100 samples/s is no measurement
+MAX_HISTORY_LOG_Q = 100.0
+
+
+def check_snapshot(snapshot: pl.DataFrame, path: str | Path) -> None:
+    """The history levels a launch's features and priors read: finite where present (null is
+    "no history"), within ``MAX_HISTORY_LOG_Q``, and counts of at least one run."""
+    for column in ("mean_log_q", "std_log_q", "prev_log_q"):
+        values = snapshot[column].drop_nulls().to_numpy()
+        bad = values[~(np.abs(values) <= MAX_HISTORY_LOG_Q)]  # NaN fails too
+        if len(bad):
+            raise ModelArtifactError(f"{path}: {column}={bad[0]} is not a history level")
+    if (snapshot["count"].drop_nulls() < 1).any():
+        raise ModelArtifactError(f"{path}: count below 1")
 
 
 def load_cascade(path: str | Path) -> BinnedCascade:
@@ -253,8 +272,8 @@ def check_artifacts(
     try:
         manifest = json.loads(manifest_path.read_text())
         recorded = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelArtifactError(f"{manifest_path} cannot be read: {exc}") from exc
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise ModelArtifactError(f"{manifest_path} cannot be read: {exc!r:.300}") from exc
     names = {ARTIFACTS[k] for k in ARTIFACTS if k != "manifest"}
     if isinstance(recorded, dict) and LEGACY_CASCADE in recorded:
         raise ModelArtifactError(

@@ -171,7 +171,35 @@ def booster_from_dict(
             f"{where}.model_text holds {forest.n_trees} trees, fitted.n_iter_="
             f"{booster.n_iter_} rounds of {outputs} make {booster.n_iter_ * outputs}"
         )
+    reach = largest_output(forest)
+    limit = MAX_LOG_Q if cls is GBDTRegressor else MAX_LOGIT
+    if reach > limit:
+        raise ModelFileError(
+            f"{where}.model_text: leaf_value can sum to {reach:.3g} on one row, past {limit:g} "
+            f"({'exp of it overflows' if cls is GBDTRegressor else 'softmax loses it'})"
+        )
     return booster
+
+
+# The largest raw output a booster may reach: its leaf values summed along any path. A
+# regressor predicts ln q, and exp overflows past 709; 700 is throughput of 1e304 samples/s, so
+# a legitimate model stays far inside (the tiny demo's experts reach 12-17). A classifier's
+# logits only need to stay finite through the tempering and the softmax.
+MAX_LOG_Q = 700.0
+MAX_LOGIT = 1e6
+
+
+def largest_output(forest) -> float:
+    """The largest |raw output| any row can reach: per output, the sum over its trees of the
+    largest |leaf value| (a row reaches one leaf a tree); the largest over outputs."""
+    from .trees import LEAF  # numba: loaded with the trees, not with this module
+
+    if forest.n_trees == 0:
+        return 0.0
+    leaves = (forest.nodes["flags"] & LEAF) != 0
+    values = np.where(leaves, np.abs(forest.nodes["value"]), 0.0)
+    per_tree = np.maximum.reduceat(values, forest.roots)
+    return float(np.bincount(forest.columns, weights=per_tree).max())
 
 
 def cascade_dict(cascade: BinnedCascade) -> dict[str, Any]:
@@ -222,8 +250,8 @@ def _cascade_fitted(cascade: BinnedCascade, fitted: Any, where: str) -> None:
     if cascade.n_bins_ > cascade.n_bins:
         raise ModelFileError(f"{at}.n_bins_={cascade.n_bins_} is above params.n_bins")
     temperature = _number(fitted["temperature_"], float, f"{at}.temperature_")
-    if not temperature > 0.0:
-        raise ModelFileError(f"{at}.temperature_={temperature} must be above 0")
+    if not 0.01 <= temperature <= 100.0:  # calibration picks 0.25-4 (or 1.0)
+        raise ModelFileError(f"{at}.temperature_={temperature} is outside 0.01-100")
     cascade.temperature_ = temperature
     cascade.bins_merged_ = _number(fitted["bins_merged_"], int, f"{at}.bins_merged_", 0)
     cascade.em_iterations_ = _number(fitted["em_iterations_"], int, f"{at}.em_iterations_", 0)

@@ -161,8 +161,8 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
         raise PublicationError(
             f"{folder} has no {MANIFEST}: it was never completely written"
         ) from None
-    except (OSError, ValueError) as exc:
-        raise PublicationError(f"{path} cannot be read: {exc}") from exc
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise PublicationError(f"{path} cannot be read: {exc!r:.300}") from exc
 
 
 def verify_files(folder: str | Path, expected: dict[str, str]) -> None:

@@ -45,6 +45,7 @@ from .model import (
 from .shipped import (
     CODE_CONFIG,
     CODE_SHA256_TAG,
+    REGISTERED_META,
     differences,
     package_files,
     shipped_files,
@@ -67,7 +68,6 @@ SERVING_DISTRIBUTIONS: tuple[str, ...] = (
 SHA256_CONFIG = "artifact_sha256"
 MODEL_CODE = Path(__file__).with_name("mlflow_model.py")  # the model-code file MLflow stores
 # what MLflow writes into a version's folder when it downloads one through ``models:/``
-REGISTERED_META = "registered_model_meta"
 # The launch the logged input example describes (examples/job.json's job), on a few candidates.
 EXAMPLE_LAUNCH: dict[str, Any] = {
     "job_name": "news_share_dlrm_v2.canary_jodeka/832721327/6902a9f2/1",

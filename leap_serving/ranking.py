@@ -262,10 +262,12 @@ class Ranker:
         no budget.
     canary_launches : how many launches a new version the pointer names scores in shadow,
         beside the serving model and unseen by the caller, before it may serve; 0 swaps it in
-        at once. Only launches the serving model predicted for count (not ones refused for
-        their input). It is promoted after them if it answered a ranking wherever the serving
-        model did (no ``prediction`` or ``internal_error`` empty the serving model did not
-        give) with finite, positive throughput; otherwise it is refused (``stats()``'s
+        at once. Only launches the serving model predicted for count (ranked, or failed with
+        ``prediction`` or ``internal_error``; not ones refused for their input). It is promoted
+        after them if it answered a ranking wherever the serving model did (any empty ranking
+        there fails it, but a ``launch_date`` refusal of a launch its caller dated), failed no
+        launch with ``prediction`` or ``internal_error`` that the serving model did not, and
+        gave finite, positive throughput; otherwise it is refused (``stats()``'s
         ``load_error`` names it and the launches it failed), the serving model stays, and the
         version is not tried again while the pointer names it. The first model a Ranker loads
         serves at once: there is nothing to compare it with. 200 by default: at a fleet's few
@@ -630,9 +632,12 @@ class Ranker:
                     for i, *_ in prepared:
                         shadow[i] = _empty(exc, candidate.version, jobs[i][0], quiet=True)
             for i in compared:
-                problem = _canary_problem(results[i], shadow[i])
+                job = jobs[i][0]
+                dated = launch_date is not None or (
+                    isinstance(job, Mapping) and job.get("ds") is not None
+                )
+                problem = _canary_problem(results[i], shadow[i], dated)
                 if problem is not None:
-                    job = jobs[i][0]
                     name = _show(job.get("job_name") if isinstance(job, Mapping) else None)
                     failures.append(f"job {name}: {problem}")
                     log.warning(
@@ -801,14 +806,21 @@ def _empty(exc: Exception, version: str | None, job: Any, quiet: bool = False) -
     return Ranking([], [], version, reason, reason_code=code)
 
 
-def _canary_problem(served: Ranking, shadow: Ranking | None) -> str | None:
-    """What a canary's answer to a launch lacks beside the serving model's, or None: an empty
-    ranking of a kind that blames the model (the serving model's was not), or a throughput that
-    is not finite and positive."""
+def _canary_problem(served: Ranking, shadow: Ranking | None, dated: bool) -> str | None:
+    """What a canary's answer to a launch lacks beside the serving model's, or None: no ranking
+    where the serving model ranked (whatever the reason: a spec table without the candidates is
+    as broken as a prediction that fails), or one of a kind that blames the model where the
+    serving model failed otherwise, or a throughput that is not finite and positive. The one
+    excuse: a launch dated by its caller (``ds``, a replay) before the newer snapshot."""
     if shadow is None:
         return "no answer"
-    if shadow.reason_code in _MODEL_FAILURES and shadow.reason_code != served.reason_code:
-        return f"no ranking ({shadow.reason_code}: {shadow.reason})"
+    if shadow.reason_code is not None and shadow.reason_code != served.reason_code:
+        excused = dated and shadow.reason_code == "launch_date"
+        if served.reason_code is None and not excused:
+            why = f"{shadow.reason_code}: {shadow.reason}"
+            return f"no ranking where the serving model ranked ({why})"
+        if shadow.reason_code in _MODEL_FAILURES:
+            return f"no ranking ({shadow.reason_code}: {shadow.reason})"
     bad = [
         c.hardware_type for c in shadow.ranking + shadow.removed
         if not (math.isfinite(c.predicted_throughput) and c.predicted_throughput > 0

@@ -26,7 +26,9 @@ CODE_CONFIG = "code_sha256"  # model_config key: the package's files and the mod
 CODE_DIR = "code"  # where MLflow copies ``code_paths`` in a model
 # left out of the record: the artifacts (their own tag and manifest) and the file MLflow writes
 # into a version's folder each time it downloads one (its name and version)
-NOT_SHIPPED = ("artifacts", "registered_model_meta")
+# what MLflow writes into a downloaded folder: which registry version it is
+REGISTERED_META = "registered_model_meta"
+NOT_SHIPPED = ("artifacts", REGISTERED_META)
 # caches Python and numba write beside code that runs in place (a local store): left out, since
 # every run in place writes them; the installed loaders never read them (docs/reliability.md)
 CACHE = "__pycache__"

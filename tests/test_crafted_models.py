@@ -237,6 +237,12 @@ CASCADE_CASES = [
         "learning_rate",
     ),
     ("a temperature of 0", lambda c: c["fitted"].update(temperature_=0.0), "temperature_"),
+    ("a temperature of 1e-300", lambda c: c["fitted"].update(temperature_=1e-300), "temperature_"),
+    (
+        "a leaf whose exp overflows",
+        lambda c: _edit_tree(c["experts"][0], "leaf_value", lambda v: _at(v, 0, 4000)),
+        "leaf_value can sum to",
+    ),
     ("a negative temperature", lambda c: c["fitted"].update(temperature_=-1.0), "temperature_"),
     (
         "an infinite temperature",
@@ -329,11 +335,28 @@ def _other_cases(base: dict[str, bytes]) -> list[tuple[str, str, bytes, str]]:
             _parquet(specs.with_columns(pl.col("hourly_cost_usd").cast(pl.String))),
             "hourly_cost_usd",
         ),
+        ("an empty spec table", "hardware_specs.parquet", _parquet(specs.head(0)), "empty"),
         (
             "a snapshot count as text",
             "history_snapshot.parquet",
             _parquet(snapshot.with_columns(pl.col("count").cast(pl.String))),
             "count",
+        ),
+        (
+            "a history level of 1e300",
+            "history_snapshot.parquet",
+            _parquet(
+                pl.concat(
+                    [
+                        snapshot,
+                        pl.DataFrame(
+                            [{"family": "f", "count": 3, "mean_log_q": 1e300}],
+                            schema=snapshot.schema,
+                        ),
+                    ]
+                )
+            ),
+            "mean_log_q",
         ),
         (
             "a snapshot that is not Parquet",
@@ -369,7 +392,8 @@ LABELS = [c[0] for c in CASCADE_CASES] + [
     "the file cut short", "JSON nested 100,000 deep", "an integer of 5,000 digits",
     "not JSON at all", "metadata nested 100,000 deep", "metadata that is a list",
     "another feature list", "a negative price", "a hardware type twice", "a price as text",
-    "a snapshot count as text", "a snapshot that is not Parquet", "a classifier in a one-bin model",
+    "a snapshot count as text", "a history level of 1e300", "a snapshot that is not Parquet",
+    "a classifier in a one-bin model", "an empty spec table",
 ]  # fmt: skip
 
 

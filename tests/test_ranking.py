@@ -718,3 +718,29 @@ def test_a_canary_ends_when_the_pointer_names_another_version(served, tmp_path):
     for _ in range(3):
         assert ranker.rank(job, candidates).to_dict() == before
     assert ranker._loaded is serving and ranker.stats()["models_loaded"] == 1
+
+
+def test_a_new_version_that_ranks_nothing_fails_its_canary_whatever_its_reason(
+    served, tmp_path, monkeypatch
+):
+    """A version whose spec table lacks the launches' candidates answers every launch with an
+    empty ranking that blames the launch (``invalid_candidates``), not the model: where the
+    serving model ranked, that still fails the canary."""
+    import dataclasses
+
+    old, new = _two_registered_versions(served, tmp_path, monkeypatch, "leap-canary-empty")
+    k = 3
+    ranker = Ranker(
+        registry.model_uri(), check_interval_s=float("inf"), wait=True, canary_launches=k
+    )
+    jobs = [_job(served, i) for i in range(k)]
+    before = [ranker.rank(*job).to_dict() for job in jobs]
+    registry.promote(new, reason="test", actor="pytest")
+    assert ranker.reload() is False
+    ranker._canary.loaded = dataclasses.replace(ranker._canary.loaded, specs={})
+    for i, job in enumerate(jobs):
+        assert ranker.rank(*job).to_dict() == before[i]
+    stats = ranker.stats()
+    assert stats["canary"] is None and stats["model_version"] == old
+    assert stats["models_refused"] == 1
+    assert "invalid_candidates" in stats["load_error"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -274,18 +275,20 @@ def build_catalog(seed: int, block: int = 0) -> Catalog:
 
 _INHERITED: dict[tuple[int, int], _Inheritance] = {}  # the last few, to go on from
 _KEEP_INHERITED = 2
+_INHERITED_LOCK = threading.Lock()
 
 
 def _inheritance(seed: int, block: int) -> _Inheritance:
     """What ``block`` inherits: the blocks before it are built one after the other (from the
     latest one already handed over) and dropped."""
-    known = max((b for s, b in _INHERITED if s == seed and b <= block), default=0)
-    inherited = _INHERITED.get((seed, known))
-    for previous in range(known, block):
-        inherited = _build_block(seed, previous, inherited).hand_over()
-        _INHERITED[seed, previous + 1] = inherited
-        while len(_INHERITED) > _KEEP_INHERITED:
-            del _INHERITED[next(iter(_INHERITED))]
+    with _INHERITED_LOCK:  # threads building fleets at once share the hand-overs
+        known = max((b for s, b in _INHERITED if s == seed and b <= block), default=0)
+        inherited = _INHERITED.get((seed, known))
+        for previous in range(known, block):
+            inherited = _build_block(seed, previous, inherited).hand_over()
+            _INHERITED[seed, previous + 1] = inherited
+            while len(_INHERITED) > _KEEP_INHERITED:
+                del _INHERITED[next(iter(_INHERITED))]
     assert inherited is not None
     return inherited
 

@@ -154,7 +154,7 @@ class SimulatedFleet:
     @property
     def catalog(self) -> Catalog:
         """The span's model types and families (block 0; ``catalog_of`` for a later day)."""
-        return _catalog(self.seed)
+        return _catalog(self.seed, 0)  # the same cache entry as day 0's block
 
     def catalog_of(self, day: int | str | dt.date) -> Catalog:
         """The model types and families of the block that holds ``day``."""
