@@ -7,7 +7,8 @@ with. This is the one module of ``leap_pipeline`` that touches ``os.environ``: i
 variables a child process inherits. ``TrainingResource`` holds the night's fields flat, as Dagster's
 run config sets them (``resources: {training: {config: {...}}}``), and hands out the dataclasses
 below; the report and the demo build theirs from their flags. A bad value is an error naming the
-field and the value. The README's table of variables is tested against ``VARIABLES``.
+field and the value. The table of variables in docs/configuration.md is tested against
+``VARIABLES``.
 
 Every path an install uses derives from one setting, its data folder (``$LEAP_DATA``): the
 warehouse, the calendar, the MLflow store, the Dagster home, night records and locks all default
@@ -84,8 +85,9 @@ class Environment(BaseModel):
         return Path(self.dagster_home) if self.dagster_home else self.data / "dagster"
 
 
-# name -> (default as the README shows it, what it sets); the serving runtime's own two variables
-# are read by ``leap_serving.ranking`` (it imports nothing of the pipeline) and listed here too.
+# name -> (default as docs/configuration.md shows it, what it sets); the serving runtime's own
+# two variables are read by ``leap_serving.ranking`` (it imports nothing of the pipeline) and
+# listed here too.
 VARIABLES: dict[str, tuple[str, str]] = {
     DATA_ENV: ("data", "the install's folder: every default path below lies in it"),
     WAREHOUSE_ENV: ("$LEAP_DATA/leap.duckdb", "the DuckDB warehouse file"),

@@ -25,8 +25,9 @@ def _no_leaked_definitions_state_storage():
     enters and never exits (a schedule context, ``instance_for_test`` in a thread) leaves it set,
     and once that instance is garbage-collected every later definitions load in the process fails
     with "Attempted to resolve undefined DagsterInstance weakref" (seen in CI, in whichever test
-    the collector happened to reach first)."""
-    from dagster._core.storage.defs_state.base import set_defs_state_storage
+    the collector happened to reach first). The private Dagster API behind it is wrapped in
+    ``leap_pipeline/orchestration/dagster_private.py``."""
+    from leap_pipeline.orchestration.dagster_private import own_definitions_state
 
-    with set_defs_state_storage(None):
+    with own_definitions_state():
         yield

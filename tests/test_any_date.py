@@ -117,7 +117,7 @@ with time_machine.travel(dt.datetime.fromisoformat(sys.argv[1]), tick=True):
     from leap_pipeline.app.ui import ui_environment
     from leap_pipeline.orchestration import definitions
     from leap_pipeline.orchestration.calendar import Calendar
-    from leap_pipeline.orchestration.partitions import NIGHTS_TAG
+    from leap_pipeline.orchestration.nightly_plan import NIGHTS_TAG
     from leap_pipeline.simulation import SimulatedFleet
     from leap_serving import Ranker
     from pathlib import Path

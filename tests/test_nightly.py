@@ -13,7 +13,7 @@ import pytest
 
 from leap_pipeline.orchestration.calendar import CALENDAR_FILE, DATA_ENV, Calendar
 from leap_pipeline.orchestration.definitions import build_definitions, materialize_days
-from leap_pipeline.orchestration.partitions import NIGHTS_TAG, NightlyState, plan_tick
+from leap_pipeline.orchestration.nightly_plan import NIGHTS_TAG, NightlyState, plan_tick
 from leap_pipeline.orchestration.resources import (
     MlflowResource,
     SourceResource,
@@ -78,7 +78,7 @@ def test_a_bad_calendar_file_is_an_error_naming_the_field(tmp_path, text, names)
 
 
 def test_a_process_id_is_told_apart_from_its_reuse():
-    from leap_pipeline.orchestration.partitions import process_alive, process_identity
+    from leap_pipeline.orchestration.liveness import process_alive, process_identity
 
     me = process_identity(os.getpid())
     assert process_alive(me)
@@ -92,7 +92,7 @@ def test_a_worker_is_known_by_psutils_start_time_and_a_zombie_is_dead():
     boot, still names its process, so a run that outlives an upgrade is not taken for dead."""
     import psutil
 
-    from leap_pipeline.orchestration.partitions import process_alive, process_identity
+    from leap_pipeline.orchestration.liveness import process_alive, process_identity
 
     me = process_identity(os.getpid())
     assert float(me.partition(":")[2]) == pytest.approx(psutil.Process().create_time(), abs=0.01)
@@ -212,7 +212,8 @@ def test_every_live_run_that_trains_nights_counts_as_in_flight_whoever_launched_
     flight; a landing run, a finished run and a run whose worker is gone are not, and the last
     is marked failed, which the schedule counts as a failed attempt of its span."""
     from leap_pipeline.orchestration.definitions import MODEL_ASSET_KEYS, runs_state
-    from leap_pipeline.orchestration.partitions import ATTEMPT_TAG, PID_TAG
+    from leap_pipeline.orchestration.liveness import PID_TAG
+    from leap_pipeline.orchestration.nightly_plan import ATTEMPT_TAG
 
     live, done = dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.SUCCESS
 

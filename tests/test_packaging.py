@@ -37,12 +37,12 @@ def _leap(*args: str) -> subprocess.CompletedProcess:
 
 
 def _documented_fleet_stats_keys() -> set[str]:
-    """The keys README.md says `leap fleet stats --json` prints."""
+    """The keys docs/commands.md says `leap fleet stats --json` prints."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    entry = readme.split("- `leap fleet stats", 1)[1].split("\n- `leap ", 1)[0]
+    reference = Path(__file__).resolve().parents[1] / "docs" / "commands.md"
+    entry = reference.read_text().split("- `leap fleet stats", 1)[1].split("\n- `leap ", 1)[0]
     listed = entry.split("`--json` prints one object with the keys", 1)[1].split(". ", 1)[0]
     return set(re.findall(r"`(\w+)`", listed))
 
@@ -58,8 +58,8 @@ def test_fleet_stats_json_has_every_key():
         "key_spread_share", "lookup_coverage", "lookup_w20", "oracle_w20", "within_range",
         "read_from",
     }  # fmt: skip
-    # the README's list is this one, and the JSON has exactly its keys: none missing, none
-    # undocumented
+    # the command reference's list is this one, and the JSON has exactly its keys: none
+    # missing, none undocumented
     assert _documented_fleet_stats_keys() == expected
     assert set(stats) == expected, (expected - set(stats), set(stats) - expected)
     assert 0.02 * 22_000 <= stats["attempts_per_day"] <= 0.02 * 28_000

@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     paper = commands.add_parser("report", help="the paper's evaluation and routing value")
     paper.add_argument("--scale", type=float, help="fleet scale (default: the largest at which "
-                       "30 nights take about an hour on 2 cores; see README)")  # fmt: skip
+                       "30 nights take about an hour on 2 cores; docs/commands.md)")  # fmt: skip
     paper.add_argument("--nights", type=int, help="nightly retrains to score (default: 30)")
     paper.add_argument("--seed", type=int, default=0)
     paper.add_argument("--profile", choices=("fast", "paper"), help="the nights' trees "

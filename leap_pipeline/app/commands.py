@@ -234,7 +234,7 @@ def crossval(args: argparse.Namespace) -> int:
 
 
 def _static_source(args: argparse.Namespace):
-    from leap_pipeline.data.importer import _read_all
+    from leap_pipeline.data.importer import read_source_files
     from leap_pipeline.data.public_data import PUBLIC_SOURCES, public_sources
     from leap_pipeline.data.sources import typed_frame
     from leap_serving.validation import validate_attempts
@@ -249,12 +249,12 @@ def _static_source(args: argparse.Namespace):
         (p for p in (path / "hardware_specs.parquet", path / "hardware_specs.csv") if p.exists()),
         path / "hardware_specs.csv",
     )  # fmt: skip
-    specs = typed_frame(_read_all(specs_path, "hardware_specs"), "hardware_specs")
+    specs = typed_frame(read_source_files(specs_path, "hardware_specs"), "hardware_specs")
     found = [p for p in (path / "job_attempts", *(path / f"job_attempts{s}" for s in
              (".parquet", ".csv"))) if p.exists()]  # fmt: skip
     if not found:
         raise ValueError(f"--path {path}: no job_attempts folder, .parquet or .csv in it")
-    raw = _read_all(found[0], "job_attempts")
+    raw = read_source_files(found[0], "job_attempts")
     validated = validate_attempts(raw, specs["hardware_type"])
     if validated.quarantined.height:
         print(f"quarantined {validated.quarantined.height} rows, e.g. "

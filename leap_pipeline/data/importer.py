@@ -29,7 +29,10 @@ class StagedImport:
     rows: dict[str, int]
 
 
-def _read_all(path: Path, source: str) -> pl.DataFrame:
+def read_source_files(path: Path, source: str) -> pl.DataFrame:
+    """Every CSV or Parquet file of ``source`` at ``path`` (a file, or a folder searched
+    recursively), stacked, with every column as text: validation types them later, so files that
+    disagree on types still stack. Raises ``ContractError`` when there is no such file."""
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in FILE_SUFFIXES)
     else:
@@ -65,9 +68,9 @@ def stage_import(
 ) -> StagedImport:
     """Split the files by day into ``staging`` in the file source's layout."""
     frames = {
-        "job_attempts": (_read_all(attempts, "job_attempts"), attempts),
-        "allocations": (_read_all(allocations, "allocations"), allocations),
-        "hardware_specs": (_read_all(hardware, "hardware_specs"), hardware),
+        "job_attempts": (read_source_files(attempts, "job_attempts"), attempts),
+        "allocations": (read_source_files(allocations, "allocations"), allocations),
+        "hardware_specs": (read_source_files(hardware, "hardware_specs"), hardware),
     }
     for source, (frame, path) in frames.items():
         _check_columns(frame, source, path)

@@ -37,8 +37,9 @@ from leap_pipeline.data.feature_table import (
     land_day,
 )
 from leap_pipeline.data.serving_skew import SKEW_SAMPLE, serving_skew
+from leap_pipeline.orchestration.dagster_beta import beta_parameters_accepted
+from leap_pipeline.orchestration.liveness import PID_TAG, process_identity
 from leap_pipeline.orchestration.metadata import table_metadata
-from leap_pipeline.orchestration.partitions import PID_TAG, process_identity
 from leap_pipeline.orchestration.resources import SourceResource, WarehouseResource
 from leap_serving.history import SNAPSHOT_INPUT_COLUMNS, history_snapshot
 
@@ -193,10 +194,13 @@ def build_snapshots(
     yield check
 
 
-def build_features(
+def publish_feature_tables(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
-    """One row per measured attempt: ids, the label ln q and the shared feature list."""
+    """The ``feature_table`` asset's body: build each day's table (one row per measured attempt:
+    ids, the label ln q and the shared feature list), audit it, and publish it. The features
+    themselves come from serving's feature extraction (``build_features``), through
+    ``build_feature_table``."""
     per_day, skewed, refused = [], [], []
     with warehouse.open() as wh:
         for day in partition_days(context):
@@ -276,6 +280,7 @@ def _snapshot_before(wh, day: dt.date) -> pl.DataFrame:
     return empty_snapshot()
 
 
+@beta_parameters_accepted
 def data_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
     """The three data assets over ``partitions``: sources, history snapshot, feature table."""
 
@@ -370,7 +375,7 @@ def data_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition
         context: dg.AssetExecutionContext, warehouse: WarehouseResource
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """One row per measured attempt: ids, the label ln q and the shared feature list."""
-        yield from build_features(context, warehouse)
+        yield from publish_feature_tables(context, warehouse)
 
     return [source_tables, history_snapshot_asset, feature_table]
 

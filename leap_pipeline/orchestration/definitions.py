@@ -12,16 +12,16 @@ import dagster as dg
 
 from leap_pipeline.data.warehouse import WarehouseError
 from leap_pipeline.orchestration.calendar import Calendar
+from leap_pipeline.orchestration.dagster_private import own_definitions_state
 from leap_pipeline.orchestration.data_assets import DATA_ASSET_KEYS, data_assets
+from leap_pipeline.orchestration.liveness import PID_TAG, process_alive
 from leap_pipeline.orchestration.model_assets import model_assets
 from leap_pipeline.orchestration.night_records import NightRecords
-from leap_pipeline.orchestration.partitions import (
+from leap_pipeline.orchestration.nightly_plan import (
     ATTEMPT_TAG,
     NIGHTS_TAG,
-    PID_TAG,
     NightlyState,
     plan_tick,
-    process_alive,
     tagged_days,
 )
 from leap_pipeline.orchestration.report_asset import paper_report
@@ -31,7 +31,7 @@ from leap_pipeline.orchestration.resources import (
     TrainingResource,
     WarehouseResource,
 )
-from leap_pipeline.orchestration.runs import own_definitions_state, run_days
+from leap_pipeline.orchestration.runs import run_days
 from leap_pipeline.settings import MIN_WINDOW_DAYS
 
 MODEL_ASSET_KEYS = [

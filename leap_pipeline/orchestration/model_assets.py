@@ -28,6 +28,7 @@ from leap_pipeline.modeling.drift import PSI_WARN
 from leap_pipeline.modeling.evaluation import SLICE_MAX_GAP, SLICE_MIN_ATTEMPTS
 from leap_pipeline.modeling.night_store import models_folder, reusable_night, save_trained
 from leap_pipeline.modeling.training import night_inputs, run_night
+from leap_pipeline.orchestration.dagster_beta import beta_parameters_accepted
 from leap_pipeline.orchestration.data_assets import (
     SINGLE_RUN,
     partition_days,
@@ -120,6 +121,7 @@ def _night_row(record: dict) -> dict:
     }
 
 
+@beta_parameters_accepted
 def model_assets(partitions: dg.PartitionsDefinition) -> list[dg.AssetsDefinition]:
     """The four model assets over ``partitions``. ``cascade_model`` declares every feature day
     it reads, D-30 .. D, so lineage, staleness and backfills see day D too."""

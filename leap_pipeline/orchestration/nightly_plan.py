@@ -8,69 +8,25 @@ source; a run's range never covers a night another live run trains. A day that l
 measured attempt has no night: there is nothing to score a model on. A night whose day arrived
 late, or whose run was killed, is simply still untrained at the next tick, which takes it then.
 Days of a window that were never landed are landed by a run of their own first; the queue (one
-run at a time) keeps the order.
+run at a time) keeps the order. Whether a live run's process still runs is ``liveness.py``'s.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
-import psutil
 
 CATCH_UP_NIGHTS = 7  # untrained nights a tick looks back over
 NIGHTS_TAG = "leap/nights"  # "FIRST..LAST" on every run the schedule asks for
 ATTEMPT_TAG = "leap/attempt"
-PID_TAG = "leap/pid"  # the process that runs a run's assets, recorded as it starts
 # Dagster's own tags for the partitions a run targets: one partition, or a range (a single-run
 # backfill's, a schedule's, a range a person materialized)
 PARTITION_TAG = "dagster/partition"
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
-# a process whose start time is within this of the recorded one is the same process: a PID is
-# reused only after its holder exited, which a run's worker does minutes after it started, while
-# the start time psutil derives from the boot time may move by a clock step's fraction of a second
-SAME_START_S = 1.0
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # per second, in the start times /proc gave before psutil
-
-
-def process_identity(pid: int) -> str:
-    """``PID:START``, with the process's start time in seconds since the epoch (psutil's
-    ``create_time``): a process id is reused, the pair is not (until a reboot, which a run does
-    not survive either). ``PID`` alone when the process cannot be read."""
-    try:
-        started = psutil.Process(pid).create_time()
-    except psutil.Error:
-        return str(pid)
-    return f"{pid}:{started:.2f}"
-
-
-def process_alive(identity: str) -> bool:
-    """Whether the process ``process_identity`` named still runs (the same one, not a zombie).
-    An identity recorded before psutil kept the start in clock ticks since boot (no decimal
-    point): it is converted, so a run that outlives an upgrade is not taken for dead."""
-    pid_text, _, recorded = identity.partition(":")
-    try:
-        process = psutil.Process(int(pid_text))
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        started = process.create_time()
-    except (psutil.NoSuchProcess, ValueError):
-        return False
-    except psutil.AccessDenied:
-        return True  # it exists; whose it is cannot be told
-    try:
-        if "." in recorded:
-            expected = float(recorded)
-        else:  # clock ticks since boot, as /proc/PID/stat gave them
-            expected = psutil.boot_time() + int(recorded) / CLOCK_TICKS
-    except ValueError:
-        return True  # no start recorded (or not one this can read): the id alone says it runs
-    return abs(started - expected) < SAME_START_S
 
 
 def tagged_days(tags: Mapping[str, str]) -> list[dt.date]:
@@ -212,12 +168,3 @@ def _request(
             ATTEMPT_TAG: str(attempt),
         },
     )
-
-
-# Every asset relies on two Dagster 1.13 beta parameters, on purpose: single-run backfills and
-# windows that reach before the first partition. Silence exactly those two warnings.
-warnings.filterwarnings(
-    "ignore",
-    message=r".*(backfill_policy|allow_nonexistent_upstream_partitions).*",
-    category=dg.BetaWarning,
-)

@@ -13,22 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dagster as dg
-from dagster._core.storage.defs_state.base import set_defs_state_storage
 
+from leap_pipeline.orchestration.dagster_private import own_definitions_state
 from leap_pipeline.orchestration.instance import dagster_instance
-
-
-@contextmanager
-def own_definitions_state() -> Iterator[None]:
-    """Load definitions and run with no definitions-state storage inherited, and leave none.
-
-    Dagster 1.13 keeps the state storage of the last instance entered in a context variable
-    (a private API, pinned with dagster). An instance entered and never exited leaves it set, and
-    once that instance is garbage-collected every later definitions load in the process fails
-    with "Attempted to resolve undefined DagsterInstance weakref": seen between two runs of
-    ``materialize_days`` in one test, whenever the collector got there first."""
-    with set_defs_state_storage(None):
-        yield
 
 
 @contextmanager

@@ -1,0 +1,236 @@
+"""The docs a reader follows: every command README.md and docs/*.md show answers `--help`, every
+relative link lands on a file (and its anchor on a heading there), and the README and
+docs/architecture.md draw the same flow."""
+
+import contextlib
+import io
+import re
+import shlex
+import subprocess
+import sys
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from leap_pipeline.app.cli import main
+
+PROJECT = Path(__file__).resolve().parents[1]
+PAGES = [PROJECT / "README.md", *sorted((PROJECT / "docs").glob("*.md"))]
+# the changelog may name a command as it was before a release renamed or removed it: its links
+# are checked, its commands are history
+CHANGELOG = PROJECT / "docs" / "changelog.md"
+SHELLS = {"bash", "sh", "shell", "console", "zsh"}
+SCRIPT = re.compile(r"(?:\./)?(?:benchmarks|scripts)/\w+\.py")
+PYTHON = re.compile(r"(?:\S*/)?python(?:3(?:\.\d+)?)?")
+SUBCOMMAND = re.compile(r"[a-z][a-z0-9-]*")
+CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^()\s<>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$", re.M)
+HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
+
+
+def split_page(text: str) -> tuple[list[tuple[str, str]], str]:
+    """A page's fenced blocks as (info string, body), and its prose with the blocks blanked."""
+    blocks, prose, fence, info, body = [], [], None, "", []
+    for line in text.splitlines():
+        opening = re.match(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)", line)
+        if fence is None and opening:
+            fence, info, body = opening.group(1), opening.group(2).lower(), []
+            prose.append("")
+        elif fence is not None and re.match(rf"^ {{0,3}}{fence[0]}{{{len(fence)},}}\s*$", line):
+            blocks.append((info, "\n".join(body)))
+            fence = None
+            prose.append("")
+        elif fence is not None:
+            body.append(line)
+            prose.append("")
+        else:
+            prose.append(line)
+    return blocks, "\n".join(prose)
+
+
+def _words(line: str) -> list[str]:
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:  # an unbalanced quote: not a command line
+        return []
+
+
+def commands_in(text: str) -> set[tuple[str, ...]]:
+    """What a shell line or a code span runs: ("leap", subcommand, ...) for the CLI, with the
+    leading words that name subcommands, or ("script", path) for a benchmark or script."""
+    found = set()
+    for line in text.replace("\\\n", " ").splitlines():
+        line = re.sub(r"^\s*\$\s+", "", line)
+        words, part = _words(line), []
+        for word in [*words, ";"]:
+            if word not in {"&&", "||", ";", "|", "&", "(", ")"}:
+                part.append(word)
+                continue
+            while part and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", part[0]):  # VAR=value cmd
+                part.pop(0)
+            if part and (part[0] == "leap" or part[0].endswith("/bin/leap")):
+                path = []
+                for sub in part[1:]:
+                    if not SUBCOMMAND.fullmatch(sub):
+                        break
+                    path.append(sub)
+                if path:
+                    found.add(("leap", *path))
+            elif part and PYTHON.fullmatch(part[0]) and len(part) > 1 and SCRIPT.fullmatch(part[1]):
+                found.add(("script", part[1].removeprefix("./")))
+            elif part and SCRIPT.fullmatch(part[0]):
+                found.add(("script", part[0].removeprefix("./")))
+            part = []
+    return found
+
+
+def documented_commands(pages: list[Path]) -> dict[tuple[str, ...], str]:
+    """Every command the pages show, with the first page that shows it."""
+    found: dict[tuple[str, ...], str] = {}
+    for page in pages:
+        blocks, prose = split_page(page.read_text())
+        texts = [body for info, body in blocks if info in SHELLS]
+        texts += [m.group(2) for m in CODE_SPAN.finditer(prose)]
+        for text in texts:
+            for command in commands_in(text):
+                found.setdefault(command, page.name)
+    return found
+
+
+def leap_help(path: tuple[str, ...]) -> tuple[int, str]:
+    """`leap <path> --help` in this process: its exit code and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([*path, "--help"])
+        except SystemExit as stop:
+            code = stop.code
+    return (0 if code is None else code), out.getvalue() + err.getvalue()
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: the rendered text, lower case, punctuation dropped,
+    spaces as hyphens."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = re.sub(r"<[^>]+>", "", text).replace("`", "").replace("*", "")
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    _, prose = split_page(page.read_text())
+    seen: Counter[str] = Counter()
+    found = set()
+    for line in prose.splitlines():
+        if heading := HEADING.match(line):
+            base = slug(heading.group(2))
+            found.add(base if seen[base] == 0 else f"{base}-{seen[base]}")
+            seen[base] += 1
+    found.update(re.findall(r"<a\s+(?:id|name)=\"([^\"]+)\"", prose))
+    return found
+
+
+def broken_links(pages: list[Path], root: Path = PROJECT) -> list[str]:
+    """Every relative link of the pages that names no file, or a heading its file lacks."""
+    broken = []
+    for page in pages:
+        _, prose = split_page(page.read_text())
+        prose = CODE_SPAN.sub(lambda m: " " * len(m.group(0)), prose)
+        targets = [m.group(1) for m in LINK.finditer(prose)]
+        targets += [m.group(1) for m in REFERENCE.finditer(prose)]
+        for target in targets:
+            if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|//", target):
+                continue  # http(s), mailto: not this test's business
+            path, _, anchor = unquote(target).partition("#")
+            file = (page.parent / path).resolve() if path else page
+            where = f"{page.relative_to(root)}: ({target})"
+            if not file.exists():
+                broken.append(f"{where}: no such file")
+            elif anchor and (file.suffix != ".md" or anchor not in anchors(file)):
+                broken.append(f"{where}: no heading #{anchor} in {file.name}")
+    return broken
+
+
+COMMANDS = documented_commands([page for page in PAGES if page != CHANGELOG])
+LEAP = sorted(c[1:] for c in COMMANDS if c[0] == "leap")
+SCRIPTS = sorted(c[1] for c in COMMANDS if c[0] == "script")
+
+
+@pytest.mark.parametrize("path", LEAP, ids=[" ".join(p) for p in LEAP])
+def test_every_leap_command_the_docs_show_answers_help(path):
+    code, printed = leap_help(path)
+    assert code == 0, (COMMANDS[("leap", *path)], printed[-2000:])
+    # every word taken for a subcommand is one: the help is that command's own
+    assert re.match(rf"usage: leap {' '.join(path)}(\s|$)", printed), printed[:300]
+
+
+def test_every_script_the_docs_show_answers_help():
+    def run(script: str) -> tuple[str, subprocess.CompletedProcess]:
+        return script, subprocess.run(
+            [sys.executable, script, "--help"],
+            capture_output=True, text=True, cwd=PROJECT, timeout=300,
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(run, SCRIPTS))
+    failed = {
+        script: (COMMANDS[("script", script)], result.stderr[-1000:])
+        for script, result in results
+        if result.returncode != 0
+    }
+    assert failed == {}
+
+
+def test_the_docs_show_every_leap_command():
+    """The command reference covers the CLI: each of `leap`'s commands is shown at least once,
+    so the two tests above have something to run."""
+    code, printed = leap_help(())
+    listed = re.search(r"\{([\w,-]+)\}", printed)
+    assert code == 0 and listed, printed
+    assert set(listed.group(1).split(",")) <= {path[0] for path in LEAP}
+    assert SCRIPTS, "no benchmark found in the docs"
+
+
+def test_every_relative_link_resolves():
+    assert broken_links(PAGES) == []
+
+
+def test_the_checks_catch_what_they_are_for(tmp_path):
+    """A broken link, a missing anchor and a command the CLI lacks each fail."""
+    (tmp_path / "other.md").write_text("# Other page\n\n## A heading: `with code`\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\nSee [ok](other.md#a-heading-with-code), [gone](missing.md),\n"
+        "[bad anchor](other.md#no-such-heading) and [here](#page).\n\n"
+        "```bash\n.venv/bin/leap no-such-command --flag\nLEAP_DATA=x leap fleet stats --json\n```\n"
+        "Inline: `python benchmarks/train_cascade.py --json`, and `leap` alone is no command.\n"
+    )
+    assert broken_links([page], root=tmp_path) == [
+        "page.md: (missing.md): no such file",
+        "page.md: (other.md#no-such-heading): no heading #no-such-heading in other.md",
+    ]
+    assert set(documented_commands([page])) == {
+        ("leap", "no-such-command"),
+        ("leap", "fleet", "stats"),
+        ("script", "benchmarks/train_cascade.py"),
+    }
+    assert leap_help(("no-such-command",))[0] == 2
+    assert leap_help(("fleet", "stats"))[0] == 0
+
+
+def test_the_readme_and_the_architecture_page_draw_the_same_flow():
+    def diagrams(page: Path) -> list[str]:
+        return [body for info, body in split_page(page.read_text())[0] if info == "mermaid"]
+
+    readme = diagrams(PROJECT / "README.md")
+    architecture = diagrams(PROJECT / "docs" / "architecture.md")
+    assert len(readme) == 1 and architecture == readme
+
+
+def test_the_readme_stays_short():
+    assert len((PROJECT / "README.md").read_text().splitlines()) <= 250
