@@ -262,12 +262,12 @@ def _serve(folder: Path, job: dict, candidates: list[str]) -> dict[str, str]:
     return {"outcome": "ranked" if result.ranking else "empty", "reason": result.reason or ""}
 
 
-def worker_main(base_folder: str) -> None:
+def worker_main(base_folder: str, work_folder: str) -> None:
     """A worker: copies the base folder, then per line on stdin (file name, base64 bytes)
     writes that file and a matching manifest, loads, ranks, and answers one JSON line."""
     job = json.loads((PROJECT / "examples" / "job.json").read_text())
     candidates = job.pop("candidates")
-    work = Path(tempfile.mkdtemp(prefix="leap-fuzz-"))
+    work = Path(work_folder)  # the parent's: it removes it, however this process ends
     base = read_base(Path(base_folder))
     for name, data in base.items():
         (work / name).write_bytes(data)
@@ -300,11 +300,13 @@ class Worker:
     def __init__(self, base_folder: Path, timeout: float) -> None:
         self.base_folder, self.timeout = base_folder, timeout
         self.process: subprocess.Popen | None = None
+        self.work = ""  # the worker's folder of mutant files, made at each start
 
     def _start(self) -> None:
+        self.work = tempfile.mkdtemp(prefix="leap-fuzz-")
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--worker", str(self.base_folder)],
+            [sys.executable, __file__, "--worker", str(self.base_folder), self.work],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
         )  # fmt: skip
         # the first answer waits for the warm-up: a generous limit, outside the timed ones
@@ -342,6 +344,8 @@ class Worker:
             self.process.kill()
             self.process.wait()
             self.process = None
+        if self.work:
+            shutil.rmtree(self.work, ignore_errors=True)
 
 
 class Mutants(Sequence):
@@ -428,10 +432,10 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="a published model folder (default: the "
                         "tiny demo's, built once under data/bench-models/fuzz-base)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker_main(args.worker)
+        worker_main(*args.worker)
         return
     folder = args.model
     if folder is None:
