@@ -32,7 +32,8 @@ def model_writer(folder: Path):
     specs = SimulatedFleet(seed=0, scale=0.01).hardware_specs()
 
     def write(generation: int) -> None:
-        marked = specs.with_columns(hourly_cost_usd=pl.lit(float(generation)))
+        # the generation marks every price (plus one: a model prices nothing at 0)
+        marked = specs.with_columns(hourly_cost_usd=pl.lit(float(generation) + 1.0))
         LeapModel(
             cascade, pl.DataFrame(schema=SNAPSHOT_SCHEMA), marked, {"generation": generation}
         ).save(folder / "model")

@@ -48,7 +48,7 @@ def _spawn(kind: str, folder: Path, generation: int) -> subprocess.Popen:
 def _check_model(folder: Path) -> int:
     model = LeapModel.load(folder / "model")
     generation = model.metadata["generation"]
-    assert set(model.hardware_specs["hourly_cost_usd"].to_list()) == {float(generation)}
+    assert set(model.hardware_specs["hourly_cost_usd"].to_list()) == {generation + 1.0}
     return generation
 
 
