@@ -291,16 +291,7 @@ def test_rank_never_raises_on_malformed_input(ranker, served, changes, candidate
 
 
 def test_the_ranker_follows_the_pointer(served, tmp_path, monkeypatch):
-    monkeypatch.setenv(registry.MODEL_NAME_ENV, "leap-ranker-test")
-    registry.configure_tracking(tmp_path / "mlflow")
-    versions = []
-    for _ in range(2):
-        _, version = registry.log_candidate(
-            artifact_folder=served["folder"], day=NIGHT, window=served["models"].window,
-            run_kind="test", params={}, metrics={"w20": 0.5}, files=[],
-        )  # fmt: skip
-        versions.append(version)
-    registry.promote(versions[0], reason="test", actor="pytest")
+    versions = _two_registered_versions(served, tmp_path, monkeypatch, "leap-ranker-test")
     # no canary: a new version serves at once (the canary's own tests are further down)
     ranker = Ranker(
         registry.model_uri(), check_interval_s=float("inf"), wait=True, canary_launches=0
