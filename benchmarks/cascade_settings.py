@@ -31,9 +31,11 @@ from leap_pipeline.modeling.selection import training_window, validation_rows
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.settings import WINDOW_DAYS
 from leap_pipeline.simulation import SPAN_START
-from leap_serving import metrics
-from leap_serving.cascade import GATINGS, PAPER_CASCADE, BinnedCascade, profile_params
-from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.decide import metrics
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.gating import GATINGS
+from leap_serving.model.profiles import PAPER_CASCADE, profile_params
 
 SETTINGS: dict[str, dict] = {
     "single_gbdt": {"n_bins": 1},

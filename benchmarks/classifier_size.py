@@ -24,10 +24,11 @@ from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling.selection import training_window, validation_rows
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import SPAN_START
-from leap_serving import metrics
-from leap_serving.cascade import BinnedCascade, profile_params
-from leap_serving.compiled import CompiledCascade
-from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.decide import metrics
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.compiled import CompiledCascade
+from leap_serving.model.profiles import profile_params
 
 
 class RecordingCascade(BinnedCascade):

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from leap_serving.boosters import GBDTRegressor
+from leap_serving.model.boosters import GBDTRegressor
 
 
 def timed(function) -> tuple[float, np.ndarray]:

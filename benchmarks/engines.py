@@ -5,7 +5,7 @@ its benchmark warehouse), the night's model: one regressor of ln throughput unde
 (L1) loss, 255 leaves, rate 0.03, up to 3,000 trees, early-stopped after 20 rounds without
 improvement on the window's last day (``selection.validation_rows``), as ``fit_models`` trains
 it. Engines: scikit-learn's HistGradientBoostingRegressor, LightGBM (the night's own booster,
-``leap_serving.boosters.GBDTRegressor``: ``objective="regression_l1"``, leaf-wise) and XGBoost
+``leap_serving.model.boosters.GBDTRegressor``: ``objective="regression_l1"``, leaf-wise) and XGBoost
 (``hist``, ``grow_policy="lossguide"``, ``objective="reg:absoluteerror"``), each on
 ``--threads`` threads and in its own process, so each one's peak memory is its own.
 
@@ -14,7 +14,7 @@ included; ``data_rss_mb`` is the same process before the fit), ``model_mb`` in t
 own file format (scikit-learn: skops, as MLflow stores it; LightGBM: its text model; XGBoost:
 its JSON), and ``rank_p50_ms``/``rank_p99_ms``: the engine's own ``predict`` of 20 rows of day D
 at a time over distinct launches. For LightGBM, ``walker_p50_ms``/``walker_p99_ms`` are the
-same rows through our compiled walker (``leap_serving.trees``), which reads LightGBM's text
+same rows through our compiled walker (``leap_serving.model.trees``), which reads LightGBM's text
 model, and ``walker_equal`` whether it gives LightGBM's values.
 
 XGBoost is not a dependency of the project: ``pip install -e .[engines]`` to run it here; an
@@ -57,7 +57,7 @@ def night_rows(scale: float, day: dt.date, warehouse: str) -> dict[str, np.ndarr
     from leap_pipeline.modeling.selection import training_window, validation_rows
     from leap_pipeline.orchestration.definitions import materialize_days
     from leap_pipeline.simulation import SPAN_START
-    from leap_serving.features import FEATURE_COLUMNS
+    from leap_serving.launch.features import FEATURE_COLUMNS
 
     path = Path(warehouse or f"data/bench-{scale}.duckdb")
     if not warehouse and discard_stale_warehouse(path):
@@ -91,7 +91,7 @@ def _fit_sklearn(X, y, validation, params, threads):
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
-    from leap_serving.cascade import fit_booster
+    from leap_serving.model.fitting import fit_booster
 
     estimator = HistGradientBoostingRegressor(
         loss="absolute_error", max_iter=params["max_iter"],
@@ -104,7 +104,8 @@ def _fit_sklearn(X, y, validation, params, threads):
 
 
 def _fit_lightgbm(X, y, validation, params, threads):
-    from leap_serving.cascade import BinnedCascade, fit_booster
+    from leap_serving.model.cascade import BinnedCascade
+    from leap_serving.model.fitting import fit_booster
 
     estimator = BinnedCascade(**params, n_bins=1, n_threads=threads)._expert()
     model = fit_booster(estimator, X, y, validation=validation)
@@ -159,9 +160,9 @@ def _latency(predict, X_day: np.ndarray, calls: int) -> dict[str, float]:
 
 def run_engine(engine: str, args: argparse.Namespace) -> dict:
     """One engine's fit and figures, in this process."""
-    from leap_serving import metrics
-    from leap_serving.boosters import EARLY_STOPPING_TOL
-    from leap_serving.cascade import profile_params
+    from leap_serving.decide import metrics
+    from leap_serving.model.boosters import EARLY_STOPPING_TOL
+    from leap_serving.model.profiles import profile_params
 
     # section 2.4's rate, scikit-learn's stopping tolerance and every feature for every engine:
     # the paper profile's speed levers would reach LightGBM alone, through its expert

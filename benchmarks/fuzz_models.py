@@ -241,8 +241,8 @@ def _flip(data: bytes, rng: random.Random) -> bytes:
 
 def _serve(folder: Path, job: dict, candidates: list[str]) -> dict[str, str]:
     """Load the folder's model and rank one launch: the outcome and its reason."""
-    from leap_serving.model import LeapModel, ModelArtifactError
-    from leap_serving.ranking import Ranker
+    from leap_serving.decide.ranker import Ranker
+    from leap_serving.model.published import LeapModel, ModelArtifactError
 
     try:
         model = LeapModel.load(folder)

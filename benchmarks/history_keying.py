@@ -11,8 +11,8 @@ import datetime as dt
 import polars as pl
 
 from leap_pipeline.simulation import SimulatedFleet
-from leap_serving import metrics
-from leap_serving.history import with_family
+from leap_serving.decide import metrics
+from leap_serving.launch.families import with_family
 
 
 def main() -> None:

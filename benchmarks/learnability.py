@@ -34,10 +34,11 @@ from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling.selection import training_window, validation_rows
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import HIDDEN_FACTORS, SPAN_START, SimulatedFleet
-from leap_serving import metrics
-from leap_serving.cascade import fit_booster, single_gbdt
-from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
-from leap_serving.history import MODEL_TYPE_HISTORY_FEATURES
+from leap_serving.decide import metrics
+from leap_serving.launch.features import FEATURE_COLUMNS, FEATURE_GROUPS
+from leap_serving.launch.history import MODEL_TYPE_HISTORY_FEATURES
+from leap_serving.model.cascade import single_gbdt
+from leap_serving.model.fitting import fit_booster
 
 # factors a model could in principle learn (the noise is each attempt's own: never revealed)
 REVEALABLE = tuple(f for f in HIDDEN_FACTORS if f != "noise")

@@ -21,10 +21,11 @@ from leap_pipeline.data.public_data import public_sources
 from leap_pipeline.studies.crossval import fold_features, physics_predict
 from leap_pipeline.studies.decisions import top1_accuracy
 from leap_pipeline.studies.splits import GROUP_KEYS, groups, leave_one_group_out
-from leap_serving import metrics
-from leap_serving.cascade import fit_booster, single_gbdt
-from leap_serving.features import FEATURE_COLUMNS, PRIOR_COLUMNS
-from leap_serving.history import with_family
+from leap_serving.decide import metrics
+from leap_serving.launch.families import with_family
+from leap_serving.launch.features import FEATURE_COLUMNS, PRIOR_COLUMNS
+from leap_serving.model.cascade import single_gbdt
+from leap_serving.model.fitting import fit_booster
 
 SPLIT = "leave-model-hardware-out"
 FIRST = {

@@ -62,7 +62,7 @@ class LightGBMCascade:
         )
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        from leap_serving.cascade import bin_probabilities, gate
+        from leap_serving.model.gating import bin_probabilities, gate
 
         c = self.cascade
         if self.classifier is None:
@@ -82,7 +82,7 @@ class PerBinArgmax:
     row chose, that bin's expert on those rows. The baseline each gating is compared with."""
 
     def __init__(self, cascade) -> None:
-        from leap_serving.compiled import CompiledCascade
+        from leap_serving.model.compiled import CompiledCascade
 
         self.compiled = CompiledCascade(copy.copy(cascade).set_params(gating="argmax"))
         self.experts = [expert.forest() for expert in cascade.experts_]
@@ -113,9 +113,9 @@ def distinct_jobs(job: dict) -> list[dict]:
 
 def checked(ranker, job: dict, candidates: list[str]) -> dict:
     """The launch as the ranker types it."""
-    from leap_serving.ranking import _check_job
+    from leap_serving.decide.launch_fields import check_job
 
-    return _check_job(job, candidates, ranker._loaded, None)[0]
+    return check_job(job, candidates, ranker._loaded, None)[0]
 
 
 def paper_model(scale: float, cascade: str) -> Path:
@@ -127,8 +127,9 @@ def paper_model(scale: float, cascade: str) -> Path:
     from leap_pipeline.modeling.selection import fit_models, training_window
     from leap_pipeline.orchestration.definitions import materialize_days
     from leap_pipeline.simulation import SPAN_START
-    from leap_serving.cascade import PAPER_CASCADE, BinnedCascade, profile_params
-    from leap_serving.features import FEATURE_COLUMNS
+    from leap_serving.launch.features import FEATURE_COLUMNS
+    from leap_serving.model.cascade import BinnedCascade
+    from leap_serving.model.profiles import PAPER_CASCADE, profile_params
 
     root = Path("data") / "bench-models" / f"paper-{scale}" / cascade
     settings = {"paper": PAPER_CASCADE, "single": {"n_bins": 1}}.get(cascade, {})
@@ -164,7 +165,7 @@ def paper_model(scale: float, cascade: str) -> Path:
 def truncated(cascade, keep: int):
     """A copy of ``cascade`` whose experts keep their first ``keep`` boosting iterations (what
     early stopping at ``keep`` would have left), the classifier untouched."""
-    from leap_serving.lgb_text import forest_from_text
+    from leap_serving.model.lgb_text import forest_from_text
 
     cut = copy.copy(cascade)
     experts = []
@@ -189,9 +190,9 @@ def trees_tradeoff(model, matrices: list, calls: int, warehouse: Path | None) ->
     """Per number of trees kept: trees, w20 on the day after the window (where a ``warehouse``
     holds that day) and the compiled model time of 20 candidates."""
     from leap_pipeline.data.warehouse import open_warehouse
-    from leap_serving import metrics
-    from leap_serving.compiled import CompiledCascade
-    from leap_serving.features import FEATURE_COLUMNS
+    from leap_serving.decide import metrics
+    from leap_serving.launch.features import FEATURE_COLUMNS
+    from leap_serving.model.compiled import CompiledCascade
 
     rows = None
     if warehouse is not None:
@@ -232,9 +233,9 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(args.model) if args.model else paper_model(args.scale, args.cascade)
 
-    from leap_serving.features import expand_candidates, launch_features, launch_matrix
-    from leap_serving.ranking import Ranker
-    from leap_serving.rows import CandidateRows
+    from leap_serving.decide.ranker import Ranker
+    from leap_serving.launch.features import expand_candidates, launch_features, launch_matrix
+    from leap_serving.launch.rows import CandidateRows
 
     before = rss_mb()
     start = time.perf_counter()
@@ -261,8 +262,8 @@ def main() -> None:
 
     import mlflow.pyfunc
 
-    from leap_serving import mlflow_model, pyfunc
-    from leap_serving.model import ARTIFACTS, check_artifacts
+    from leap_serving.model.published import ARTIFACTS, check_artifacts
+    from leap_serving.registry import mlflow_model, pyfunc
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "pyfunc"
@@ -347,8 +348,8 @@ def main() -> None:
         result["intervals_20"] = stats
     # each gating of the same cascade against the path before soft gating, calls interleaved so
     # drift and contention fall on all alike: rank and model time for 20 candidates
-    from leap_serving.cascade import GATINGS
-    from leap_serving.compiled import CompiledCascade
+    from leap_serving.model.compiled import CompiledCascade
+    from leap_serving.model.gating import GATINGS
 
     saved = loaded.compiled
     candidates = types[:20]

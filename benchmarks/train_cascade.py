@@ -36,9 +36,10 @@ from leap_pipeline.modeling.parallel import expert_backend
 from leap_pipeline.modeling.selection import fit_models, training_window, validation_rows
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import SPAN_START
-from leap_serving import metrics
-from leap_serving.cascade import BinnedCascade, profile_params
-from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.decide import metrics
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.profiles import profile_params
 
 # the speed levers a run may set, each reported with the value the night used
 LEVERS = ("em_sample", "classifier_sample", "subsample", "feature_fraction", "learning_rate",
@@ -101,7 +102,7 @@ def early_stop_trees(scores: np.ndarray, n_iter_no_change: int, tol: float) -> i
 def tree_curve(booster, X: np.ndarray, q: np.ndarray, every: int = 100) -> dict:
     """Where a booster's trees go: its held-out loss and the evaluation day's w20 every
     ``every`` trees, and the trees it would keep under larger early-stopping tolerances."""
-    from leap_serving.lgb_text import forest_from_text
+    from leap_serving.model.lgb_text import forest_from_text
 
     if not len(booster.validation_loss_):  # trained without early stopping: no held-out loss
         return {}

@@ -23,8 +23,9 @@ import polars as pl
 from leap_pipeline.data.public_data import public_sources
 from leap_pipeline.studies.decisions import top1_accuracy
 from leap_pipeline.studies.splits import leave_one_group_out
-from leap_serving import metrics
-from leap_serving.history import type_ratios, with_family
+from leap_serving.decide import metrics
+from leap_serving.launch.families import with_family
+from leap_serving.launch.history import type_ratios
 
 
 def _levels(rows: pl.DataFrame) -> pl.DataFrame:

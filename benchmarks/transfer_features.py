@@ -16,9 +16,11 @@ from threadpoolctl import threadpool_limits
 from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling.evaluation import HISTORY_GROUPS, history_groups
 from leap_pipeline.modeling.selection import training_window, validation_rows
-from leap_serving import metrics
-from leap_serving.cascade import BinnedCascade, fit_booster, profile_params, single_gbdt
-from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.decide import metrics
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.model.cascade import BinnedCascade, single_gbdt
+from leap_serving.model.fitting import fit_booster
+from leap_serving.model.profiles import profile_params
 
 TRANSFER = [c for c in FEATURE_COLUMNS if c.startswith("hist_xfer_")]
 WITHOUT = [c for c in FEATURE_COLUMNS if c not in TRANSFER]

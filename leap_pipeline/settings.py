@@ -25,6 +25,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from leap_serving.model.profiles import PROFILES  # the profiles alone: no scikit-learn loads
+
 WINDOW_DAYS = 30  # a night trains on the 30 days before day D (paper section 3.1)
 MIN_WINDOW_DAYS = 7  # a shorter window is refused: too few days to fit and early-stop on
 MIN_SUPPORT = 20  # attempts a lookup-table key needs before the table answers for it
@@ -86,8 +88,8 @@ class Environment(BaseModel):
 
 
 # name -> (default as docs/configuration.md shows it, what it sets); the serving runtime's own
-# two variables are read by ``leap_serving.ranking`` (it imports nothing of the pipeline) and
-# listed here too.
+# two variables are read by ``leap_serving.decide.ranker`` (it imports nothing of the pipeline)
+# and listed here too.
 VARIABLES: dict[str, tuple[str, str]] = {
     DATA_ENV: ("data", "the install's folder: every default path below lies in it"),
     WAREHOUSE_ENV: ("$LEAP_DATA/leap.duckdb", "the DuckDB warehouse file"),
@@ -140,8 +142,6 @@ class TrainingSettings:
     dask_scheduler: str = ""  # fit the experts on a Dask cluster: its address, or "local"
 
     def __post_init__(self) -> None:
-        from leap_serving.cascade import PROFILES  # here: scikit-learn loads only for a night
-
         if self.profile not in PROFILES:
             raise ValueError(f"profile={self.profile!r} is not one of {sorted(PROFILES)}")
         if not MIN_WINDOW_DAYS <= self.window_days <= WINDOW_DAYS:

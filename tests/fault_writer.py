@@ -21,10 +21,11 @@ def model_writer(folder: Path):
     import numpy as np
 
     from leap_pipeline.simulation import SimulatedFleet
-    from leap_serving.cascade import BinnedCascade, profile_params
-    from leap_serving.features import FEATURE_COLUMNS
-    from leap_serving.history import SNAPSHOT_SCHEMA
-    from leap_serving.model import LeapModel
+    from leap_serving.launch.features import FEATURE_COLUMNS
+    from leap_serving.launch.snapshot import SNAPSHOT_SCHEMA
+    from leap_serving.model.cascade import BinnedCascade
+    from leap_serving.model.profiles import profile_params
+    from leap_serving.model.published import LeapModel
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(600, len(FEATURE_COLUMNS)))
@@ -68,7 +69,7 @@ def import_writer(folder: Path):
 
 
 def report_writer(folder: Path):
-    from leap_serving.publish import write_atomic
+    from leap_serving.model.publish import write_atomic
 
     def write(generation: int) -> None:
         body = {"generation": generation, "padding": ["x" * 100] * (2000 + generation % 50)}

@@ -15,7 +15,7 @@ import pytest
 from leap_pipeline.data.sources import SimulatorSource
 from leap_pipeline.simulation import SPAN_START, FleetArgumentError, SimulatedFleet, parse_day
 from leap_pipeline.simulation.catalog import Catalog
-from leap_serving.contract import schema
+from leap_serving.launch.contract import schema
 
 SPAN_END = dt.date(2027, 12, 31)
 NOW = "2031-06-01T12:00:00+00:00"

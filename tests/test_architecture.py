@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from leap_serving.architecture import ModelDefinitionError, summarize
+from leap_serving.launch.architecture import ModelDefinitionError, summarize
 
 
 def test_mlp_parameters_and_flops_by_hand():

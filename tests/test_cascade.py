@@ -5,10 +5,11 @@ import pytest
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
-from leap_serving import metrics
-from leap_serving.boosters import EARLY_STOPPING_TOL
-from leap_serving.cascade import N_BINS, PROFILES, BinnedCascade, profile_params, single_gbdt
-from leap_serving.trees import ROW_BLOCK
+from leap_serving.decide import metrics
+from leap_serving.model.boosters import EARLY_STOPPING_TOL
+from leap_serving.model.cascade import BinnedCascade, single_gbdt
+from leap_serving.model.profiles import N_BINS, PROFILES, profile_params
+from leap_serving.model.trees import ROW_BLOCK
 
 SMALL = {"max_iter": 60, "classifier_max_iter": 40, "min_bin_rows": 40}
 
@@ -60,11 +61,11 @@ def test_sampled_em_scores_only_the_sampled_rows_until_its_last_iteration(monkey
 def test_a_single_gbdt_is_fitted_once_and_scores_no_training_row(monkeypatch):
     """One bin: no row can move, so the fit neither scores the training rows (about 30 s a
     night at full scale) nor refits its expert, not even with an overlap, which one bin lacks."""
-    from leap_serving import cascade
+    from leap_serving.model import em
 
     X, y = _regimes(3000)
     scored, fitted = [], []
-    errors, fit = BinnedCascade._errors, cascade.fit_booster
+    errors, fit = BinnedCascade._errors, em.fit_booster
 
     def spy_errors(self, experts, X_scored, y_scored):
         scored.append(len(y_scored))
@@ -75,7 +76,7 @@ def test_a_single_gbdt_is_fitted_once_and_scores_no_training_row(monkeypatch):
         return fit(estimator, *args, **kwargs)
 
     monkeypatch.setattr(BinnedCascade, "_errors", spy_errors)
-    monkeypatch.setattr(cascade, "fit_booster", spy_fit)
+    monkeypatch.setattr(em, "fit_booster", spy_fit)
     model = BinnedCascade(n_bins=1, max_em_iter=3, expert_overlap=0.5, **SMALL).fit(X, y)
     assert scored == [] and len(fitted) == 1
     assert model.experts_[0] is fitted[0]
@@ -85,16 +86,16 @@ def test_a_lone_fit_takes_the_threads_n_jobs_allows(monkeypatch):
     """One bin (the single GBDT) has no expert to fit beside it, so it uses n_jobs' threads."""
     import os
 
-    from leap_serving import cascade
+    from leap_serving.model import em
 
     seen = []
-    fit = cascade.fit_booster
+    fit = em.fit_booster
 
     def spy(estimator, *args, **kwargs):
         seen.append(estimator.n_threads)
         return fit(estimator, *args, **kwargs)
 
-    monkeypatch.setattr(cascade, "fit_booster", spy)
+    monkeypatch.setattr(em, "fit_booster", spy)
     X, y = _regimes(1000)
     BinnedCascade(n_bins=1, n_jobs=2, **SMALL).fit(X, y)
     assert seen == [min(2, os.cpu_count())]
@@ -203,7 +204,7 @@ def test_bad_parameters_are_named():
 def test_early_stopping_judges_on_the_validation_rows_and_never_trains_on_them(monkeypatch):
     """Column 0 numbers the rows: every booster of the cascade trains only on rows outside the
     validation mask and early-stops only on rows inside it."""
-    from leap_serving.boosters import GBDTClassifier, GBDTRegressor
+    from leap_serving.model.boosters import GBDTClassifier, GBDTRegressor
 
     rng = np.random.default_rng(1)
     n = 3000
@@ -277,7 +278,7 @@ def _fit_pair(make, **params):
 
 
 def test_every_gating_predicts_the_same_through_the_compiled_trees():
-    from leap_serving.compiled import CompiledCascade
+    from leap_serving.model.compiled import CompiledCascade
 
     cascade, _, (X_new, _) = _fit_pair(_eight_regimes, oof_folds=2, expert_overlap=0.3)
     for gating in ("argmax", "mean", "median"):
@@ -296,7 +297,7 @@ def test_every_gating_predicts_the_same_through_the_compiled_trees():
 
 
 def test_gating_combines_the_most_probable_experts_by_hand():
-    from leap_serving.cascade import gate
+    from leap_serving.model.gating import gate
 
     proba = np.array([[0.5, 0.3, 0.2, 0.0], [0.1, 0.2, 0.3, 0.4]])
     levels = np.array([1.0, 2.0, 3.0, 10.0])  # expert b predicts levels[b] for every row
@@ -312,7 +313,7 @@ def test_gating_combines_the_most_probable_experts_by_hand():
 
 
 def test_identical_rows_share_a_fold():
-    from leap_serving.cascade import identical_row_folds
+    from leap_serving.model.fitting import identical_row_folds
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(500, 3))
@@ -374,7 +375,7 @@ def test_bad_gating_and_em_parameters_are_named(params, named):
 def _levels_from_history(n: int, low: float, high: float, seed: int):
     """Feature rows whose history gives the level (the family's mean on the type) and one
     launch feature the correction depends on: ln q = level + 0.3 x."""
-    from leap_serving.features import FEATURE_COLUMNS
+    from leap_serving.launch.features import FEATURE_COLUMNS
 
     rng = np.random.default_rng(seed)
     X = np.full((n, len(FEATURE_COLUMNS)), np.nan)
@@ -386,7 +387,7 @@ def _levels_from_history(n: int, low: float, high: float, seed: int):
 
 
 def test_a_residual_on_the_prior_reaches_levels_the_trees_never_saw():
-    from leap_serving.compiled import CompiledCascade
+    from leap_serving.model.compiled import CompiledCascade
 
     X, y = _levels_from_history(3000, 0.0, 5.0, seed=0)
     X_new, y_new = _levels_from_history(500, 8.0, 10.0, seed=1)  # beyond every training level

@@ -21,10 +21,11 @@ import polars as pl
 import pytest
 
 from leap_pipeline.simulation import SimulatedFleet
-from leap_serving.cascade import BinnedCascade, profile_params
-from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.history import SNAPSHOT_SCHEMA
-from leap_serving.model import LeapModel
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.launch.snapshot import SNAPSHOT_SCHEMA
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.profiles import profile_params
+from leap_serving.model.published import LeapModel
 
 PROJECT = Path(__file__).resolve().parents[1]
 N = len(FEATURE_COLUMNS)

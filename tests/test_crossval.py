@@ -171,7 +171,7 @@ def _share_within_20(predicted, measured) -> float:
 
 def test_crossval_on_contract_files(tmp_path, capsys, monkeypatch):
     from leap_pipeline.studies import crossval
-    from leap_serving import metrics
+    from leap_serving.decide import metrics
 
     scored = []  # (predicted, measured) of each model's w20, in the order run_split scores them
 
@@ -251,7 +251,7 @@ def test_fold_intervals_cover_test_rows_as_their_calibration_chunks_say():
     about 80% of them; test rows that miss by more (a shift the chunks did not show) are
     covered less; a fold with nothing held out has no intervals."""
     from leap_pipeline.studies.crossval import fold_intervals
-    from leap_serving.features import FEATURE_COLUMNS
+    from leap_serving.launch.features import FEATURE_COLUMNS
 
     rng = np.random.default_rng(0)
     n = 4_000
@@ -284,7 +284,7 @@ def test_excluded_groups_are_dropped_and_unknown_ones_named():
 def test_training_history_leaves_out_its_own_split_group():
     from leap_pipeline.studies.crossval import fold_features
     from leap_pipeline.studies.splits import GROUP_KEYS, groups, leave_one_group_out
-    from leap_serving.features import FEATURE_COLUMNS
+    from leap_serving.launch.features import FEATURE_COLUMNS
 
     # three models, each configuration measured on both types (the second 1.5x faster)
     specs = SimulatedFleet(seed=2, scale=0.01).hardware_specs()
@@ -323,7 +323,7 @@ def test_training_history_leaves_out_its_own_split_group():
 def test_random_split_builds_training_and_test_history_alike():
     from leap_pipeline.studies.crossval import fold_features
     from leap_pipeline.studies.splits import inner_chunks
-    from leap_serving.features import FEATURE_COLUMNS
+    from leap_serving.launch.features import FEATURE_COLUMNS
 
     specs = SimulatedFleet(seed=2, scale=0.01).hardware_specs()
     hardware = specs["hardware_type"][0]
@@ -349,7 +349,7 @@ def test_random_split_builds_training_and_test_history_alike():
 
 def test_sia_adapter_gives_contract_rows():
     from leap_pipeline.data.public_data import sia_sources
-    from leap_serving.contract import schema
+    from leap_serving.launch.contract import schema
 
     public = public_data("sia-sosp23-traces", "epoch-ml-hardware")
     attempts, allocations, specs = sia_sources(
@@ -383,7 +383,7 @@ def test_lambda_prices_are_per_gpu_medians():
 
 def test_lambda_adapter_gives_contract_rows():
     from leap_pipeline.data.public_data import lambda_sources
-    from leap_serving.contract import schema
+    from leap_serving.launch.contract import schema
 
     public = public_data("lambda-dl-benchmark", "epoch-ml-hardware")
     attempts, allocations, specs = lambda_sources(

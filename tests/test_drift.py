@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 
 from leap_pipeline.modeling.drift import PSI_WARN, feature_drift, population_stability
-from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.launch.features import FEATURE_COLUMNS
 
 
 def test_the_index_is_near_zero_for_the_same_distribution_and_large_for_a_shift():

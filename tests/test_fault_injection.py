@@ -21,8 +21,8 @@ import pytest
 
 from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.simulation import SimulatedFleet
-from leap_serving.model import LeapModel
-from leap_serving.publish import verify_folder
+from leap_serving.model.publish import verify_folder
+from leap_serving.model.published import LeapModel
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fault_writer

@@ -15,7 +15,8 @@ from leap_pipeline.modeling.night_store import save_trained
 from leap_pipeline.modeling.selection import fit_models
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.simulation import SimulatedFleet
-from leap_serving.ranking import REASON_CODES, Ranker, Ranking
+from leap_serving.decide.ranker import Ranker
+from leap_serving.decide.results import REASON_CODES, Ranking
 
 pytestmark = pytest.mark.long
 

@@ -4,15 +4,11 @@ import polars as pl
 import pytest
 
 from leap_pipeline.data.feature_table import build_feature_table
-from leap_serving.contract import HARDWARE_SPEC_COLUMNS
-from leap_serving.features import FEATURE_COLUMNS, launch_features
-from leap_serving.history import (
-    HISTORY_FEATURES,
-    HistoryIndex,
-    history_features,
-    history_snapshot,
-    normalize_job_name,
-)
+from leap_serving.launch.contract import HARDWARE_SPEC_COLUMNS
+from leap_serving.launch.families import normalize_job_name
+from leap_serving.launch.features import FEATURE_COLUMNS, launch_features
+from leap_serving.launch.history import HISTORY_FEATURES, HistoryIndex, history_features
+from leap_serving.launch.snapshot import history_snapshot
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.intervals import (
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.model.intervals import (
     HISTORY_CLASSES,
     MIN_CLASS_ROWS,
     ConformalIntervals,

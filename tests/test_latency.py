@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from leap_serving.latency import LatencyMonitor
+from leap_serving.decide.latency import LatencyMonitor
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -72,11 +72,12 @@ def test_the_ranker_times_every_call_and_reports_it_in_its_stats(tmp_path, caplo
     import polars as pl
 
     from leap_pipeline.simulation import SimulatedFleet
-    from leap_serving.cascade import BinnedCascade, profile_params
-    from leap_serving.features import FEATURE_COLUMNS
-    from leap_serving.history import SNAPSHOT_SCHEMA
-    from leap_serving.model import LeapModel
-    from leap_serving.ranking import Ranker
+    from leap_serving.decide.ranker import Ranker
+    from leap_serving.launch.features import FEATURE_COLUMNS
+    from leap_serving.launch.snapshot import SNAPSHOT_SCHEMA
+    from leap_serving.model.cascade import BinnedCascade
+    from leap_serving.model.profiles import profile_params
+    from leap_serving.model.published import LeapModel
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(800, len(FEATURE_COLUMNS)))

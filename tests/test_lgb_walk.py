@@ -7,9 +7,14 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
-from leap_serving.boosters import GBDTClassifier, GBDTRegressor
-from leap_serving.compiled import CompiledExperts
-from leap_serving.lgb_text import ZERO_THRESHOLD, ModelTextError, forest_from_text, read_model_text
+from leap_serving.model.boosters import GBDTClassifier, GBDTRegressor
+from leap_serving.model.compiled import CompiledExperts
+from leap_serving.model.lgb_text import (
+    ZERO_THRESHOLD,
+    ModelTextError,
+    forest_from_text,
+    read_model_text,
+)
 
 
 def _data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from leap_serving import metrics
+from leap_serving.decide import metrics
 
 
 def test_within_k_pools_attempts_and_counts_missing_as_misses():

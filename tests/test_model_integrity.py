@@ -18,12 +18,14 @@ import pytest
 
 from leap_pipeline.modeling import registry
 from leap_pipeline.simulation import SimulatedFleet
-from leap_serving.cascade import BinnedCascade, profile_params
-from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.history import SNAPSHOT_SCHEMA
-from leap_serving.model import ARTIFACTS, SHA256_TAG, LeapModel, ModelArtifactError
-from leap_serving.publish import MANIFEST, sha256_file
-from leap_serving.ranking import Ranker
+from leap_serving.decide.ranker import Ranker
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.launch.snapshot import SNAPSHOT_SCHEMA
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.profiles import profile_params
+from leap_serving.model.publish import MANIFEST, sha256_file
+from leap_serving.model.published import ARTIFACTS, LeapModel, ModelArtifactError
+from leap_serving.registry.registered import SHA256_TAG
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def _rewrite_manifest(folder) -> None:
 
 
 def test_a_saved_model_predicts_bit_for_bit_as_before(model, tmp_path):
-    from leap_serving.compiled import CompiledCascade
+    from leap_serving.model.compiled import CompiledCascade
 
     model.save(tmp_path / "model")
     loaded = LeapModel.load(tmp_path / "model")
@@ -277,8 +279,8 @@ def _register(model, tmp_path, monkeypatch, name: str) -> tuple[str, Path]:
 # version ships beside its artifacts: code that runs at load, a module that shadows another, a
 # package for MLflow to install, a file taken away.
 SHIPPED_TAMPERING = (
-    "code/leap_serving/pyfunc.py", "mlflow_model.py", "code/numpy.py", "requirements.txt",
-    "code/leap_serving/trees.py",
+    "code/leap_serving/registry/pyfunc.py", "mlflow_model.py", "code/numpy.py",
+    "requirements.txt", "code/leap_serving/model/trees.py",
 )  # fmt: skip
 
 
@@ -289,7 +291,7 @@ def _tamper(stored: Path, tampered: str, marker: Path) -> None:
         path.write_text(runs)
     elif tampered == "requirements.txt":
         path.write_text(path.read_text() + "\nevil-package==1.0\n")
-    elif tampered == "code/leap_serving/trees.py":
+    elif tampered == "code/leap_serving/model/trees.py":
         path.unlink()
     else:
         path.write_text(path.read_text() + runs)
@@ -301,16 +303,17 @@ def test_a_version_whose_shipped_files_changed_is_refused_by_name_before_any_of_
 ):
     """The artifacts untouched, one file the version ships beside them changed, added or
     removed: the installed loaders refuse it naming the file, before MLflow runs anything."""
-    from leap_serving import pyfunc
-    from leap_serving.model import load_registered
+    from leap_serving.registry import pyfunc
+    from leap_serving.registry.registered import load_registered
 
     version, stored = _register(model, tmp_path, monkeypatch, "leap-shipped-test")
     name = registry.model_name()
     shipped = json.loads(
         registry.MlflowClient().get_model_version(name, version).tags[registry.CODE_SHA256_TAG]
     )
-    assert {"MLmodel", "mlflow_model.py", "requirements.txt", "code/leap_serving/pyfunc.py",
-            "code/leap_serving/shipped.py"} <= set(shipped)  # fmt: skip
+    assert {"MLmodel", "mlflow_model.py", "requirements.txt",
+            "code/leap_serving/registry/pyfunc.py",
+            "code/leap_serving/registry/shipped.py"} <= set(shipped)  # fmt: skip
     assert not any(path.startswith("artifacts/") for path in shipped)
     assert load_registered(f"models:/{name}/{version}")[1] == version
     assert isinstance(pyfunc.load_checked(f"models:/{name}/{version}"), mlflow.pyfunc.PyFuncModel)
@@ -344,30 +347,36 @@ def test_a_rewrite_that_keeps_a_folder_consistent_is_caught_only_against_the_reg
 
     import yaml
 
-    from leap_serving.model import load_registered
-    from leap_serving.pyfunc import CODE_CONFIG
+    from leap_serving.registry.pyfunc import CODE_CONFIG
+    from leap_serving.registry.registered import load_registered
 
     version, stored = _register(model, tmp_path, monkeypatch, "leap-folder-test")
     name = registry.model_name()
-    target = stored / "code/leap_serving/history.py"
+    target = stored / "code/leap_serving/launch/history.py"
     target.write_text(target.read_text() + "# altered\n")
     folder = tmp_path / "copied"  # a copy that names no registry version
     shutil.copytree(stored, folder, ignore=shutil.ignore_patterns("registered_model_meta"))
-    with pytest.raises(ModelArtifactError, match=r"in the model's config.*leap_serving/history"):
+    with pytest.raises(
+        ModelArtifactError, match=r"in the model's config.*leap_serving/launch/history"
+    ):
         mlflow.pyfunc.load_model(str(folder))
     # through models:/ the folder names its version, and the registry answers
-    with pytest.raises(ModelArtifactError, match=r"code_sha256\).*leap_serving/history\.py"):
+    with pytest.raises(ModelArtifactError, match=r"code_sha256\).*leap_serving/launch/history"):
         mlflow.pyfunc.load_model(f"models:/{name}/{version}")
 
     mlmodel = yaml.safe_load((folder / "MLmodel").read_text())
     config = mlmodel["flavors"]["python_function"]["config"]
-    config[CODE_CONFIG]["code/leap_serving/history.py"] = sha256_file(target)
+    config[CODE_CONFIG]["code/leap_serving/launch/history.py"] = sha256_file(target)
     (folder / "MLmodel").write_text(yaml.safe_dump(mlmodel))
     (stored / "MLmodel").write_text(yaml.safe_dump(mlmodel))
     assert isinstance(mlflow.pyfunc.load_model(str(folder)), mlflow.pyfunc.PyFuncModel)
-    with pytest.raises(ModelArtifactError, match=r"changed \['MLmodel', 'code/leap_serving/hist"):
+    with pytest.raises(
+        ModelArtifactError, match=r"changed \['MLmodel', 'code/leap_serving/launch/hist"
+    ):
         load_registered(f"models:/{name}/{version}")
-    with pytest.raises(ModelArtifactError, match=r"changed \['MLmodel', 'code/leap_serving/hist"):
+    with pytest.raises(
+        ModelArtifactError, match=r"changed \['MLmodel', 'code/leap_serving/launch/hist"
+    ):
         mlflow.pyfunc.load_model(f"models:/{name}/{version}")
 
 
@@ -377,8 +386,8 @@ def test_a_version_registered_before_its_code_was_recorded_serves_its_checked_ar
     """No code_sha256 tag: the Ranker's loader, which runs none of the version's code, loads its
     artifacts (checked against artifact_sha256) and says the code is unchecked; the loader that
     would run the code refuses it."""
-    from leap_serving import pyfunc
-    from leap_serving.model import load_registered
+    from leap_serving.registry import pyfunc
+    from leap_serving.registry.registered import load_registered
 
     version, _ = _register(model, tmp_path, monkeypatch, "leap-legacy-test")
     name = registry.model_name()
@@ -398,7 +407,7 @@ def test_a_cache_planted_in_the_store_never_runs_through_the_checked_loader(
     import importlib.util
     import py_compile
 
-    from leap_serving import pyfunc
+    from leap_serving.registry import pyfunc
 
     version, stored = _register(model, tmp_path, monkeypatch, "leap-cache-test")
     marker = tmp_path / "ran"

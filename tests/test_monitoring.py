@@ -8,7 +8,7 @@ from leap_pipeline.studies.monitoring import (
     monitoring_summary,
     proxy_correlation,
 )
-from leap_serving.intervals import COVERAGE_BAND
+from leap_serving.model.intervals import COVERAGE_BAND
 
 
 def _nights(w20: list[float], capture: list[float]) -> list[dict]:

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.novelty import NOVELTY_FEATURES, NoveltyReference
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.model.novelty import NOVELTY_FEATURES, NoveltyReference
 
 
 def _rows(points: dict[str, list[float]]) -> tuple[list[str], np.ndarray]:

@@ -10,8 +10,9 @@ import pytest
 
 def test_leap_serving_imports_without_dagster_mlflow_or_the_pipeline():
     code = (
-        "import sys, leap_serving, leap_serving.contract, leap_serving.architecture, "
-        "leap_serving.metrics, leap_serving.ranking, leap_serving.model; "
+        "import sys, leap_serving, leap_serving.launch.contract, leap_serving.launch.architecture, "
+        "leap_serving.decide.metrics, leap_serving.decide.ranker, leap_serving.model.published, "
+        "leap_serving.registry.registered, leap_serving.registry.shipped; "
         "print(sorted({'dagster', 'mlflow', 'leap_pipeline'} & set(sys.modules)))"
     )
     result = subprocess.run(
@@ -91,9 +92,10 @@ def test_the_committed_dagster_yaml_is_the_one_the_demo_writes():
 def test_the_ranker_is_leap_serving_ranker_and_needs_no_dagster():
     code = (
         "import sys, leap_serving; "
-        "assert 'leap_serving.ranking' not in sys.modules; "
-        "from leap_serving import Ranker; import leap_serving.ranking as r; "
-        "assert Ranker is r.Ranker; "
+        "assert 'leap_serving.decide.ranker' not in sys.modules; "
+        "from leap_serving import Ranker, Ranking; import leap_serving.decide.ranker as r; "
+        "import leap_serving.decide.results as results; "
+        "assert Ranker is r.Ranker and Ranking is results.Ranking; "
         "assert not any(m.split('.')[0] in ('dagster', 'leap_pipeline') for m in sys.modules)"
     )
     import subprocess

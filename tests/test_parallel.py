@@ -10,7 +10,7 @@ from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling.parallel import expert_backend
 from leap_pipeline.modeling.selection import fit_models
 from leap_pipeline.orchestration.definitions import materialize_days
-from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.launch.features import FEATURE_COLUMNS
 
 SOURCE = "simulator:seed=3,scale=0.02"
 FIRST, NIGHT = dt.date(2026, 1, 1), dt.date(2026, 1, 10)

@@ -13,8 +13,8 @@ from leap_pipeline.data.feature_table import FEATURE_TABLE_COLUMNS, land_day
 from leap_pipeline.data.sources import FileSource, SimulatorSource, source_from_uri
 from leap_pipeline.data.warehouse import WarehouseError, open_warehouse
 from leap_pipeline.orchestration.definitions import materialize_days
-from leap_serving.features import FEATURE_COLUMNS, expand_candidates, launch_features
-from leap_serving.validation import ContractError
+from leap_serving.launch.features import FEATURE_COLUMNS, expand_candidates, launch_features
+from leap_serving.launch.validation import ContractError
 
 SOURCE = "simulator:seed=3,scale=0.02"
 FIRST = dt.date(2026, 1, 1)
@@ -295,7 +295,7 @@ class Forbid:
             raise ImportError("no pipeline or simulator in reach: " + name)
 sys.meta_path.insert(0, Forbid())
 import duckdb, polars as pl
-from leap_serving.features import FEATURE_COLUMNS, launch_features
+from leap_serving.launch.features import FEATURE_COLUMNS, launch_features
 day, before = dt.date(2026, 1, 5), dt.date(2026, 1, 4)
 con = duckdb.connect({str(warehouse)!r}, read_only=True)
 read = lambda q: con.sql(q, params=[day if "hist" not in q else before]).pl()
@@ -383,7 +383,7 @@ def test_the_skew_check_passes_as_built_and_names_a_planted_skew(warehouse):
     launches: nothing differs on the pipeline as built; a row changed in the table, or serving
     from a stale snapshot, is named feature by feature."""
     from leap_pipeline.data.serving_skew import serving_skew
-    from leap_serving.history import HISTORY_FEATURES
+    from leap_serving.launch.history import HISTORY_FEATURES
 
     day, before = dt.date(2026, 1, 6), dt.date(2026, 1, 5)
     with open_warehouse(warehouse, read_only=True) as wh:

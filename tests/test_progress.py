@@ -8,7 +8,9 @@ import pytest
 
 from leap_pipeline.modeling import progress as progress_module
 from leap_pipeline.modeling.progress import LOGGER_NAME, Progress, TerminalLine
-from leap_serving.cascade import BinnedCascade, cascade_units, profile_params
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.fitting import cascade_units
+from leap_serving.model.profiles import profile_params
 
 
 def _fit_with_progress(caplog, n_bins: int, em_sample: float = 1.0) -> list[logging.LogRecord]:

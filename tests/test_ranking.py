@@ -16,10 +16,12 @@ from leap_pipeline.modeling import registry
 from leap_pipeline.modeling.night_store import save_trained
 from leap_pipeline.modeling.selection import fit_models
 from leap_pipeline.orchestration.definitions import materialize_days
-from leap_serving.compiled import CompiledCascade
-from leap_serving.features import FEATURE_COLUMNS, expand_candidates, launch_matrix
-from leap_serving.ranking import Ranker, Ranking, _check_job
-from leap_serving.rows import CandidateRows
+from leap_serving.decide.launch_fields import check_job
+from leap_serving.decide.ranker import Ranker
+from leap_serving.decide.results import Ranking
+from leap_serving.launch.features import FEATURE_COLUMNS, expand_candidates, launch_matrix
+from leap_serving.launch.rows import CandidateRows
+from leap_serving.model.compiled import CompiledCascade
 
 SOURCE = "simulator:seed=3,scale=0.02"
 FIRST, NIGHT = dt.date(2026, 1, 1), dt.date(2026, 1, 10)
@@ -183,7 +185,7 @@ def test_switched_off_model_types_get_an_empty_list(served, tmp_path):
      ('{"defualt": false}', "not an object")],
 )  # fmt: skip
 def test_a_switches_file_that_is_not_booleans_is_refused_naming_the_field(text, field):
-    from leap_serving.ranking import read_switches
+    from leap_serving.decide.switches import read_switches
 
     with pytest.raises(ValueError, match=re.escape(field)):
         read_switches(text)
@@ -227,7 +229,7 @@ def test_candidate_rows_extract_what_a_frame_of_the_same_launches_does(ranker, s
                        (2, ("model_definition", "hash_size", "precision")), (3, ())]:  # fmt: skip
         job, candidates = _job(served, i)
         job = {k: v for k, v in job.items() if k not in dropped}
-        launch, types, _ = _check_job(job, candidates, loaded, None)
+        launch, types, _ = check_job(job, candidates, loaded, None)
         launches.append((launch, types))
     frame = pl.concat([expand_candidates(launch, types) for launch, types in launches])
     model = loaded.model
@@ -305,16 +307,16 @@ def test_the_ranker_follows_the_pointer(served, tmp_path, monkeypatch):
 
 
 def test_the_constructor_returns_at_once_and_ranks_after_the_model_is_ready(served, monkeypatch):
-    from leap_serving import ranking
+    from leap_serving.model.published import LeapModel
 
     gate = threading.Event()
-    real = ranking.LeapModel.load
+    real = LeapModel.load
 
     def slow_load(*args, **kwargs):
         gate.wait(10)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ranking.LeapModel, "load", slow_load)
+    monkeypatch.setattr(LeapModel, "load", slow_load)
     ranker = Ranker(str(served["folder"]), check_interval_s=float("inf"))
     job, candidates = _job(served)
     early = ranker.rank(job, candidates)
@@ -421,7 +423,7 @@ def test_stats_say_how_old_the_model_is_and_which_libraries_changed(served, tmp_
     assert "days past its history snapshot" in caplog.text
     saved = json.loads((metadata.resolve() / "metadata.json").read_text())["package_versions"]
     assert saved["scikit-learn"] == importlib.metadata.version("scikit-learn")
-    from leap_serving.model import dependency_drift
+    from leap_serving.model.published import dependency_drift
 
     drift = dependency_drift({"package_versions": {**saved, "numpy": "0.0.1"}})
     assert drift == {"numpy": ("0.0.1", importlib.metadata.version("numpy"))}
@@ -458,7 +460,7 @@ def test_every_candidate_carries_its_calibrated_interval(ranker, served):
     """The published model ships conformal intervals calibrated on its selection day; the
     Ranker serves them per candidate, and on the next day they cover about their level."""
     from leap_pipeline.modeling.evaluation import interval_scores
-    from leap_serving.intervals import history_class
+    from leap_serving.model.intervals import history_class
 
     intervals = served["models"].intervals
     assert intervals is not None and intervals.level == 0.8
@@ -507,7 +509,7 @@ def test_a_risk_aware_ranking_orders_by_the_intervals_lower_end(served, ranker):
 def test_a_ranking_names_the_unmeasured_candidate_worth_one_trial_run(served, ranker):
     """Over a day's launches: a candidate named worth a trial is never the top one, never one
     the family has runs on, overlaps the top one's interval and carries its expected saving."""
-    from leap_serving.exploration import TRIAL_MIN_SAVING
+    from leap_serving.decide.exploration import TRIAL_MIN_SAVING
 
     attempts = served["attempts"]
     jobs = [_job(served, i) for i in range(attempts.height)]
@@ -535,7 +537,7 @@ def test_a_ranking_names_the_unmeasured_candidate_worth_one_trial_run(served, ra
 
 
 def test_the_expected_saving_of_a_trial_is_the_normal_expectation():
-    from leap_serving.exploration import Candidate, expected_saving, trial_run
+    from leap_serving.decide.exploration import Candidate, expected_saving, trial_run
 
     rng = np.random.default_rng(0)
     for mean, sd in ((-0.2, 0.3), (0.0, 0.1), (0.1, 0.5)):
@@ -607,7 +609,7 @@ def test_a_new_version_that_fails_its_canary_is_refused_and_the_old_one_keeps_se
 ):
     """A night's model that predicts no finite throughput (or fails) on some launches: the
     callers never see it, and after its canary it is refused naming it and those launches."""
-    from leap_serving.ranking import _show
+    from leap_serving.decide.results import shown
 
     old, new = _two_registered_versions(served, tmp_path, monkeypatch, "leap-canary-bad")
     k = 4
@@ -615,7 +617,7 @@ def test_a_new_version_that_fails_its_canary_is_refused_and_the_old_one_keeps_se
         registry.model_uri(), check_interval_s=float("inf"), wait=True, canary_launches=k
     )
     jobs = [_job(served, i) for i in range(k + 2)]
-    names = [_show(job["job_name"]) for job, _ in jobs]
+    names = [shown(job["job_name"]) for job, _ in jobs]
     assert len(set(names)) == len(names)
     before = [ranker.rank(*job).to_dict() for job in jobs]
     registry.promote(new, reason="test", actor="pytest")

@@ -13,9 +13,10 @@ from leap_pipeline.modeling import routing
 from leap_pipeline.modeling.progress import LOGGER_NAME
 from leap_pipeline.modeling.selection import split_window, validation_rows
 from leap_pipeline.studies import ablations
-from leap_serving import metrics
-from leap_serving.cascade import fit_booster, single_gbdt
-from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.decide import metrics
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.model.cascade import single_gbdt
+from leap_serving.model.fitting import fit_booster
 
 
 def _jobs(n: int) -> pl.DataFrame:
@@ -72,7 +73,7 @@ def test_capacity_is_the_logged_peak_with_headroom():
 def _check_nightly_selection(report: dict) -> None:
     """The nightly selection: one entry per night, and the published model's w20 is its own
     model's figure wherever the report has that model's figure."""
-    from leap_serving.cascade import GATING
+    from leap_serving.model.profiles import GATING
 
     assert report["published_w20_median"] == float(np.median(report["published_w20"]))
     for night, published, single, cascade in zip(

@@ -30,13 +30,16 @@ import yaml
 import leap_serving
 from leap_pipeline.modeling import registry
 from leap_pipeline.simulation import SimulatedFleet
-from leap_serving import pyfunc
-from leap_serving.cascade import BinnedCascade, profile_params
-from leap_serving.features import LAUNCH_COLUMNS, launch_matrix
-from leap_serving.history import history_snapshot, with_family
-from leap_serving.model import SHA256_TAG, LeapModel, ModelArtifactError
-from leap_serving.publish import MANIFEST, sha256_file
-from leap_serving.ranking import Ranker
+from leap_serving.decide.ranker import Ranker
+from leap_serving.launch.families import with_family
+from leap_serving.launch.features import LAUNCH_COLUMNS, launch_matrix
+from leap_serving.launch.snapshot import history_snapshot
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.profiles import profile_params
+from leap_serving.model.publish import MANIFEST, sha256_file
+from leap_serving.model.published import LeapModel, ModelArtifactError
+from leap_serving.registry import pyfunc
+from leap_serving.registry.registered import SHA256_TAG
 
 NAME = "leap-throughput"
 
@@ -101,7 +104,8 @@ def _third_party_imports() -> dict[str, list[str]]:
     """Every top-level module leap_serving's code imports (inside functions too) that is neither
     the standard library nor leap_serving: module -> the files importing it."""
     found: dict[str, list[str]] = {}
-    for path in sorted(Path(leap_serving.__file__).parent.glob("*.py")):
+    package = Path(leap_serving.__file__).parent
+    for path in sorted(package.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -113,7 +117,7 @@ def _third_party_imports() -> dict[str, list[str]]:
                 top = name.split(".")[0]
                 if top in sys.stdlib_module_names or top in ("leap_serving", "__future__"):
                     continue
-                found.setdefault(top, []).append(path.name)
+                found.setdefault(top, []).append(path.relative_to(package).as_posix())
     return found
 
 
@@ -123,8 +127,8 @@ def test_the_model_ships_leap_serving_and_pins_every_package_it_imports(register
     flavor = mlmodel["flavors"]["python_function"]
     code = stored / flavor["code"] / "leap_serving"
     package = Path(leap_serving.__file__).parent
-    shipped = sorted(p.name for p in code.glob("*.py"))
-    assert shipped == sorted(p.name for p in package.glob("*.py"))
+    shipped = sorted(p.relative_to(code).as_posix() for p in code.rglob("*.py"))
+    assert shipped == sorted(p.relative_to(package).as_posix() for p in package.rglob("*.py"))
     assert all((code / n).read_bytes() == (package / n).read_bytes() for n in shipped)
     pins = dict(line.split("==", 1) for line in (stored / "requirements.txt").read_text().split())
     python_env = yaml.safe_load((stored / "python_env.yaml").read_text())
@@ -241,8 +245,8 @@ def test_the_pyfunc_refuses_files_that_differ_from_the_registration(registered, 
 
 
 def test_a_model_logged_without_integrity_records_is_refused(registered, tmp_path):
-    from leap_serving import mlflow_model
-    from leap_serving.model import ARTIFACTS
+    from leap_serving.model.published import ARTIFACTS
+    from leap_serving.registry import mlflow_model
 
     folder = (registered["root"] / "model").resolve()
     mlflow.pyfunc.save_model(
@@ -251,6 +255,39 @@ def test_a_model_logged_without_integrity_records_is_refused(registered, tmp_pat
     )  # fmt: skip
     with pytest.raises(ModelArtifactError, match="artifact_sha256"):
         mlflow.pyfunc.load_model(str(tmp_path / "bare"))
+
+
+def test_a_version_logged_before_the_subpackages_still_loads_in_this_process(registered, tmp_path):
+    """A version registered before leap_serving had subpackages ships a model-code file that
+    imports ``leap_serving.pyfunc``. In a process that imported the installed leap_serving first
+    (``pyfunc.load_checked``), that import reads the installed package, so the name stays
+    (``leap_serving/pyfunc.py``) and the version serves its checked artifacts."""
+    from leap_serving.model.published import ARTIFACTS
+    from leap_serving.registry.shipped import package_files
+
+    old = tmp_path / "old" / "mlflow_model.py"
+    old.parent.mkdir()
+    old.write_text(
+        "import mlflow.models\n\nfrom leap_serving.pyfunc import LeapPyfunc\n\n"
+        "mlflow.models.set_model(LeapPyfunc())\n"
+    )
+    folder = (registered["root"] / "model").resolve()
+    config = {
+        pyfunc.SHA256_CONFIG: json.loads((folder / MANIFEST).read_text())["files"],
+        pyfunc.CODE_CONFIG: package_files(pyfunc.code_paths()[0], old),
+    }
+    mlflow.pyfunc.save_model(
+        tmp_path / "saved", python_model=str(old), code_paths=pyfunc.code_paths(),
+        artifacts={k: str(folder / f) for k, f in ARTIFACTS.items()}, model_config=config,
+    )  # fmt: skip
+    loaded = mlflow.pyfunc.load_model(str(tmp_path / "saved"))
+    got = pl.from_pandas(loaded.predict(registered["launches"].to_pandas()))
+    expected = _expected(registered)
+    assert got["bin"].to_list() == expected["bin"].to_list()
+    np.testing.assert_allclose(
+        got["predicted_throughput"].to_numpy(), expected["predicted_throughput"].to_numpy(),
+        rtol=1e-9, atol=0,
+    )  # fmt: skip
 
 
 def test_the_shipped_code_run_alone_compares_its_files_with_the_registry_version(
@@ -265,7 +302,7 @@ def test_the_shipped_code_run_alone_compares_its_files_with_the_registry_version
         artifact_folder=registered["root"] / "model", day=registered["night"],
         window=(registered["night"],) * 2, run_kind="test", params={}, metrics={}, files=[],
     )  # fmt: skip
-    target = _stored(version) / "code" / "leap_serving" / "history.py"
+    target = _stored(version) / "code" / "leap_serving" / "launch" / "history.py"
     target.write_text(target.read_text() + "# altered after registration\n")
     hidden = tmp_path / "hidden" / "leap_serving"
     hidden.mkdir(parents=True)
@@ -279,7 +316,7 @@ def test_the_shipped_code_run_alone_compares_its_files_with_the_registry_version
     assert run.returncode != 0
     assert "the installed leap_serving ran" not in run.stderr, run.stderr[-3000:]
     assert f"recorded on {NAME} version {version} (registry" in run.stderr, run.stderr[-3000:]
-    assert "changed ['code/leap_serving/history.py']" in run.stderr
+    assert "changed ['code/leap_serving/launch/history.py']" in run.stderr
 
 
 def _free_port() -> int:

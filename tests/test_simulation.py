@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from leap_pipeline.simulation import SPAN_START, FleetArgumentError, SimulatedFleet
-from leap_serving.contract import schema
+from leap_serving.launch.contract import schema
 
 
 def test_same_seed_and_day_give_identical_rows(small_fleet):

@@ -302,7 +302,7 @@ def test_a_night_record_is_read_only_from_the_run_that_wrote_it(tmp_path):
     """Each run's record of a day is its own file: a record another run left (a crashed one, one
     racing this one) is never read for this run, and never overwritten by it."""
     from leap_pipeline.orchestration.night_records import record_path, stored_record
-    from leap_serving.publish import write_atomic
+    from leap_serving.model.publish import write_atomic
 
     for run, version in (("old-run", "3"), ("new-run", "4")):
         payload = {"run_id": run, "record": {"version": version}}
@@ -321,8 +321,8 @@ def test_the_run_carries_every_hyperparameter_and_its_training_window(fleet):
     """Every fitted model's ``get_params()`` is on the MLflow run, prefixed by the model, beside
     the training window as the run's input dataset (named by its days, with the feature list as
     its schema); the materialization's records stay one path, whatever the number of days."""
-    from leap_serving.cascade import BinnedCascade, single_gbdt
-    from leap_serving.features import FEATURE_COLUMNS
+    from leap_serving.launch.features import FEATURE_COLUMNS
+    from leap_serving.model.cascade import BinnedCascade, single_gbdt
 
     trained = _train(fleet, run_kind="test", window_days=8)
     assert trained.success

@@ -1,8 +1,8 @@
 import polars as pl
 import pytest
 
-from leap_serving.contract import schema
-from leap_serving.validation import ContractError, validate_attempts
+from leap_serving.launch.contract import schema
+from leap_serving.launch.validation import ContractError, validate_attempts
 
 
 def _day(small_fleet) -> pl.DataFrame:
@@ -60,7 +60,7 @@ def test_missing_optional_columns_become_nulls(small_fleet):
 def test_the_contract_page_lists_every_column_as_the_code_defines_it():
     from pathlib import Path
 
-    from leap_serving.contract import SOURCES
+    from leap_serving.launch.contract import SOURCES
 
     page = (Path(__file__).parents[1] / "docs" / "data-contract.md").read_text()
     for source, columns in SOURCES.items():

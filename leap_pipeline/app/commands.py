@@ -237,7 +237,7 @@ def _static_source(args: argparse.Namespace):
     from leap_pipeline.data.importer import read_source_files
     from leap_pipeline.data.public_data import PUBLIC_SOURCES, public_sources
     from leap_pipeline.data.sources import typed_frame
-    from leap_serving.validation import validate_attempts
+    from leap_serving.launch.validation import validate_attempts
 
     path = Path(args.path)
     if args.source in PUBLIC_SOURCES:
@@ -268,7 +268,8 @@ EXAMPLE_JOB = Path(__file__).parents[2] / "examples" / "job.json"
 def rank(args: argparse.Namespace) -> int:
     """Rank a job's candidates; a bad job still exits 0, with an empty ranking and a reason."""
 
-    from leap_serving.ranking import Ranker, Ranking
+    from leap_serving.decide.ranker import Ranker
+    from leap_serving.decide.results import Ranking
 
     logging.getLogger("leap_serving").setLevel(logging.ERROR)  # the reason is printed below
     try:

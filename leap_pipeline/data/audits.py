@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from leap_pipeline.data.feature_table import FEATURE_TABLE_COLUMNS
-from leap_serving.features import ALWAYS_PRESENT_FEATURES
-from leap_serving.history import MAX_SNAPSHOT_FAMILIES
+from leap_serving.launch.features import ALWAYS_PRESENT_FEATURES
+from leap_serving.launch.snapshot import MAX_SNAPSHOT_FAMILIES
 
 
 @dataclass(frozen=True)

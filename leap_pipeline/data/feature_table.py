@@ -15,10 +15,12 @@ import polars as pl
 
 from leap_pipeline.data.sources import SourceDay, typed_frame
 from leap_pipeline.data.warehouse import open_warehouse, remove_warehouse
-from leap_serving.contract import schema
-from leap_serving.features import FEATURE_COLUMNS, build_features
-from leap_serving.history import SNAPSHOT_SCHEMA, history_features, with_family
-from leap_serving.validation import validate_attempts
+from leap_serving.launch.contract import schema
+from leap_serving.launch.families import with_family
+from leap_serving.launch.features import FEATURE_COLUMNS, build_features
+from leap_serving.launch.history import history_features
+from leap_serving.launch.snapshot import SNAPSHOT_SCHEMA
+from leap_serving.launch.validation import validate_attempts
 
 ID_COLUMNS: tuple[str, ...] = (
     "attempt_id",

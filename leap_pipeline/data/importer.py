@@ -17,9 +17,9 @@ from pathlib import Path
 import polars as pl
 
 from leap_pipeline.data.sources import FILE_SUFFIXES, read_file
-from leap_serving.contract import required_columns
-from leap_serving.publish import publish_folder
-from leap_serving.validation import ContractError, convert
+from leap_serving.launch.contract import required_columns
+from leap_serving.launch.validation import ContractError, convert
+from leap_serving.model.publish import publish_folder
 
 
 @dataclass(frozen=True)

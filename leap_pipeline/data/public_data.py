@@ -19,8 +19,8 @@ from pathlib import Path
 
 import polars as pl
 
-from leap_serving.contract import schema
-from leap_serving.validation import ContractError, with_contract_columns
+from leap_serving.launch.contract import schema
+from leap_serving.launch.validation import ContractError, with_contract_columns
 
 STATIC_DAY = dt.date(2023, 7, 28)  # the Sia traces' commit date: an upper bound on when they ran
 AMORTIZATION_HOURS = 3 * 365 * 24

@@ -6,7 +6,7 @@ as a launcher sends them, the spec table and the history index of the model's sn
 (``Ranker._score``). Both call the one feature module, but through different row adapters and
 history paths, so a change to either can make the model see at serving time what it never saw in
 training. For a sample of a day's launches, this sends each launch as a launcher would (its
-fields as JSON types), types and checks it as the Ranker does (``ranking.typed_launch``),
+fields as JSON types), types and checks it as the Ranker does (``launch_fields.typed_launch``),
 recomputes its features the serving way from the snapshot the day's serving model carries (as
 of the day before) and compares them with the table's rows, feature by feature.
 """
@@ -18,11 +18,11 @@ import datetime as dt
 import numpy as np
 import polars as pl
 
-from leap_serving.features import FEATURE_COLUMNS, launch_matrix
-from leap_serving.history import HistoryIndex
-from leap_serving.ranking import typed_launch
-from leap_serving.rows import CandidateRows
-from leap_serving.specs import SpecTable
+from leap_serving.decide.launch_fields import typed_launch
+from leap_serving.launch.features import FEATURE_COLUMNS, launch_matrix
+from leap_serving.launch.history import HistoryIndex
+from leap_serving.launch.rows import CandidateRows
+from leap_serving.launch.specs import SpecTable
 
 # launches a day's check recomputes: enough to meet every history case of a day, cheap to build
 SKEW_SAMPLE = 200

@@ -24,8 +24,8 @@ import polars as pl
 
 from leap_pipeline.settings import DEFAULT_SOURCE, SOURCE_ENV, environment  # noqa: F401
 from leap_pipeline.simulation import SPAN_START, SimulatedFleet
-from leap_serving.contract import schema
-from leap_serving.validation import ContractError, convert, with_contract_columns
+from leap_serving.launch.contract import schema
+from leap_serving.launch.validation import ContractError, convert, with_contract_columns
 
 FILE_SUFFIXES = (".parquet", ".csv")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from leap_serving.features import FEATURE_COLUMNS
+from leap_serving.launch.features import FEATURE_COLUMNS
 
 PSI_BINS = 10
 PSI_WARN = 0.25

@@ -13,10 +13,10 @@ import polars as pl
 
 from leap_pipeline.modeling.lookup_table import HEAD_MODEL_TYPES
 from leap_pipeline.modeling.selection import TrainedModels, predictions
-from leap_serving import metrics
-from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.intervals import HISTORY_CLASSES, coverage, coverage_name, history_class
-from leap_serving.novelty import Novelty
+from leap_serving.decide import metrics
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.model.intervals import HISTORY_CLASSES, coverage, coverage_name, history_class
+from leap_serving.model.novelty import Novelty
 
 TORSO_MODEL_TYPES = 100
 

@@ -12,11 +12,11 @@ import polars as pl
 from leap_pipeline.modeling.evaluation_files import write_evaluation_files
 from leap_pipeline.modeling.lookup_table import LookupTable
 from leap_pipeline.modeling.selection import TrainedModels, serving_model
-from leap_serving.boosters import GBDTRegressor
-from leap_serving.cascade import BinnedCascade
-from leap_serving.model import LeapModel
-from leap_serving.model_file import ModelFileError, dump_model, load_model
-from leap_serving.publish import PublicationError, publish_folder, verify_folder
+from leap_serving.model.boosters import GBDTRegressor
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.model_file import ModelFileError, dump_model, load_model
+from leap_serving.model.publish import PublicationError, publish_folder, verify_folder
+from leap_serving.model.published import LeapModel
 
 
 def models_folder(warehouse_path: Path, day: dt.date) -> Path:

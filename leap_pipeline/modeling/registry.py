@@ -25,9 +25,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.types import ColSpec, Schema
 
 from leap_pipeline.settings import MODEL_NAME_ENV, environment, set_environment  # noqa: F401
-from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.model import SHA256_TAG
-from leap_serving.shipped import CODE_SHA256_TAG
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.registry.registered import SHA256_TAG
+from leap_serving.registry.shipped import CODE_SHA256_TAG
 
 ALIAS = "production"
 EXPERIMENT = "leap-nightly"
@@ -249,8 +249,8 @@ def log_candidate(
     ``training_source`` (the warehouse), with the feature columns as its schema and the night's
     fingerprint as its digest. The version records the sha256 of its artifacts (``SHA256_TAG``)
     and of every other file it ships, read back from the store (``CODE_SHA256_TAG``)."""
-    from leap_serving import mlflow_model, pyfunc
-    from leap_serving.model import ARTIFACTS, check_artifacts
+    from leap_serving.model.published import ARTIFACTS, check_artifacts
+    from leap_serving.registry import mlflow_model, pyfunc
 
     if run_kind not in RUN_KINDS:
         raise ValueError(f"run_kind={run_kind!r} is not one of {RUN_KINDS}")
@@ -352,8 +352,8 @@ def model_signature():
     from mlflow.types import ColSpec, Schema
     from mlflow.types.schema import AnyType
 
-    from leap_serving.contract import SOURCES
-    from leap_serving.features import LAUNCH_COLUMNS
+    from leap_serving.launch.contract import SOURCES
+    from leap_serving.launch.features import LAUNCH_COLUMNS
 
     def mlflow_type(column) -> str | AnyType:
         if column.dtype == pl.String:

@@ -25,7 +25,8 @@ import polars as pl
 
 from leap_pipeline.data.sources import Oracle
 from leap_pipeline.modeling.selection import TrainedModels, serving_model
-from leap_serving.ranking import Ranker, Ranking
+from leap_serving.decide.ranker import Ranker
+from leap_serving.decide.results import Ranking
 
 # Capacity per type: the as-logged peak of concurrent devices times this, plus one host.
 CAPACITY_HEADROOM = 1.1

@@ -18,12 +18,15 @@ import polars as pl
 from leap_pipeline.modeling.lookup_table import HEAD_MODEL_TYPES, LookupTable, build_lookup_table
 from leap_pipeline.modeling.progress import Progress
 from leap_pipeline.settings import MIN_SUPPORT, MIN_WINDOW_DAYS, WINDOW_DAYS
-from leap_serving import metrics
-from leap_serving.cascade import GATINGS, BinnedCascade, cascade_units, profile_params
-from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.intervals import MIN_CLASS_ROWS, ConformalIntervals
-from leap_serving.model import LeapModel
-from leap_serving.novelty import NoveltyReference
+from leap_serving.decide import metrics
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.fitting import cascade_units
+from leap_serving.model.gating import GATINGS
+from leap_serving.model.intervals import MIN_CLASS_ROWS, ConformalIntervals
+from leap_serving.model.novelty import NoveltyReference
+from leap_serving.model.profiles import profile_params
+from leap_serving.model.published import LeapModel
 
 
 def training_window(day: dt.date, window_days: int = WINDOW_DAYS) -> tuple[dt.date, dt.date]:
@@ -187,7 +190,7 @@ def serving_model(
 
 
 def calibrate_intervals(model: BinnedCascade, rows: pl.DataFrame) -> ConformalIntervals | None:
-    """The published model's conformal intervals (``leap_serving.intervals``), calibrated on
+    """The published model's conformal intervals (``leap_serving.model.intervals``), calibrated on
     ``rows`` it never trained on: the selection day. None on a day too thin to calibrate.
 
     The same day chose the model, so its errors there are the winner's and may run a little

@@ -41,7 +41,7 @@ from leap_pipeline.orchestration.dagster_beta import beta_parameters_accepted
 from leap_pipeline.orchestration.liveness import PID_TAG, process_identity
 from leap_pipeline.orchestration.metadata import table_metadata
 from leap_pipeline.orchestration.resources import SourceResource, WarehouseResource
-from leap_serving.history import SNAPSHOT_INPUT_COLUMNS, history_snapshot
+from leap_serving.launch.snapshot import SNAPSHOT_INPUT_COLUMNS, history_snapshot
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 SOURCE_ASSETS = ("job_attempts", "allocations", "hardware_specs")

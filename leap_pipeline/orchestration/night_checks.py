@@ -14,7 +14,7 @@ import polars as pl
 from leap_pipeline.modeling.drift import PSI_WARN
 from leap_pipeline.modeling.evaluation import SLICE_MAX_GAP, SLICE_MIN_ATTEMPTS, slice_shortfalls
 from leap_pipeline.orchestration.metadata import table_metadata
-from leap_serving.intervals import COVERAGE_BAND
+from leap_serving.model.intervals import COVERAGE_BAND
 
 CHECK_NAMES = ("interval_coverage", "feature_drift", "slice_quality")
 

@@ -39,9 +39,9 @@ from leap_pipeline.orchestration.resources import (
     WarehouseResource,
 )
 from leap_pipeline.settings import RegistrySettings
-from leap_serving.features import FEATURE_COLUMNS
-from leap_serving.model import load_registered
-from leap_serving.publish import PublicationError, verify_folder
+from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.model.publish import PublicationError, verify_folder
+from leap_serving.registry.registered import load_registered
 
 EVALUATION_COLUMNS = ("w5", "w10", "w15", "w20", "mdape", "median_ratio", "coverage")
 
@@ -266,7 +266,7 @@ def night_gate(
 
 def _production_w20(production, rows: pl.DataFrame) -> float:
     """The production model's w20 on the same rows."""
-    from leap_serving import metrics
+    from leap_serving.decide import metrics
 
     predicted = np.exp(production.cascade.predict(rows.select(FEATURE_COLUMNS).to_numpy()))
     return metrics.within(predicted, rows["throughput"].to_numpy(), 20)

@@ -23,7 +23,7 @@ from pathlib import Path
 import dagster as dg
 
 from leap_pipeline.orchestration.calendar import data_folder
-from leap_serving.publish import write_atomic
+from leap_serving.model.publish import write_atomic
 
 RECORDS_FOLDER = "records"
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from leap_serving.architecture import parse_definition, summarize
-from leap_serving.contract import job_devices, schema
+from leap_serving.launch.architecture import parse_definition, summarize
+from leap_serving.launch.contract import job_devices, schema
 
 from . import physics
 from .catalog import (

@@ -11,7 +11,7 @@ import datetime as dt
 
 import polars as pl
 
-from leap_serving.contract import HARDWARE_SPEC_COLUMNS, schema
+from leap_serving.launch.contract import HARDWARE_SPEC_COLUMNS, schema
 
 # name, vendor, 12 specs in HARDWARE_SPEC_COLUMNS order, cost/device-hour, premium, entry day
 _CATALOG: tuple[tuple, ...] = (

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from leap_serving.contract import job_devices
+from leap_serving.launch.contract import job_devices
 
 # achieved fraction of the roofline by a well-tuned kernel mix, before the job's own factors
 BASE_MFU = 0.45

@@ -19,16 +19,12 @@ from sklearn.base import clone
 from leap_pipeline.modeling.evaluation import novelty_scores
 from leap_pipeline.modeling.progress import Progress
 from leap_pipeline.modeling.selection import split_window, validation_rows
-from leap_serving import metrics
-from leap_serving.cascade import (
-    SINGLE_GBDT_UNITS,
-    BinnedCascade,
-    cascade_units,
-    fit_booster,
-)
-from leap_serving.compiled import CompiledCascade
-from leap_serving.features import FEATURE_COLUMNS, FEATURE_GROUPS
-from leap_serving.novelty import NoveltyReference
+from leap_serving.decide import metrics
+from leap_serving.launch.features import FEATURE_COLUMNS, FEATURE_GROUPS
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.compiled import CompiledCascade
+from leap_serving.model.fitting import SINGLE_GBDT_UNITS, cascade_units, fit_booster
+from leap_serving.model.novelty import NoveltyReference
 
 
 def _w20_log(predicted_log_q: np.ndarray, rows: pl.DataFrame) -> float:

@@ -35,11 +35,14 @@ from leap_pipeline.studies.decisions import (
     summarize,
 )  # fmt: skip
 from leap_pipeline.studies.splits import SPLITS, exclude_groups, folds, inner_chunks
-from leap_serving import metrics
-from leap_serving.cascade import BinnedCascade, profile_params
-from leap_serving.features import FEATURE_COLUMNS, build_features, roofline_log_q
-from leap_serving.history import history_features, history_snapshot, with_family
-from leap_serving.intervals import LEVEL, ConformalIntervals, coverage_name
+from leap_serving.decide import metrics
+from leap_serving.launch.families import with_family
+from leap_serving.launch.features import FEATURE_COLUMNS, build_features, roofline_log_q
+from leap_serving.launch.history import history_features
+from leap_serving.launch.snapshot import history_snapshot
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.intervals import LEVEL, ConformalIntervals, coverage_name
+from leap_serving.model.profiles import profile_params
 
 __all__ = ["SPLITS", "exclude_groups", "folds", "run_split"]
 
@@ -204,7 +207,7 @@ def fold_intervals(
     X_test: np.ndarray,
     predicted: np.ndarray,
 ) -> dict[str, np.ndarray] | None:
-    """The published GBDT's conformal intervals (``leap_serving.intervals``, as a night ships
+    """The published GBDT's conformal intervals (``leap_serving.model.intervals``, as a night ships
     them) calibrated on the fold's inner held-out chunks, and how they do on the test rows:
     inside or not, and the relative width. The chunks are held out as the split holds out its
     test groups, so these intervals are calibrated for the split's own shift; the random

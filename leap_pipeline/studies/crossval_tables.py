@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from leap_pipeline.studies.crossval import SCORED
 from leap_pipeline.studies.decisions import KINDS
-from leap_serving.intervals import LEVEL, coverage_name
+from leap_serving.model.intervals import LEVEL, coverage_name
 
 LABELS = {
     "leap": "**leap** (what a fold publishes)",

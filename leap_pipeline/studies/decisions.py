@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from leap_serving.contract import job_devices
+from leap_serving.launch.contract import job_devices
 
 CONFIG = ("model_type", "num_trainers", "batch_size")
 KINDS = ("fastest", "per_cost")

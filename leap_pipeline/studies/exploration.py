@@ -1,10 +1,10 @@
 """What a small exploration budget is worth over the report's nights, on the simulated fleet.
 
 Each night the Ranker names, for some launches, a candidate worth one trial run
-(``leap_serving.exploration``). With a budget of ``EXPLORATION_BUDGET`` of a night's launches,
-the launches whose trial promises the largest saving get one: ``TRIAL_WORK_SHARE`` of the job's
-work run on the named type, paid on top of the job itself. What a trial buys is that type's
-truth for the family: from the next night on, each launch of the family that leap sends
+(``leap_serving.decide.exploration``). With a budget of ``EXPLORATION_BUDGET`` of a night's
+launches, the launches whose trial promises the largest saving get one: ``TRIAL_WORK_SHARE`` of
+the job's work run on the named type, paid on top of the job itself. What a trial buys is that
+type's truth for the family: from the next night on, each launch of the family that leap sends
 elsewhere, and that could run on the tried type, goes to whichever of the two is truly cheaper.
 Both costs come from the oracle; the gain is reported net of the trials' cost, beside leap's
 own cost over the same launches. Capacity and queueing are left out (the trials are few).

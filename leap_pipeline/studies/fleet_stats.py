@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from leap_pipeline.modeling.lookup_table import LOOKUP_KEY, build_lookup_table
-from leap_serving import metrics
+from leap_serving.decide import metrics
 
 MIN_ROWS_PER_TYPE = 1_000
 # The attempt columns the statistics read (the feature table carries them all).

@@ -15,8 +15,9 @@ import numpy as np
 import polars as pl
 
 from leap_pipeline.studies.decisions import KINDS, RULES, decision_regrets, summarize, unit_costs
-from leap_serving.features import FEATURE_COLUMNS, build_features
-from leap_serving.history import history_features, with_family
+from leap_serving.launch.families import with_family
+from leap_serving.launch.features import FEATURE_COLUMNS, build_features
+from leap_serving.launch.history import history_features
 
 TARGETS = (("hardware", "hardware_type"), ("family", "model_type"))  # as Table 4 holds out
 

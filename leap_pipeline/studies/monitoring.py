@@ -15,7 +15,7 @@ import numpy as np
 from scipy.stats import binom, spearmanr
 
 from leap_pipeline.modeling import routing
-from leap_serving.intervals import COVERAGE_BAND, LEVEL, coverage_name
+from leap_serving.model.intervals import COVERAGE_BAND, LEVEL, coverage_name
 
 # a hardware type's coverage is held to the floor on nights it had at least this many attempts
 BUSY_TYPE_ATTEMPTS = 200

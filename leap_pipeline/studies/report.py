@@ -30,9 +30,9 @@ from leap_pipeline.studies.holdout_regret import holdout_regrets
 from leap_pipeline.studies.monitoring import monitoring_summary, night_monitoring
 from leap_pipeline.studies.report_markdown import figures, markdown
 from leap_pipeline.studies.staleness import staleness_scores, staleness_summary
-from leap_serving.cascade import profile_params
-from leap_serving.model import LeapModel
-from leap_serving.publish import write_atomic
+from leap_serving.model.profiles import profile_params
+from leap_serving.model.publish import write_atomic
+from leap_serving.model.published import LeapModel
 
 
 @dataclass(frozen=True)

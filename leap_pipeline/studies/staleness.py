@@ -16,9 +16,9 @@ import numpy as np
 import polars as pl
 
 from leap_pipeline.modeling.routing import rank_day
-from leap_serving import metrics
-from leap_serving.model import LeapModel
-from leap_serving.ranking import Ranker
+from leap_serving.decide import metrics
+from leap_serving.decide.ranker import Ranker
+from leap_serving.model.published import LeapModel
 
 W20 = 20
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .features import FEATURE_COLUMNS
+from ..launch.features import FEATURE_COLUMNS
 
 LEVEL = 0.8  # the Ranker's throughput_low / throughput_high: an 80% interval
 # a night's coverage of the LEVEL interval on day D must stay within this band (the nightly

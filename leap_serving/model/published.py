@@ -8,9 +8,9 @@ the feature list, the code version, the training window and the novelty referenc
 atomically (``publish.py``).
 
 Loading trusts nothing it is handed: every file must match the manifest (and the hashes recorded
-on the registry version, when it came from the registry) before anything is read, and the
-cascade file is read as data only, every field checked, so no file can run code. The feature
-list must be this code's.
+on the registry version, when it came from the registry: ``registry.registered``) before
+anything is read, and the cascade file is read as data only, every field checked, so no file can
+run code. The feature list must be this code's. Nothing here imports MLflow.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from ..launch.contract import schema
+from ..launch.features import FEATURE_COLUMNS, launch_matrix
+from ..launch.history import HistoryIndex
+from ..launch.snapshot import SNAPSHOT_SCHEMA
+from ..launch.specs import SpecTable
 from .cascade import BinnedCascade
-from .contract import schema
-from .features import FEATURE_COLUMNS, launch_matrix
-from .history import SNAPSHOT_SCHEMA, HistoryIndex
 from .intervals import ConformalIntervals
 from .model_file import ModelFileError, dump_model, load_model
 from .novelty import NoveltyReference
 from .publish import PublicationError, publish_folder, verify_files
-from .shipped import CODE_SHA256_TAG, differences, drop_caches
-from .specs import SpecTable
 
 if TYPE_CHECKING:  # the compiled walk imports numba: only the callers that walk pay for it
     from .compiled import CompiledCascade
@@ -299,120 +299,3 @@ def check_artifacts(
     except PublicationError as exc:
         raise ModelArtifactError(str(exc)) from exc
     return manifest
-
-
-SHA256_TAG = "artifact_sha256"  # on each registry version: JSON, file name -> sha256
-
-
-def _split_model_uri(model_uri: str) -> tuple[str, str | None, str | None]:
-    """``models:/name@alias`` -> (name, alias, None); ``models:/name/N`` -> (name, None, N)."""
-    if not model_uri.startswith("models:/"):
-        raise ModelArtifactError(f"model_uri={model_uri!r} is not a models:/ URI")
-    path = model_uri.removeprefix("models:/")
-    if "@" in path:
-        name, alias = path.split("@", 1)
-        return name, alias, None
-    name, _, version = path.rpartition("/")
-    if not name or not version:
-        raise ModelArtifactError(f"model_uri={model_uri!r} names no alias or version")
-    return name, None, version
-
-
-def load_registered(model_uri: str, version: str | None = None) -> tuple[LeapModel, str]:
-    """Download one registry version and load it without going through pyfunc; returns the
-    model and its version.
-
-    The alias is resolved once (or not at all when ``version`` is given), and the files are
-    fetched by that version number, so a promotion meanwhile cannot mix two versions. Every file
-    must carry the sha256 the version recorded at registration: its artifacts, and the code and
-    MLflow files it ships, which this process never runs (``mlflow models serve`` would).
-    """
-    local, version, expected = fetch_registered(model_uri, version)
-    return LeapModel.load(local / "artifacts", expected_sha256=expected), version
-
-
-def fetch_registered(
-    model_uri: str, version: str | None = None, dst: str | Path | None = None,
-    require_code: bool = False,
-) -> tuple[Path, str, dict[str, str]]:  # fmt: skip
-    """One registry version downloaded (into ``dst``, else where MLflow puts it: in place, for a
-    local store) and every file it ships beside its artifacts checked against the version's
-    ``code_sha256`` tag before anything in it is read or run; returns the folder, the version and
-    its ``artifact_sha256`` tag, which the caller checks the artifacts against. A copy in ``dst``
-    holds no cache (``__pycache__``, recorded nowhere) that a run in place left in the store.
-
-    A version registered before the shipped files were recorded has no ``code_sha256``: refused
-    when ``require_code`` (the caller will run its code), else fetched with a warning (a caller
-    that only reads its artifacts runs none of its code).
-    """
-    import logging
-
-    import mlflow
-    from mlflow import MlflowClient
-
-    name, _, _ = _split_model_uri(model_uri)
-    try:
-        version = version or registry_version(model_uri)
-        record = MlflowClient().get_model_version(name, version)
-    except ModelArtifactError:
-        raise
-    except Exception as exc:  # MLflow raises several types for a missing model or server
-        raise ModelArtifactError(f"cannot resolve {model_uri}: {exc}") from exc
-    label = f"{name} version {version}"
-    expected = tag_record(record.tags, SHA256_TAG, label)
-    shipped = tag_record(record.tags, CODE_SHA256_TAG, label, required=require_code)
-    try:
-        local = Path(
-            mlflow.artifacts.download_artifacts(
-                artifact_uri=f"models:/{name}/{version}", dst_path=None if dst is None else str(dst)
-            )
-        )
-    except Exception as exc:  # MLflow raises several types for a missing model or server
-        raise ModelArtifactError(f"cannot download {label}: {exc}") from exc
-    if shipped is None:
-        logging.getLogger("leap_serving").warning(
-            "leap_serving: %s carries no %s tag (registered before the files it ships beside its "
-            "artifacts were recorded): its artifacts are checked, its code cannot be",
-            label, CODE_SHA256_TAG,
-        )  # fmt: skip
-    elif problem := differences(local, shipped):
-        raise ModelArtifactError(
-            f"{local} does not match the sha256 recorded on {label} ({CODE_SHA256_TAG}): "
-            f"{problem}: the model's code or MLflow files were replaced after registration"
-        )
-    if dst is not None:
-        drop_caches(local)
-    return local, str(version), expected
-
-
-def tag_record(
-    tags: dict[str, str], key: str, label: str, required: bool = True
-) -> dict[str, str] | None:
-    """A registry version's sha256 record (JSON, name -> sha256) under ``key``; None when it has
-    none and none is ``required``."""
-    recorded = tags.get(key)
-    if not recorded:
-        if not required:
-            return None
-        raise ModelArtifactError(
-            f"{label} carries no {key} tag: it was registered without integrity records and is "
-            "refused; register a new version"
-        )
-    try:
-        value = json.loads(recorded)
-    except ValueError as exc:
-        raise ModelArtifactError(f"{label}: {key} is not JSON") from exc
-    if not isinstance(value, dict):
-        raise ModelArtifactError(f"{label}: {key} is not a mapping of files to sha256")
-    return value
-
-
-def registry_version(model_uri: str) -> str:
-    """The registry version a ``models:/name@alias`` or ``models:/name/N`` URI names now."""
-    from mlflow import MlflowClient
-
-    name, alias, version = _split_model_uri(model_uri)
-    client = MlflowClient()
-    if alias is not None:
-        return str(client.get_model_version_by_alias(name, alias).version)
-    return str(client.get_model_version(name, version).version)

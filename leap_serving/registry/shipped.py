@@ -19,7 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .publish import sha256_file
+from ..model.publish import sha256_file
 
 CODE_SHA256_TAG = "code_sha256"  # on each registry version: JSON, path in the model -> sha256
 CODE_CONFIG = "code_sha256"  # model_config key: the package's files and the model-code file

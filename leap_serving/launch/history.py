@@ -1,9 +1,10 @@
 """Job-family history (paper section 2.2): the strongest features, as serving would see them.
 
-A raw job name carries run-specific identifiers (dates, run ids, attempt counters, hashes); the
-normalizer strips them to a family key. Per family the history is the previous log throughput, the
-running mean and standard deviation of earlier log throughputs, the number of earlier observations
-and the days since the last one, always as of the end of the day before the launch.
+A launch's history is read by its job family (``families``) from a snapshot of earlier days
+(``snapshot``). Per family the history is the previous log throughput, the running mean and
+standard deviation of earlier log throughputs, the number of earlier observations and the days
+since the last one, always as of the end of the day before the launch. This module arranges a
+snapshot for look-ups (``HistoryIndex``) and reads a launch's history features from it.
 
 History is kept at two levels: per family, and per family and hardware type. Measured on the
 simulated fleet (days 30-35, scale 0.5, ``benchmarks/history_keying.py``), the family-on-this-type
@@ -22,7 +23,7 @@ The model type's own record is history too, of the kind the legacy lookup table 
 the target type (``hist_mt_hw_*``: a count-weighted mean over its families' per-type rows), its
 levels on other types carried by the fleet ratios (``hist_mt_xfer_fleet_log_q``), and the level of
 the lookup key (model type, trainers, batch size, type) where at least ``KEY_MIN_SUPPORT`` attempts
-back it (``hist_key_*``; the snapshot holds these as rows without a family).
+back it (``hist_key_*``; the snapshot holds these as rows without a family, ``snapshot``).
 
 Training and serving share one path: a snapshot as of day D-1 (what a model artifact ships) plus
 the launch date gives the features of a launch on day D. Families absent from the snapshot are cold
@@ -34,28 +35,15 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
+from .families import normalize_job_name
 from .rows import LaunchRows, launch_rows
+from .snapshot import KEY_COLUMNS
 from .specs import SpecTable, spec_table
-
-MAX_SNAPSHOT_FAMILIES = 250_000
-
-# A token is a run of characters between separators; these tokens are run-specific.
-_SEPARATORS = r"[_\-./]"
-_RUN_TOKEN = re.compile(
-    rf"(?:^|{_SEPARATORS})"
-    r"(?:\d+"  # run ids, attempt numbers, dates split by '-' (2026, 01, 05), 20260105
-    r"|\d{8}t\d{6}"  # timestamps 20260105T031200
-    r"|f\d{5,}"  # flow ids f123456789
-    r"|(?:run|attempt|retry|try|a)\d+"  # run ids and attempt counters
-    r"|(?=[a-f]*\d)[0-9a-f]{8,})"  # hashes (at least one digit)
-    rf"(?={_SEPARATORS}|$)"
-)
 
 HISTORY_FEATURES: tuple[str, ...] = (
     "hist_prev_log_q",
@@ -87,136 +75,6 @@ MODEL_TYPE_HISTORY_FEATURES: tuple[str, ...] = (
     "hist_key_mean_log_q",
     "hist_key_count",
 )
-
-# The attempt columns a snapshot is computed from.
-SNAPSHOT_INPUT_COLUMNS: tuple[str, ...] = (
-    "attempt_id",
-    "family",
-    "model_type",
-    "hardware_type",
-    "ds",
-    "launch_ts",
-    "num_trainers",
-    "batch_size",
-    "throughput",
-)
-# the legacy lookup table's key (paper section 1): its level is a feature where it has support
-KEY_COLUMNS: tuple[str, ...] = ("model_type", "num_trainers", "batch_size", "hardware_type")
-KEY_MIN_SUPPORT = 2
-
-SNAPSHOT_SCHEMA = pl.Schema(
-    {
-        "family": pl.String,  # null on a lookup-key row
-        "hardware_type": pl.String,  # null on the family-level row
-        "model_type": pl.String,
-        "num_trainers": pl.Int64,  # set on lookup-key rows only
-        "batch_size": pl.Int64,  # set on lookup-key rows only
-        "count": pl.Int64,
-        "mean_log_q": pl.Float64,
-        "std_log_q": pl.Float64,
-        "prev_log_q": pl.Float64,
-        "last_ds": pl.Date,
-    }
-)
-
-
-def normalize_job_name(job_name: str) -> str:
-    """The family key of one raw job name: lowercased, run-specific tokens removed."""
-    name = job_name.lower()
-    previous = None
-    while previous != name:  # a removed token can expose a neighbour that shared its separator
-        previous, name = name, _RUN_TOKEN.sub("", name)
-    return re.sub(rf"^{_SEPARATORS}+", "", name)
-
-
-def _normalize_series(names: pl.Series) -> pl.Series:
-    distinct = names.unique().to_frame("name")
-    table = distinct.with_columns(
-        family=pl.col("name").map_elements(normalize_job_name, return_dtype=pl.String)
-    )
-    return names.to_frame("name").join(table, on="name", how="left", maintain_order="left")[
-        "family"
-    ]
-
-
-def family_expr(job_name: pl.Expr) -> pl.Expr:
-    """``normalize_job_name`` as a polars expression (one Python call per distinct name)."""
-    return job_name.map_batches(_normalize_series, return_dtype=pl.String)
-
-
-def with_family(rows: pl.DataFrame) -> pl.DataFrame:
-    """Rows with a ``family`` column; one already present (computed once upstream) is kept."""
-    if "family" in rows.columns:
-        return rows
-    return rows.with_columns(family=family_expr(pl.col("job_name")))
-
-
-def _valid(rows: pl.DataFrame) -> pl.DataFrame:
-    return with_family(rows.filter(pl.col("throughput") > 0)).with_columns(
-        log_q=pl.col("throughput").log()
-    )
-
-
-def _statistics(valid: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    return valid.group_by(keys).agg(
-        pl.col("model_type").last(),
-        pl.len().cast(pl.Int64).alias("count"),
-        pl.col("log_q").mean().alias("mean_log_q"),
-        pl.col("log_q").std(ddof=0).alias("std_log_q"),
-        pl.col("log_q").last().alias("prev_log_q"),
-        pl.col("ds").max().alias("last_ds"),
-    )
-
-
-def history_snapshot(
-    rows: pl.DataFrame, as_of: dt.date, max_families: int = MAX_SNAPSHOT_FAMILIES
-) -> pl.DataFrame:
-    """Per-family and per-family-and-type statistics over all rows up to and including ``as_of``.
-
-    Keeps the ``max_families`` most recently seen families (ties broken by name), with all their
-    per-type rows, so the snapshot a model ships has a bounded size.
-    """
-    if max_families < 1:
-        raise ValueError(f"max_families={max_families!r} must be at least 1")
-    valid = _valid(rows.filter(pl.col("ds") <= as_of)).sort("launch_ts", "attempt_id")
-    families = (
-        _statistics(valid, ["family"])
-        .sort(["last_ds", "family"], descending=[True, False])
-        .head(max_families)
-        .with_columns(hardware_type=pl.lit(None, dtype=pl.String))
-    )
-    per_type = _statistics(
-        valid.join(families.select("family"), on="family", how="semi"), ["family", "hardware_type"]
-    ).sort(["family", "hardware_type"])
-    with_keys = (
-        valid
-        if set(KEY_COLUMNS) <= set(valid.columns)
-        else valid.clear().with_columns(
-            pl.lit(None, dtype=pl.Int64).alias(c) for c in ("num_trainers", "batch_size")
-        )
-    )  # rows without the key's columns (a caller's own frame) give no key rows
-    keys = (
-        with_keys.group_by(list(KEY_COLUMNS))
-        .agg(
-            pl.len().cast(pl.Int64).alias("count"),
-            pl.col("log_q").mean().alias("mean_log_q"),
-            pl.col("log_q").std(ddof=0).alias("std_log_q"),
-            pl.col("log_q").last().alias("prev_log_q"),
-            pl.col("ds").max().alias("last_ds"),
-        )
-        .filter(pl.col("count") >= KEY_MIN_SUPPORT)
-        .with_columns(family=pl.lit(None, dtype=pl.String))
-        .sort(list(KEY_COLUMNS))
-    )
-    parts = [
-        frame.with_columns(
-            pl.lit(None, dtype=pl.Int64).alias(c)
-            for c in ("num_trainers", "batch_size")
-            if c not in frame.columns
-        ).select(SNAPSHOT_SCHEMA.names())
-        for frame in (families, per_type, keys)
-    ]
-    return pl.concat([part.cast(dict(SNAPSHOT_SCHEMA)) for part in parts])
 
 
 def _ordered_means(frame: pl.DataFrame, key: str, value: str) -> dict[str, float]:

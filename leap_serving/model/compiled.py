@@ -12,7 +12,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .cascade import BinnedCascade, bin_probabilities, combine, gate_bins
+from .cascade import BinnedCascade
+from .gating import bin_probabilities, combine, gate_bins
 from .trees import (
     GROUP_ROWS,
     ROW_BLOCK,

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .features import FEATURE_COLUMNS
+from ..launch.features import FEATURE_COLUMNS
 
 NOVELTY_FEATURES: tuple[str, ...] = (
     "arch_flops_per_sample",

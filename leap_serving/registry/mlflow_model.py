@@ -3,6 +3,6 @@ unpickling an object, so a model version carries no pickled code."""
 
 import mlflow.models
 
-from leap_serving.pyfunc import LeapPyfunc
+from leap_serving.registry.pyfunc import LeapPyfunc
 
 mlflow.models.set_model(LeapPyfunc())

@@ -1,0 +1,125 @@
+"""The pricing, premium and trial policy: a scored launch's candidates priced and put in order.
+
+Each candidate's predicted throughput is divided by the job's cost on the type (``job_devices``
+of the contract, the definition the oracle and the routing simulation share). The order is by
+that throughput per dollar (``rank_by="median"``), by the lower end of the model's interval per
+dollar (``"lower"``: risk-aware), or, for a launch of a novel architecture, by the roofline
+prior's.
+
+The premium rule: a premium type stays only if its throughput per dollar is at least
+``premium_min_ratio`` times that of the best non-premium candidate (1.0 by default: a premium
+type must pay for itself). With no non-premium candidate, premium types stay.
+
+The trial rule: where the model has intervals, the candidate worth one trial run is named
+(``exploration.trial_run``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from ..launch.contract import job_devices
+from .exploration import Candidate, trial_run
+from .loaded import Loaded
+from .results import CandidateScore, JobError, Ranking
+
+
+def order_candidates(
+    launch, types, log_q, bins, probability, history_found, loaded: Loaded, ignored, prior,
+    novelty, interval, measured, *, rank_by: str, premium_min_ratio: float,
+) -> Ranking:  # fmt: skip
+    """One launch's ranking from its candidates' predictions (``log_q``, the bins and their
+    probability, the prior, the interval, whether history was found and measured on the type)."""
+    throughput = np.exp(log_q)
+    roofline = np.exp(prior)
+    # a novel launch is ordered by the roofline prior, which needs it for every candidate
+    by_prior = novelty is not None and novelty.novel and bool(np.all(np.isfinite(roofline)))
+    if not np.all(np.isfinite(throughput)):
+        bad = [t for t, q in zip(types, throughput, strict=True) if not np.isfinite(q)]
+        raise JobError(f"the model predicted no finite throughput for {bad}", "prediction")
+    specs = [loaded.specs[t] for t in types]
+    devices = job_devices(
+        launch["num_trainers"],
+        launch.get("requested_devices_per_host"),
+        [spec["devices_per_host"] for spec in specs],
+    )
+    fields = []
+    for j, hardware_type in enumerate(types):
+        spec = specs[j]
+        cost = float(spec["hourly_cost_usd"] * devices[j])
+        if not cost > 0 or not math.isfinite(cost):
+            raise JobError(
+                f"hardware_type {hardware_type} has no usable hourly cost ({cost})",
+                "prediction",
+            )
+        fields.append({
+            "hardware_type": hardware_type,
+            "predicted_throughput": float(throughput[j]),
+            "cost_per_hour": cost,
+            "throughput_per_cost": float(throughput[j] * 3600.0 / cost),
+            "bin": int(bins[j]),
+            "bin_probability": float(probability[j]),
+            "history_found": bool(history_found[j]),
+            "premium": bool(spec["premium"]),
+            "roofline_throughput": float(roofline[j]) if math.isfinite(roofline[j]) else None,
+            "throughput_low": float(interval[0][j]) if math.isfinite(interval[0][j]) else None,
+            "throughput_high": float(interval[1][j]) if math.isfinite(interval[1][j]) else None,
+        })  # fmt: skip
+
+    # samples per dollar as the ranking reads it: the model's (the lower end of its interval
+    # when risk-aware), or the prior's when novel
+    bounded = bool(np.all(np.isfinite(interval[0])))  # False: a model without intervals
+    by_lower = not by_prior and rank_by == "lower" and bounded
+
+    def value(f: dict[str, Any]) -> float:
+        if by_prior:
+            return f["roofline_throughput"] * 3600.0 / f["cost_per_hour"]
+        if by_lower:
+            return f["throughput_low"] * 3600.0 / f["cost_per_hour"]
+        return f["throughput_per_cost"]
+
+    bar = max((value(f) for f in fields if not f["premium"]), default=None)
+    kept, removed = [], []
+    for f in fields:
+        if f["premium"] and bar is not None and value(f) < premium_min_ratio * bar:
+            reason = (
+                f"premium type removed: {value(f):,.0f} samples per dollar is below "
+                f"{premium_min_ratio:g} x the best non-premium candidate's {bar:,.0f}"
+            )
+            removed.append(CandidateScore(**f, rank=None, removed_reason=reason))
+        else:
+            kept.append(f)
+    kept.sort(key=lambda f: (-value(f), f["hardware_type"]))
+    ranked = [CandidateScore(**f, rank=r) for r, f in enumerate(kept, start=1)]
+    trial = None
+    # the trial rule reads the model's intervals: both ends, finite and positive
+    if bounded and not by_prior and np.all(np.isfinite(interval[1])) and np.all(interval[0] > 0):
+        was_measured = dict(zip(types, measured.tolist(), strict=True))
+        trial = trial_run(
+            [
+                Candidate(
+                    f["hardware_type"], f["throughput_per_cost"],
+                    f["throughput_low"] * 3600.0 / f["cost_per_hour"],
+                    f["throughput_high"] * 3600.0 / f["cost_per_hour"],
+                    was_measured[f["hardware_type"]],
+                )
+                for f in kept
+            ],
+            loaded.model.intervals.level,
+        )  # fmt: skip
+    return Ranking(
+        ranked, removed, loaded.version, None, ignored,
+        novelty=None if novelty is None else asdict(novelty),
+        order="roofline_prior" if by_prior else "model_lower" if by_lower else "model",
+        interval_level=None if loaded.model.intervals is None else loaded.model.intervals.level,
+        worth_a_trial=trial,
+        order_reason=(
+            f"novel architecture: {novelty.distance:.2f} from the nearest known model type "
+            f"{novelty.nearest_model_type} (threshold {novelty.threshold:.2f}); ranked by "
+            "the roofline prior's throughput per dollar"
+        ) if by_prior else None,
+    )  # fmt: skip

@@ -1,0 +1,119 @@
+"""What a ranking returns: the candidates' scores best first, or an empty ranking with its reason.
+
+``Ranker.rank`` never raises into the caller: any failure gives an empty ranking with the reason
+and a reason code (``REASON_CODES``), logged; an unexpected error is logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+log = logging.getLogger("leap_serving")
+
+# why a ranking can be empty; ``Ranker.stats()`` counts each
+REASON_CODES = (
+    "model_loading",  # the first model is not ready yet
+    "no_model",  # no model could be loaded
+    "invalid_job",  # a launch field is missing or malformed
+    "invalid_candidates",  # no, malformed or unknown candidate types
+    "launch_date",  # the launch is not after the model's history snapshot
+    "routing_off",  # the routing switch of the model type is off
+    "prediction",  # the model predicted no usable throughput or the type no usable cost
+    "internal_error",  # a bug: logged with its traceback
+)
+
+
+@dataclass(frozen=True)
+class CandidateScore:
+    hardware_type: str
+    predicted_throughput: float  # samples/s
+    cost_per_hour: float  # USD per hour for the job: hourly cost x contract.job_devices
+    throughput_per_cost: float  # samples per USD
+    rank: int | None  # 1 = best; None when removed
+    bin: int  # the cascade bin the classifier chose
+    bin_probability: float
+    history_found: bool  # the job's family was in the model's history snapshot
+    premium: bool
+    removed_reason: str | None = None
+    roofline_throughput: float | None = None  # samples/s by the roofline prior alone
+    # the model's conformal interval on throughput at the Ranking's ``interval_level`` (None:
+    # a model published before intervals existed)
+    throughput_low: float | None = None
+    throughput_high: float | None = None
+
+
+@dataclass(frozen=True)
+class Ranking:
+    ranking: list[CandidateScore]
+    removed: list[CandidateScore] = field(default_factory=list)
+    model_version: str | None = None
+    reason: str | None = None  # why the ranking is empty, in plain words
+    ignored_fields: list[str] = field(default_factory=list)
+    reason_code: str | None = None  # one of REASON_CODES when empty
+    # the launch's architecture against the model's known types (``novelty.Novelty``)
+    novelty: dict[str, Any] | None = None
+    # what orders the ranking: "model", "model_lower" (the interval's lower end, risk-aware),
+    # or "roofline_prior" for a novel launch
+    order: str = "model"
+    order_reason: str | None = None
+    interval_level: float | None = None  # the coverage throughput_low/high are calibrated to
+    # the candidate worth one trial run (``exploration.trial_run``): its type, the expected
+    # share of the cost per sample a trial can save and why; None when none is
+    worth_a_trial: dict[str, Any] | None = None
+
+    @property
+    def preference_list(self) -> list[str]:
+        return [c.hardware_type for c in self.ranking]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model_version": self.model_version,
+            "ranking": [asdict(c) for c in self.ranking],
+            "removed": [asdict(c) for c in self.removed],
+            "reason": self.reason,
+            "reason_code": self.reason_code,
+            "ignored_fields": list(self.ignored_fields),
+            "novelty": self.novelty,
+            "order": self.order,
+            "order_reason": self.order_reason,
+            "interval_level": self.interval_level,
+            "worth_a_trial": self.worth_a_trial,
+        }
+
+
+class JobError(ValueError):
+    """The job or candidate list cannot be ranked; the message is the ranking's reason, the
+    code one of ``REASON_CODES``."""
+
+    def __init__(self, reason: str, code: str = "invalid_job") -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+def empty_ranking(exc: Exception, version: str | None, job: Any, quiet: bool = False) -> Ranking:
+    """An empty ranking with the failure's reason, logged; ``quiet``: a canary's shadow answer,
+    which no caller sees (its failures are logged as the canary's)."""
+    name = shown(job.get("job_name") if isinstance(job, Mapping) else None)
+    shadow = "canary's shadow " if quiet else ""
+    if isinstance(exc, JobError):
+        reason, code = str(exc), exc.code
+        log.log(logging.DEBUG if quiet else logging.WARNING,
+                "leap_serving: %sempty ranking for job %s: %s", shadow, name, reason)  # fmt: skip
+    else:  # not a bad input we know of: a bug, kept with its traceback
+        reason, code = f"ranking failed: {type(exc).__name__}: {exc}", "internal_error"
+        log.log(logging.WARNING if quiet else logging.ERROR,
+                "leap_serving: %sempty ranking for job %s: %s", shadow, name, reason,
+                exc_info=exc)  # fmt: skip
+    return Ranking([], [], version, reason, reason_code=code)
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A caller's value as a reason shows it: short, and safe whatever its ``repr`` does."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
