@@ -37,7 +37,7 @@ from leap_pipeline.simulation import HIDDEN_FACTORS, SPAN_START, SimulatedFleet
 from leap_serving.decide import metrics
 from leap_serving.launch.features import FEATURE_COLUMNS, FEATURE_GROUPS
 from leap_serving.launch.history import MODEL_TYPE_HISTORY_FEATURES
-from leap_serving.model.cascade import single_gbdt
+from leap_serving.model.cascade import make_single_gbdt_booster
 from leap_serving.model.fitting import fit_booster
 
 # factors a model could in principle learn (the noise is each attempt's own: never revealed)
@@ -56,7 +56,8 @@ LADDER = {
 def fit_and_score(columns, window, held_out, validation, profile) -> float:
     X = window.select(columns).to_numpy()
     with threadpool_limits(1):
-        model = fit_booster(single_gbdt(profile), X, window["log_q"].to_numpy(), validation)
+        booster = make_single_gbdt_booster(profile)
+        model = fit_booster(booster, X, window["log_q"].to_numpy(), validation)
         predicted = np.exp(model.predict(held_out.select(columns).to_numpy()))
     return metrics.within(predicted, held_out["throughput"].to_numpy(), 20)
 

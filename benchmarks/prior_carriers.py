@@ -24,7 +24,7 @@ from leap_pipeline.studies.splits import GROUP_KEYS, groups, leave_one_group_out
 from leap_serving.decide import metrics
 from leap_serving.launch.families import with_family
 from leap_serving.launch.features import FEATURE_COLUMNS, PRIOR_COLUMNS
-from leap_serving.model.cascade import single_gbdt
+from leap_serving.model.cascade import make_single_gbdt_booster
 from leap_serving.model.fitting import fit_booster
 
 SPLIT = "leave-model-hardware-out"
@@ -67,7 +67,7 @@ def main() -> None:
                 base_train = np.nan_to_num(prior(X_train, FIRST[name]), nan=fallback)
                 base_test = np.nan_to_num(prior(X_test, FIRST[name]), nan=fallback)
             with threadpool_limits(1):
-                model = fit_booster(single_gbdt("fast"), X_train, y - base_train)
+                model = fit_booster(make_single_gbdt_booster("fast"), X_train, y - base_train)
             predicted[name][test_mask] = np.exp(model.predict(X_test) + base_test)
         intensity = X_test[:, FEATURE_COLUMNS.index("arch_arithmetic_intensity")]
         predicted["physics"][test_mask] = physics_predict(train, test, specs, intensity)

@@ -113,7 +113,7 @@ def main() -> None:
     for name, p in predicted.items():
         print(
             f"  {name:12} w20 {metrics.within(p, q, 20):.3f}  MdAPE {metrics.mdape(p, q):.1f}%"
-            f"  coverage {metrics.coverage(p):.3f}  top-1 fastest {top1[name]:.3f}"
+            f"  coverage {metrics.predicted_share(p):.3f}  top-1 fastest {top1[name]:.3f}"
         )
     print(f"  rule 'highest FP16 peak': top-1 fastest {top1['highest_fp16_peak']:.3f}")
 

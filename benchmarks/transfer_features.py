@@ -18,7 +18,7 @@ from leap_pipeline.modeling.evaluation import HISTORY_GROUPS, history_groups
 from leap_pipeline.modeling.selection import training_window, validation_rows
 from leap_serving.decide import metrics
 from leap_serving.launch.features import FEATURE_COLUMNS
-from leap_serving.model.cascade import BinnedCascade, single_gbdt
+from leap_serving.model.cascade import BinnedCascade, make_single_gbdt_booster
 from leap_serving.model.fitting import fit_booster
 from leap_serving.model.profiles import profile_params
 
@@ -52,7 +52,7 @@ def main() -> None:
         for label, columns in (("without", WITHOUT), ("with", list(FEATURE_COLUMNS))):
             X, X_day = window.select(columns).to_numpy(), rows.select(columns).to_numpy()
             with threadpool_limits(1):
-                gbdt = fit_booster(single_gbdt(args.profile), X, y, validation)
+                gbdt = fit_booster(make_single_gbdt_booster(args.profile), X, y, validation)
             cascade = BinnedCascade(**profile_params(args.profile))
             cascade.fit(X, y, validation=validation)
             for name, model in (("single_gbdt", gbdt), ("cascade", cascade)):

@@ -7,7 +7,7 @@ from sklearn.exceptions import NotFittedError
 
 from leap_serving.decide import metrics
 from leap_serving.model.boosters import EARLY_STOPPING_TOL
-from leap_serving.model.cascade import BinnedCascade, single_gbdt
+from leap_serving.model.cascade import BinnedCascade, make_single_gbdt_booster
 from leap_serving.model.profiles import N_BINS, PROFILES, profile_params
 from leap_serving.model.trees import ROW_BLOCK
 
@@ -176,7 +176,8 @@ def test_profiles_are_the_papers_and_a_fast_one():
     params = BinnedCascade(**paper).get_params()
     assert params["em_sample"] == paper["em_sample"] < 1.0
     assert params["feature_fraction"] == paper["feature_fraction"] < 1.0
-    assert single_gbdt("paper").get_params()["feature_fraction"] == paper["feature_fraction"]
+    booster = make_single_gbdt_booster("paper")
+    assert booster.get_params()["feature_fraction"] == paper["feature_fraction"]
     with pytest.raises(ValueError, match="profile='huge'"):
         profile_params("huge")
 

@@ -11,8 +11,8 @@ from leap_serving.model.intervals import (
     MIN_CLASS_ROWS,
     ConformalIntervals,
     conformal_quantile,
-    coverage,
     history_class,
+    interval_coverage,
 )
 
 COLD, HW_COUNT = FEATURE_COLUMNS.index("hist_cold_start"), FEATURE_COLUMNS.index("hist_hw_count")
@@ -51,7 +51,7 @@ def test_intervals_cover_the_level_on_fresh_draws_and_widen_where_errors_are_lar
     intervals = ConformalIntervals.calibrate(*_draw(rng, 4000, noise), level=0.8)
     predicted, measured, types, X = _draw(rng, 40000, noise)
     low, high = intervals.bounds(predicted, types, X)
-    got = coverage(low, high, np.exp(measured), types)
+    got = interval_coverage(low, high, np.exp(measured), types)
     assert 0.78 <= got["overall"] <= 0.82
     for hardware_type in noise:  # each class covers its level, not just the pool
         assert 0.77 <= got["groups"][hardware_type]["coverage"] <= 0.83
@@ -60,7 +60,7 @@ def test_intervals_cover_the_level_on_fresh_draws_and_widen_where_errors_are_lar
     # one interval for both would cover the noisy type far less than 80%
     pooled = ConformalIntervals(0.8, intervals.overall)
     low, high = pooled.bounds(predicted, types, X)
-    assert coverage(low, high, np.exp(measured), types)["groups"]["H100"]["coverage"] < 0.7
+    assert interval_coverage(low, high, np.exp(measured), types)["groups"]["H100"]["coverage"] < 0.7
 
 
 def test_a_thin_class_borrows_its_history_class_then_the_overall_quantile():

@@ -22,7 +22,7 @@ def test_mdape_median_ratio_and_coverage():
     measured = [100.0, 100.0, 100.0, 100.0]
     assert metrics.mdape(predicted, measured) == pytest.approx(10.0)
     assert metrics.median_ratio(predicted, measured) == pytest.approx(1.1)
-    assert metrics.coverage(predicted) == 0.75
+    assert metrics.predicted_share(predicted) == 0.75
 
 
 def test_metrics_reject_non_positive_measurements_and_shape_mismatch():

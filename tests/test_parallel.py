@@ -31,7 +31,7 @@ def _predictions(window, **cascade_params) -> dict[str, np.ndarray]:
     return {
         "cascade": models.cascade.predict(X),
         "published": models.published.predict(X),
-        "single_gbdt": models.single_gbdt.predict(X),
+        "single_gbdt": models.single_gbdt_booster.predict(X),
     }
 
 

@@ -15,7 +15,7 @@ from leap_pipeline.modeling.selection import split_window, validation_rows
 from leap_pipeline.studies import ablations
 from leap_serving.decide import metrics
 from leap_serving.launch.features import FEATURE_COLUMNS
-from leap_serving.model.cascade import single_gbdt
+from leap_serving.model.cascade import make_single_gbdt_booster
 from leap_serving.model.fitting import fit_booster
 
 
@@ -258,7 +258,7 @@ def test_the_ladder_scores_the_nights_single_gbdt_and_refits_only_the_lower_rung
     window, rows = _study_window(rng), _study_window(rng, days=1)
     training, _ = split_window(window)
     single = fit_booster(
-        single_gbdt("quick"), training.select(FEATURE_COLUMNS).to_numpy(),
+        make_single_gbdt_booster("quick"), training.select(FEATURE_COLUMNS).to_numpy(),
         training["log_q"].to_numpy(), validation_rows(training),
     )  # fmt: skip
     fitted_columns = []

@@ -322,7 +322,7 @@ def test_the_run_carries_every_hyperparameter_and_its_training_window(fleet):
     the training window as the run's input dataset (named by its days, with the feature list as
     its schema); the materialization's records stay one path, whatever the number of days."""
     from leap_serving.launch.features import FEATURE_COLUMNS
-    from leap_serving.model.cascade import BinnedCascade, single_gbdt
+    from leap_serving.model.cascade import BinnedCascade, make_single_gbdt_booster
 
     trained = _train(fleet, run_kind="test", window_days=8)
     assert trained.success
@@ -332,7 +332,7 @@ def test_the_run_carries_every_hyperparameter_and_its_training_window(fleet):
     for prefix, names in (
         ("cascade", BinnedCascade().get_params()),
         ("published", BinnedCascade().get_params()),
-        ("single_gbdt", single_gbdt("quick").get_params()),
+        ("single_gbdt", make_single_gbdt_booster("quick").get_params()),
     ):
         missing = sorted(f"{prefix}.{n}" for n in names if f"{prefix}.{n}" not in params)
         assert missing == []

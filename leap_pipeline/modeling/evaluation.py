@@ -15,7 +15,12 @@ from leap_pipeline.modeling.lookup_table import HEAD_MODEL_TYPES
 from leap_pipeline.modeling.selection import TrainedModels, predictions
 from leap_serving.decide import metrics
 from leap_serving.launch.features import FEATURE_COLUMNS
-from leap_serving.model.intervals import HISTORY_CLASSES, coverage, coverage_name, history_class
+from leap_serving.model.intervals import (
+    HISTORY_CLASSES,
+    history_class,
+    interval_coverage,
+    interval_metric_name,
+)
 from leap_serving.model.novelty import Novelty
 
 TORSO_MODEL_TYPES = 100
@@ -65,7 +70,7 @@ def score(predicted: np.ndarray, measured: np.ndarray, weights=None) -> dict[str
     out = {f"w{k}": metrics.within(p, measured, k) for k in metrics.TOLERANCES}
     out["mdape"] = metrics.mdape(p, measured)
     out["median_ratio"] = metrics.median_ratio(p, measured)
-    out["coverage"] = metrics.coverage(p)
+    out["coverage"] = metrics.predicted_share(p)
     out["attempts"] = float(len(p))
     if weights is not None:
         out["w20_device_hours"] = metrics.within(p, measured, 20, weights=weights)
@@ -155,9 +160,9 @@ def interval_scores(
     history = np.array(HISTORY_CLASSES)[history_class(X)]
     return {
         "level": models.intervals.level,
-        "coverage": coverage(low, high, measured)["overall"],
-        "by_hardware_type": coverage(low, high, measured, types)["groups"],
-        "by_history": coverage(low, high, measured, history)["groups"],
+        "coverage": interval_coverage(low, high, measured)["overall"],
+        "by_hardware_type": interval_coverage(low, high, measured, types)["groups"],
+        "by_history": interval_coverage(low, high, measured, history)["groups"],
         "width_median": float(np.median((high - low) / published)),
     }
 
@@ -180,7 +185,7 @@ def headline(evaluation: dict) -> dict[str, float | None]:
     out["table1_published_w20"] = evaluation["table1"]["published_w20"]
     intervals = evaluation.get("intervals")
     if intervals is not None:
-        out[coverage_name(intervals["level"])] = intervals["coverage"]
+        out[interval_metric_name(intervals["level"])] = intervals["coverage"]
         out["interval_width_median"] = intervals["width_median"]
     drift = evaluation.get("drift")
     if drift:

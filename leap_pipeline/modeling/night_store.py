@@ -50,7 +50,7 @@ def save_trained(
                 "selection": models.selection,
             },
         ).save(version / "cascade")  # fmt: skip
-        dump_model(models.single_gbdt, version / "single_gbdt.json")
+        dump_model(models.single_gbdt_booster, version / "single_gbdt.json")
         dump_model(models.cascade, version / "cascade_candidate.json")
         models.lookup.entries.write_parquet(version / "lookup_entries.parquet")
         models.model_type_ranks.write_parquet(version / "model_type_ranks.parquet")
@@ -100,7 +100,7 @@ def load_trained(folder: Path) -> tuple[TrainedModels, LeapModel]:
     published = LeapModel.load(folder / "cascade")
     models = TrainedModels(
         cascade=cascade,
-        single_gbdt=gbdt,
+        single_gbdt_booster=gbdt,
         published=published.cascade,
         selection=published.metadata["selection"],
         lookup=LookupTable(

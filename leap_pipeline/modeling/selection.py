@@ -20,6 +20,7 @@ from leap_pipeline.modeling.progress import Progress
 from leap_pipeline.settings import MIN_SUPPORT, MIN_WINDOW_DAYS, WINDOW_DAYS
 from leap_serving.decide import metrics
 from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.model.boosters import GBDTRegressor
 from leap_serving.model.cascade import BinnedCascade
 from leap_serving.model.fitting import cascade_units
 from leap_serving.model.gating import GATINGS
@@ -50,7 +51,7 @@ class TrainedModels:
     one-bin cascade when the single GBDT won, so the artifact and the serving path are one)."""
 
     cascade: BinnedCascade
-    single_gbdt: object
+    single_gbdt_booster: GBDTRegressor  # the one-bin cascade's expert, scored as "single_gbdt"
     published: BinnedCascade
     selection: dict
     lookup: LookupTable
@@ -150,7 +151,7 @@ def fit_models(
     published = selection.pop("model")
     return TrainedModels(
         cascade=cascade,
-        single_gbdt=one_bin.experts_[0],
+        single_gbdt_booster=one_bin.experts_[0],
         published=published,
         selection=selection,
         lookup=build_lookup_table(
@@ -205,22 +206,22 @@ def calibrate_intervals(model: BinnedCascade, rows: pl.DataFrame) -> ConformalIn
 
 def select_model(
     cascade: BinnedCascade,
-    single_gbdt: BinnedCascade,
+    one_bin_cascade: BinnedCascade,
     X: np.ndarray,
     measured: np.ndarray,
     z: float = SELECTION_Z,
     challengers: dict[str, BinnedCascade] | None = None,
 ) -> dict:
-    """Score the single GBDT (a one-bin cascade), the cascade under every gating and any other
-    ``challengers`` on rows no model trained on, and pick the one to publish: the best
-    challenger if its w20 beats the single GBDT's by more than ``z`` standard errors of the
-    paired difference, else the single GBDT. Returns the model, its name, every candidate's
-    w20, the best challenger's margin and the bar it had to clear."""
+    """Score the single GBDT (``one_bin_cascade``, named ``"single_gbdt"``), the cascade under
+    every gating and any other ``challengers`` on rows no model trained on, and pick the one to
+    publish: the best challenger if its w20 beats the single GBDT's by more than ``z`` standard
+    errors of the paired difference, else the single GBDT. Returns the model, its name, every
+    candidate's w20, the best challenger's margin and the bar it had to clear."""
 
     def hits(model: BinnedCascade) -> np.ndarray:
         return metrics.within_mask(np.exp(model.predict(X)), measured, 20)
 
-    candidates = {"single_gbdt": single_gbdt}
+    candidates = {"single_gbdt": one_bin_cascade}
     for gating in GATINGS:
         candidates[f"cascade_{gating}"] = copy.copy(cascade).set_params(gating=gating)
     candidates |= challengers or {}
@@ -253,7 +254,7 @@ def predictions(models: TrainedModels, rows: pl.DataFrame) -> pl.DataFrame:
         {
             "published": np.exp(models.published.predict(X)),
             "cascade": np.exp(models.cascade.predict(X)),
-            "single_gbdt": np.exp(models.single_gbdt.predict(X)),
+            "single_gbdt": np.exp(models.single_gbdt_booster.predict(X)),
             "lookup": models.lookup.predict(rows).cast(pl.Float64),
             "cascade_bin": bins,
             "cascade_bin_probability": probability,
@@ -269,7 +270,7 @@ def hyperparameters(models: TrainedModels) -> dict[str, str]:
         f"{name}.{key}": str(value)
         for name, model in (
             ("cascade", models.cascade),
-            ("single_gbdt", models.single_gbdt),
+            ("single_gbdt", models.single_gbdt_booster),
             ("published", models.published),
         )
         for key, value in sorted(model.get_params().items())

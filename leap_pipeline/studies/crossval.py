@@ -41,7 +41,7 @@ from leap_serving.launch.features import FEATURE_COLUMNS, build_features, roofli
 from leap_serving.launch.history import history_features
 from leap_serving.launch.snapshot import history_snapshot
 from leap_serving.model.cascade import BinnedCascade
-from leap_serving.model.intervals import LEVEL, ConformalIntervals, coverage_name
+from leap_serving.model.intervals import LEVEL, ConformalIntervals, interval_metric_name
 from leap_serving.model.profiles import profile_params
 
 __all__ = ["SPLITS", "exclude_groups", "folds", "run_split"]
@@ -358,7 +358,7 @@ def run_split(
             mdape = metrics.mdape(p, q)
             entry = {"w10": metrics.within(p, q, 10), "w20": metrics.within(p, q, 20),
                      "mdape": float(mdape) if np.isfinite(mdape) else None,  # none predicted
-                     "coverage": metrics.coverage(p)}  # fmt: skip
+                     "coverage": metrics.predicted_share(p)}  # fmt: skip
         if name in regrets:
             summary = {k: summarize(np.concatenate(regrets[name][k] or [np.empty(0)]))
                        for k in KINDS}  # fmt: skip
@@ -367,7 +367,7 @@ def run_split(
         result[name] = entry
     # leap's intervals on the rows of folds that could calibrate them
     calibrated = scored & np.isfinite(width)
-    result["leap"][coverage_name(LEVEL)] = (
+    result["leap"][interval_metric_name(LEVEL)] = (
         float(inside[calibrated].mean()) if calibrated.any() else None
     )
     result["leap"]["interval_width_median"] = (

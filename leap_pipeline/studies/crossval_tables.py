@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from leap_pipeline.studies.crossval import SCORED
 from leap_pipeline.studies.decisions import KINDS
-from leap_serving.model.intervals import LEVEL, coverage_name
+from leap_serving.model.intervals import LEVEL, interval_metric_name
 
 LABELS = {
     "leap": "**leap** (what a fold publishes)",
@@ -63,7 +63,7 @@ def split_table(split: str, result: dict) -> str:
         f"the test fold in {best['fastest']:.0%} of folds (fastest) and {best['per_cost']:.0%} "
         "(per dollar).",
     ]
-    leap, name = result["leap"], coverage_name(LEVEL)
+    leap, name = result["leap"], interval_metric_name(LEVEL)
     if leap.get(name) is not None:
         lines.append(
             f"leap's {LEVEL:.0%} intervals, calibrated in each fold on its held-out inner chunks: "

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.stats import binom, spearmanr
 
 from leap_pipeline.modeling import routing
-from leap_serving.model.intervals import COVERAGE_BAND, LEVEL, coverage_name
+from leap_serving.model.intervals import COVERAGE_BAND, LEVEL, interval_metric_name
 
 # a hardware type's coverage is held to the floor on nights it had at least this many attempts
 BUSY_TYPE_ATTEMPTS = 200
@@ -34,7 +34,7 @@ def night_monitoring(day: dt.date, evaluation: dict) -> dict:
     if scores is not None:
         out |= {
             "interval_level": scores["level"],
-            coverage_name(scores["level"]): scores["coverage"],
+            interval_metric_name(scores["level"]): scores["coverage"],
             "by_hardware_type": scores["by_hardware_type"],
             "by_history": scores["by_history"],
             "interval_width_median": scores["width_median"],

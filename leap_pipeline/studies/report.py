@@ -221,7 +221,7 @@ def build_report(
         },
     }
     log("ablation ladder")
-    report["ablation"] = ablation(window, rows, settings.profile, models.single_gbdt,
+    report["ablation"] = ablation(window, rows, settings.profile, models.single_gbdt_booster,
                                   models.cascade)  # fmt: skip
     phases["ablation"] = _lap()
     log("permutation importance")

@@ -57,7 +57,9 @@ def median_ratio(predicted, measured) -> float:
     return float(np.median(p[ok] / q[ok])) if ok.any() else float("nan")
 
 
-def coverage(predicted) -> float:
-    """Share of attempts that got a prediction."""
+def predicted_share(predicted) -> float:
+    """Share of attempts that got a prediction (not an interval's coverage: see
+    ``intervals.interval_coverage``). Evaluations keep it under the key ``"coverage"``, the name
+    their JSON has always carried."""
     p = np.asarray(predicted, dtype=float)
     return float(np.mean(~np.isnan(p))) if len(p) else float("nan")

@@ -37,7 +37,7 @@ from .gating import GATINGS, bin_probabilities, gate
 from .profiles import GATING, N_BINS, profile_params
 
 
-def single_gbdt(profile: str = "fast", random_state: int = 0) -> GBDTRegressor:
+def make_single_gbdt_booster(profile: str = "fast", random_state: int = 0) -> GBDTRegressor:
     """The reference model: one median regressor in log space with the profile's trees and
     early stopping, built as the night's one-bin cascade builds its expert, on every core."""
     params = profile_params(profile) | {"n_bins": 1, "n_threads": None}

@@ -49,8 +49,11 @@ def history_class(X: np.ndarray) -> np.ndarray:
     )
 
 
-def coverage_name(level: float) -> str:
-    """The metric an interval's coverage is logged under: ``coverage_80`` for 80%."""
+def interval_metric_name(level: float) -> str:
+    """The MLflow metric an interval's coverage is logged under: ``coverage_80`` for 80%.
+
+    The name predates the split of "coverage" into ``predicted_share`` (rows predicted) and
+    ``interval_coverage`` (measured inside the interval); it stays, as every logged run has it."""
     return f"coverage_{round(level * 100)}"
 
 
@@ -146,10 +149,12 @@ class ConformalIntervals:
         )
 
 
-def coverage(
+def interval_coverage(
     low: np.ndarray, high: np.ndarray, measured: np.ndarray, groups: np.ndarray | None = None
 ) -> dict[str, Any]:
-    """Share of ``measured`` inside [low, high], overall and per value of ``groups``."""
+    """Share of ``measured`` inside [low, high], overall and per value of ``groups``: the
+    interval coverage, not ``metrics.predicted_share`` (the share of rows given a prediction).
+    The per-group key stays ``"coverage"``: evaluation JSON written before the rename has it."""
     inside = (np.asarray(measured) >= low) & (np.asarray(measured) <= high)
     out: dict[str, Any] = {"overall": float(inside.mean()) if len(inside) else None}
     if groups is not None:
