@@ -2,15 +2,18 @@
 
 Each table is partitioned by its ``ds`` column. Writing a partition deletes and inserts in one
 transaction, so a re-run replaces exactly that day and a failure half way leaves the previous rows.
-DuckDB lets one process open a file at a time: pipeline runs that write it are serialized (see
-``definitions.py``), and serving never opens it.
+DuckDB lets one process write a file, or several read it, at a time: every call opens the file
+for itself and closes it (``Warehouse``), so concurrent runs wait for one another's operations,
+never for one another's runs. Serving never opens it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import random
 import re
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -82,15 +85,68 @@ def _table(name: str) -> str:
 
 
 class Warehouse:
-    """An open connection to the warehouse file; use as a context manager."""
+    """The warehouse file, opened for each operation and closed after it.
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, path: Path) -> None:
-        self._con = connection
+    DuckDB lets one process write a file, or several read it, at a time. Holding a connection
+    for a whole run made a night that trains for minutes lock every other run out (a day
+    materialized from the UI failed after the wait). Here each call is its own short critical
+    section: a read opens the file read-only, so readers in other processes proceed together;
+    a write opens it for writing and replaces its days in one transaction. Another process
+    waits at most one operation, not one run; a reader sees a day's old rows or its new ones,
+    never part of each. ``session()`` keeps one connection across several calls when they must
+    see the same state (a night's window and its day)."""
+
+    def __init__(self, path: Path, read_only: bool = False, wait_s: float | None = None) -> None:
         self.path = path
+        self.read_only = read_only
+        self.wait_s = environment().warehouse_wait_s if wait_s is None else wait_s
+        self._held: duckdb.DuckDBPyConnection | None = None
+        self._held_read_only = True
+
+    @contextmanager
+    def _connection(self, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+        if write and self.read_only:
+            raise WarehouseError(f"{self.path} was opened read-only: it cannot be written")
+        if self._held is not None:
+            if write and self._held_read_only:
+                raise WarehouseError(f"{self.path}: a read session cannot write; open a write one")
+            yield self._held
+            return
+        # one connection per file at a time in this process too: DuckDB refuses a read-only
+        # and a writing connection to one file side by side in a process
+        with _process_lock(self.path):
+            con = _connect(self.path, read_only=not write, wait_s=self.wait_s)
+            try:
+                yield con
+            finally:
+                con.close()
+
+    @contextmanager
+    def session(self, write: bool = False) -> Iterator[Warehouse]:
+        """Hold one connection for the calls inside: they see one state of the file, and other
+        processes wait until the block ends, so keep it short (no training inside)."""
+        if self._held is not None:
+            yield self
+            return
+        if not write and not self.path.exists():
+            yield self  # nothing to hold: every read says so
+            return
+        with self._connection(write) as con:
+            self._held, self._held_read_only = con, not write
+            try:
+                yield self
+            finally:
+                self._held = None
+
+    def _stored(self, con: duckdb.DuckDBPyConnection) -> set[str]:
+        return set(con.sql("SELECT table_name FROM duckdb_tables()").pl()["table_name"].to_list())
 
     def tables(self) -> list[str]:
-        found = self._con.sql("SELECT table_name FROM duckdb_tables()").pl()["table_name"]
-        return [t for t in TABLES if t in set(found.to_list())]
+        if not self.path.exists():
+            return []
+        with self._connection(write=False) as con:
+            found = self._stored(con)
+        return [t for t in TABLES if t in found]
 
     def has(self, table: str) -> bool:
         return _table(table) in self.tables()
@@ -103,7 +159,8 @@ class Warehouse:
         """Replace partition ``ds`` of several tables in one transaction: all land, or none.
 
         A table is created from the first frame written to it. A frame whose columns differ from
-        the stored table's is refused before anything changes.
+        the stored table's is refused before anything changes. The file is held for writing
+        only while the frames, prepared before, are written.
         """
         prepared = {}
         for table, rows in frames.items():
@@ -112,39 +169,43 @@ class Warehouse:
                 rows = rows.with_columns(ds=pl.lit(ds, dtype=pl.Date))
             if rows.height and (rows["ds"] != ds).fill_null(True).any():
                 raise WarehouseError(f"{table}: rows for partition {ds} carry other ds values")
-            if self.has(table) and self.columns(table) != rows.columns:
-                stored = self.columns(table)
-                new = [c for c in rows.columns if c not in stored]
-                gone = [c for c in stored if c not in rows.columns]
-                change = f"new columns {new}, dropped {gone}" if new or gone else "column order"
-                raise WarehouseError(
-                    f"{table}: the rows differ from the stored table ({change}); after a change "
-                    f"of schema, rebuild the warehouse: move {self.path} aside and materialize "
-                    "the days again"
-                )
             prepared[table] = rows
+        arrow = {table: rows.to_arrow() for table, rows in prepared.items()}
         views = {table: f"_incoming_{table}" for table in prepared}
-        for table, rows in prepared.items():
-            self._con.register(views[table], rows.to_arrow())
-        try:
-            self._con.execute("BEGIN TRANSACTION")
+        with self._connection(write=True) as con:
+            stored_tables = self._stored(con)
+            for table, rows in prepared.items():
+                if table in stored_tables and _columns(con, table) != rows.columns:
+                    stored = _columns(con, table)
+                    new = [c for c in rows.columns if c not in stored]
+                    gone = [c for c in stored if c not in rows.columns]
+                    change = f"new columns {new}, dropped {gone}" if new or gone else "column order"
+                    raise WarehouseError(
+                        f"{table}: the rows differ from the stored table ({change}); after a "
+                        f"change of schema, rebuild the warehouse: move {self.path} aside and "
+                        "materialize the days again"
+                    )
+            for table in prepared:
+                con.register(views[table], arrow[table])
             try:
-                for table in prepared:
-                    self._con.execute(_sql(_CREATE, table, view=views[table]))
-                    self._con.execute(_sql(_DELETE, table), [ds])
-                    self._con.execute(_sql(_INSERT, table, view=views[table]))
-                self._con.execute("COMMIT")
-            except BaseException:
-                self._con.execute("ROLLBACK")
-                raise
-        finally:
-            for view in views.values():
-                self._con.unregister(view)
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    for table in prepared:
+                        con.execute(_sql(_CREATE, table, view=views[table]))
+                        con.execute(_sql(_DELETE, table), [ds])
+                        con.execute(_sql(_INSERT, table, view=views[table]))
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+            finally:
+                for view in views.values():
+                    con.unregister(view)
         return {table: rows.height for table, rows in prepared.items()}
 
     def columns(self, table: str) -> list[str]:
-        described = self._con.sql(_sql(_DESCRIBE, table)).pl()
-        return described["column_name"].to_list()
+        with self._connection(write=False) as con:
+            return _columns(con, table)
 
     def read(
         self,
@@ -155,75 +216,100 @@ class Warehouse:
     ) -> pl.DataFrame:
         """Rows of partitions ``first`` .. ``last`` (inclusive; open ends read everything)."""
         _table(table)
-        if not self.has(table):
-            raise WarehouseError(f"{table}: no partition has been written to {self.path} yet")
-        stored = self.columns(table)
-        wanted = list(columns) if columns is not None else stored
-        unknown = [c for c in wanted if c not in stored]
-        if unknown:
-            raise WarehouseError(f"{table}: column(s) {unknown} not stored")
-        query = _sql(_SELECT, table, columns=wanted)
-        low = first or dt.date.min
-        high = last or dt.date.max
-        return self._con.sql(query, params=[low, high]).pl()
+        missing = WarehouseError(f"{table}: no partition has been written to {self.path} yet")
+        if not self.path.exists():
+            raise missing
+        with self._connection(write=False) as con:
+            if table not in self._stored(con):
+                raise missing
+            stored = _columns(con, table)
+            wanted = list(columns) if columns is not None else stored
+            unknown = [c for c in wanted if c not in stored]
+            if unknown:
+                raise WarehouseError(f"{table}: column(s) {unknown} not stored")
+            query = _sql(_SELECT, table, columns=wanted)
+            low = first or dt.date.min
+            high = last or dt.date.max
+            return con.sql(query, params=[low, high]).pl()
 
     def partitions(self, table: str) -> list[dt.date]:
-        if not self.has(table):
+        _table(table)
+        if not self.path.exists():
             return []
-        query = _sql(_PARTITIONS, table)
-        return self._con.sql(query).pl()["ds"].to_list()
+        with self._connection(write=False) as con:
+            if table not in self._stored(con):
+                return []
+            return con.sql(_sql(_PARTITIONS, table)).pl()["ds"].to_list()
 
     def count(self, table: str, ds: dt.date) -> int:
-        if not self.has(table):
+        _table(table)
+        if not self.path.exists():
             return 0
-        query = _sql(_COUNT, table)
-        return int(self._con.sql(query, params=[ds]).pl()["n"][0])
+        with self._connection(write=False) as con:
+            if table not in self._stored(con):
+                return 0
+            return int(con.sql(_sql(_COUNT, table), params=[ds]).pl()["n"][0])
+
+
+_PROCESS_LOCKS: dict[str, threading.RLock] = {}
+
+
+def _process_lock(path: Path) -> threading.RLock:
+    return _PROCESS_LOCKS.setdefault(str(path.resolve()), threading.RLock())
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    return con.sql(_sql(_DESCRIBE, table)).pl()["column_name"].to_list()
+
+
+# retries while another process holds the file: short at first (its operation is short), up to
+# this, with jitter so that two waiters do not retry in step
+MAX_RETRY_DELAY_S = 2.0
 
 
 def _connect(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
     """Connect, waiting with backoff while another process holds the file's lock."""
     deadline = time.monotonic() + wait_s
-    delay = 0.25
+    delay = 0.02
+    waited_since = time.monotonic()
+    warned = False
     while True:
         try:
             return duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise WarehouseError(f"cannot open {path}: {exc}") from exc
+            if not warned and time.monotonic() - waited_since > min(5.0, wait_s / 2):
+                log.warning("%s is held by another process; waiting up to %g s", path, wait_s)
+                warned = True
             left = deadline - time.monotonic()
             if left <= 0:
                 holder = re.search(r"PID (\d+)", str(exc))
                 who = f"process {holder.group(1)}" if holder else "another process"
                 raise WarehouseError(
                     f"cannot open {path}: {who} holds it (another LEAP command, a Dagster run or "
-                    f"the nightly job) and did not let go within {wait_s:g} s. DuckDB allows one "
-                    f"process per file: see it with `ps -p {holder.group(1) if holder else '<pid>'}"
-                    f"` or `fuser {path}`, wait for it, or raise ${LOCK_WAIT_ENV}"
+                    f"the nightly job) and did not let go within {wait_s:g} s. Each run holds "
+                    f"it for one read or write at a time: see the holder with `ps -p "
+                    f"{holder.group(1) if holder else '<pid>'}` or `fuser {path}`, or raise "
+                    f"${LOCK_WAIT_ENV}"
                 ) from exc
-            pause = min(delay, left)
-            log.warning("%s is locked by another process; retrying in %.1f s", path, pause)
-            time.sleep(pause)
-            delay = min(delay * 2, 10.0)
+            time.sleep(min(delay * random.uniform(0.5, 1.5), left))
+            delay = min(delay * 2, MAX_RETRY_DELAY_S)
 
 
 @contextmanager
 def open_warehouse(
     path: str | Path | None = None, read_only: bool = False, wait_s: float | None = None
 ) -> Iterator[Warehouse]:
-    """Open (creating if needed) the warehouse file. While another process holds it, wait up to
-    ``wait_s`` (default ``$LEAP_WAREHOUSE_WAIT_S`` or 120 s) with logged retries, then fail with
-    an error that names the holder."""
+    """The warehouse file (created on the first write). Each call on it opens the file and
+    closes it (``Warehouse``); while another process holds the file, a call waits up to
+    ``wait_s`` (default ``$LEAP_WAREHOUSE_WAIT_S`` or 120 s), then fails with an error that
+    names the holder."""
     path = Path(path) if path else default_path()
     if read_only and not path.exists():
         raise WarehouseError(f"no warehouse at {path}: materialize the pipeline first")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if wait_s is None:
-        wait_s = environment().warehouse_wait_s
-    connection = _connect(path, read_only, wait_s)
-    try:
-        yield Warehouse(connection, path)
-    finally:
-        connection.close()
+    yield Warehouse(path, read_only=read_only, wait_s=wait_s)
 
 
 def remove_warehouse(path: str | Path) -> None:

@@ -91,12 +91,15 @@ class NightInputs:
 
 
 def night_inputs(wh: Warehouse, day: dt.date, settings: TrainingSettings) -> NightInputs:
-    """Read night ``day``'s rows. A night needs its day's features: an error names the day."""
+    """Read night ``day``'s rows, the window and the day from one state of the warehouse (a
+    short read session: the night trains after it, holding nothing). A night needs its day's
+    features: an error names the day."""
     first, last = training_window(day, settings.window_days)
-    if wh.count("source_log", day) == 0:
-        raise ValueError(f"day={day}: its sources have not landed, so it has no feature rows")
-    window = wh.read("feature_table", first, last)
-    rows = wh.read("feature_table", day, day)
+    with wh.session():
+        if wh.count("source_log", day) == 0:
+            raise ValueError(f"day={day}: its sources have not landed, so it has no feature rows")
+        window = wh.read("feature_table", first, last)
+        rows = wh.read("feature_table", day, day)
     return NightInputs(day, window, rows, night_fingerprint(settings, window, rows))
 
 
