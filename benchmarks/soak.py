@@ -13,14 +13,16 @@ tags the schedule gave it, as the daemon would launch it. Along the way:
   the next evaluation of the tick;
 - a backfill of an old week, asked to promote (it must never move the alias backwards);
 - a rollback by a person;
-- two runs of the same night launched at once (two processes).
+- two runs of the same night launched at once (two processes);
+- with ``--ui-every-night``, each other night runs in a process of its own, as the daemon
+  launches it, and once it trains an earlier day is materialized again, as from the UI.
 
 It prints one JSON line: nights expected and trained, nights missed and trained twice, every
 row sent accounted for (landed, quarantined, dropped with its reason, lost), the alias's moves
 and whether any skipped the gate, whether the promotion history is complete, and the wall time
 per night.
 
-    .venv/bin/python benchmarks/soak.py --nights 40 --json
+    .venv/bin/python benchmarks/soak.py --nights 40 --json [--ui-every-night]
 """
 
 from __future__ import annotations
@@ -139,6 +141,7 @@ class Soak:
         self.defs = build_definitions(self.calendar)
         self.instance = dg.DagsterInstance.get()
         self.runs = 0
+        self.ui = {"materialized": 0, "failed": 0, "while_training": 0, "night_runs_failed": 0}
 
     # -- the schedule, as the daemon runs it -------------------------------------------------------
 
@@ -216,6 +219,43 @@ class Soak:
         process.wait()
         again = self.run_tick(day)  # the next evaluation finds the night untrained
         return f"killed mid-training: {killed}; resumed: {again}"
+
+    def night_beside_the_ui(self, day: dt.date) -> str:
+        """The night in its own process, as the daemon launches it; once it trains, the day
+        three days before is materialized again in this process, as a person does from the
+        UI. Both must succeed: each holds the warehouse for one operation at a time."""
+        from leap_pipeline.orchestration.runs import run_days
+
+        requests, skipped = self.tick(day)
+        for request in requests:
+            if request.asset_selection is not None and not self.launch(request):
+                return f"run {request.run_key} failed"
+        nightly = [r for r in requests if r.asset_selection is None]
+        if not nightly:
+            return skipped or "no night to run"
+        process = self.spawn(nightly[0])
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and process.poll() is None:
+            if self._training_started():
+                break
+            time.sleep(0.2)
+        earlier = day - dt.timedelta(days=3)
+        job = self.defs.resolve_job_def("daily_pipeline")
+        landed = run_days(job, earlier, earlier, log_level="ERROR", raise_on_error=False)
+        during = process.poll() is None  # the night still trained when the landing ended
+        code = process.wait()
+        for request in nightly[1:]:  # a catch-up tick may ask for more than one night
+            self.launch(request)
+        self.runs += 2
+        self.ui["materialized"] += 1
+        self.ui["failed"] += not landed.success
+        self.ui["while_training"] += during
+        self.ui["night_runs_failed"] += code != 0
+        state = "ok" if landed.success else "FAILED"
+        return (
+            f"{nightly[0].run_key} in its own process (exit {code}); {earlier} materialized "
+            f"meanwhile: {state}, {'while the night trained' if during else 'after it ended'}"
+        )
 
     def _training_started(self) -> bool:
         records = self.instance.get_run_records(
@@ -326,10 +366,14 @@ class Soak:
             "history_complete": chained and (named - {None}) <= existing,
             "versions_kept": len(existing),
             "runs": self.runs,
+            "ui_materializations": self.ui,
         }
 
 
-def soak(nights: int, scale: float, seed: int, profile: str, keep: int, root: Path, log=print):
+def soak(
+    nights: int, scale: float, seed: int, profile: str, keep: int, root: Path, log=print,
+    ui_every_night: bool = False,
+):  # fmt: skip
     driver = Soak(root, scale, seed, profile, keep, log)
     events = scenario_nights(nights)
     first_night = FIRST_DAY + dt.timedelta(days=MIN_WINDOW)
@@ -352,6 +396,8 @@ def soak(nights: int, scale: float, seed: int, profile: str, keep: int, root: Pa
             note = driver.kill_in_training(day)
         elif day == night_of["concurrent"]:
             note = driver.concurrent(day)
+        elif ui_every_night and day >= first_night:
+            note = driver.night_beside_the_ui(day)
         else:
             note = driver.run_tick(day)
         if late_pending is not None and day == late_pending:
@@ -381,6 +427,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-versions", type=int, default=10)
     parser.add_argument("--root", default="", help="folder for the run (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument(
+        "--ui-every-night", action="store_true",
+        help="each night in its own process, an earlier day materialized beside it",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.nights < 10:
         parser.error(f"--nights={args.nights}: at least 10, so every event has its own night")
@@ -392,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = soak(
             args.nights, args.scale, args.seed, args.profile, args.keep_versions, root,
             log=lambda line: print(line, file=sys.stderr, flush=True),
+            ui_every_night=args.ui_every_night,
         )  # fmt: skip
     print(json.dumps(figures) if args.json else json.dumps(figures, indent=1))
     return 0

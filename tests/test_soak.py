@@ -1,5 +1,6 @@
 """The soak at small scale: the schedule, driven through Dagster's own API over twelve nights with
-every event of benchmarks/soak.py, loses no night, no row and no move of the alias."""
+every event of benchmarks/soak.py, a day materialized beside each ordinary night included, loses
+no night, no row and no move of the alias."""
 
 import importlib.util
 from pathlib import Path
@@ -25,7 +26,9 @@ def test_twelve_nights_unattended_lose_nothing(tmp_path, monkeypatch):
         monkeypatch.setenv(name, "")  # the soak sets its own; the test's end puts them back
         monkeypatch.delenv(name)
     soak = _soak_module()
-    figures = soak.soak(12, 0.02, 0, "quick", 6, tmp_path, log=lambda line: None)
+    figures = soak.soak(
+        12, 0.02, 0, "quick", 6, tmp_path, log=lambda line: None, ui_every_night=True
+    )
     assert figures["nights_expected"] == 11  # twelve nights, one of them a day with no launches
     assert figures["nights_missed"] == 0 and figures["nights_trained_twice"] == 0
     assert figures["rows_lost"] == 0  # rows_sent = landed + quarantined + dropped
@@ -43,6 +46,11 @@ def test_twelve_nights_unattended_lose_nothing(tmp_path, monkeypatch):
     assert figures["rows_dropped"] == unlabelled.sum() > 0
     assert figures["rows_landed"] == landed.height == sent.height - broken.sum() - unlabelled.sum()
     assert landed["attempt_id"].is_unique().all()
+    # each ordinary night ran in its own process while an earlier day was landed again in this
+    # one: no landing and no night failed, and at least one landing ended while a night trained
+    ui = figures["ui_materializations"]
+    assert ui["materialized"] >= 5 and ui["failed"] == 0 and ui["night_runs_failed"] == 0
+    assert ui["while_training"] >= 1, ui
     assert figures["alias_moves_without_gate"] == 0
     assert figures["alias_moves_backwards_by_pipeline"] == 0
     assert figures["history_complete"] and figures["alias_moves"] >= 2
