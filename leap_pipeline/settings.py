@@ -45,6 +45,16 @@ LOCK_WAIT_ENV = "LEAP_WAREHOUSE_WAIT_S"
 FILE_LOCK_WAIT_ENV = "LEAP_LOCK_WAIT_S"
 SOURCE_ENV = "LEAP_SOURCE"
 MODEL_NAME_ENV = "LEAP_MODEL_NAME"
+DATABASE_URL_ENV = "LEAP_DATABASE_URL"
+MAX_CONCURRENT_RUNS_ENV = "LEAP_MAX_CONCURRENT_RUNS"
+# the drivers the service extra installs: SQLAlchemy 2.1 reads a bare postgresql:// as psycopg
+# (version 3), which nothing here installs, so the Dagster and MLflow stores name psycopg2
+POSTGRES_SCHEMES = ("postgresql://", "postgresql+psycopg2://")
+
+
+def sqlalchemy_url(url: str) -> str:
+    """A Postgres URL with the psycopg2 driver named, as SQLAlchemy must read it."""
+    return url.replace(POSTGRES_SCHEMES[0], POSTGRES_SCHEMES[1], 1)
 
 
 class Environment(BaseModel):
@@ -62,6 +72,8 @@ class Environment(BaseModel):
     model_name: str = Field(DEFAULT_MODEL_NAME, pattern=r"^[A-Za-z0-9_.-]+$", alias=MODEL_NAME_ENV)
     mlflow_tracking_uri: str = Field("", alias="MLFLOW_TRACKING_URI")
     dagster_home: str = Field("", alias="DAGSTER_HOME")
+    database_url: str = Field("", pattern=r"^postgresql(\+psycopg2)?://", alias=DATABASE_URL_ENV)
+    max_concurrent_runs: int = Field(1, ge=1, le=64, alias=MAX_CONCURRENT_RUNS_ENV)
 
     @property
     def warehouse_path(self) -> Path:
@@ -86,6 +98,23 @@ class Environment(BaseModel):
         demo`` set; with neither, an in-process run uses a throwaway instance)."""
         return Path(self.dagster_home) if self.dagster_home else self.data / "dagster"
 
+    @property
+    def database_sqlalchemy_url(self) -> str:
+        """``$LEAP_DATABASE_URL`` as SQLAlchemy (Dagster's and MLflow's stores) must read it,
+        with the psycopg2 driver named; empty on the embedded default."""
+        return sqlalchemy_url(self.database_url) if self.database_url else ""
+
+    @property
+    def postgres_folder(self) -> Path:
+        """Where ``leap up``'s embedded Postgres keeps its data: ``postgres`` in the data folder."""
+        return self.data / "postgres"
+
+    @property
+    def service_dagster_home(self) -> Path:
+        """The Dagster home ``leap up`` writes, its instance on Postgres: ``dagster-postgres`` in
+        the data folder, beside the embedded default's ``dagster`` (which stays on SQLite)."""
+        return self.data / "dagster-postgres"
+
 
 # name -> (default as docs/configuration.md shows it, what it sets); the serving runtime's own
 # two variables are read by ``leap_serving.decide.ranker`` (it imports nothing of the pipeline)
@@ -99,6 +128,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     MODEL_NAME_ENV: (DEFAULT_MODEL_NAME, "the registered model's name (letters, digits, _ . -)"),
     "MLFLOW_TRACKING_URI": ("sqlite:///$LEAP_DATA/mlflow/mlflow.db", "the MLflow tracking store"),
     "DAGSTER_HOME": ("$LEAP_DATA/dagster", "Dagster's instance folder (run history, schedules)"),
+    DATABASE_URL_ENV: ("(none)", "a Postgres database for the Dagster instance's storage"),
+    MAX_CONCURRENT_RUNS_ENV: ("1", "runs the Dagster instance runs at once (1-64)"),
     "LEAP_MODEL_URI": ("models:/leap-throughput@production", "the model the Ranker loads"),
     "LEAP_ROUTING_SWITCHES": ("(none)", "a JSON file of switches the Ranker re-reads"),
 }

@@ -10,6 +10,7 @@ def test_unset_or_empty_variables_take_their_defaults():
     assert settings.source == DEFAULT_SOURCE
     assert settings.warehouse_wait_s == 120.0
     assert str(settings.warehouse_path) == "data/leap.duckdb"
+    assert settings.database_url == "" and settings.max_concurrent_runs == 1
 
 
 @pytest.mark.parametrize(
@@ -19,6 +20,9 @@ def test_unset_or_empty_variables_take_their_defaults():
         ("LEAP_WAREHOUSE_WAIT_S", "soon"),
         ("LEAP_WAREHOUSE_WAIT_S", "100000"),
         ("LEAP_MODEL_NAME", "my model"),
+        ("LEAP_DATABASE_URL", "mysql://leap@db/dagster"),
+        ("LEAP_MAX_CONCURRENT_RUNS", "0"),
+        ("LEAP_MAX_CONCURRENT_RUNS", "65"),
     ],
 )
 def test_a_bad_value_is_an_error_naming_the_variable_and_the_value(variable, value):

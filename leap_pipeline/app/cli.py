@@ -116,6 +116,21 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--mlflow-port", type=int, default=5000)
     ui.set_defaults(handler=command.user_interfaces)
 
+    up = commands.add_parser("up", help="the service on this machine: Postgres, MLflow, "
+                             "Dagster's webserver and daemon (the service extra)")  # fmt: skip
+    up.add_argument("--data", default="", help="the install's folder; Postgres keeps its data "
+                    "in DATA/postgres (default: $LEAP_DATA, else data)")  # fmt: skip
+    up.add_argument("--dagster-port", type=int, default=3000)
+    up.add_argument("--mlflow-port", type=int, default=5000)
+    up.add_argument("--dask", action="store_true", help="also a Dask scheduler and workers, "
+                    "for the training resource's dask_scheduler")  # fmt: skip
+    up.add_argument("--dask-port", type=int, default=8786)
+    up.add_argument("--dask-workers", type=int, default=0, help="worker processes of one "
+                    "thread each (default: one per core)")  # fmt: skip
+    up.add_argument("--upgrade", action="store_true", help="after installing a new release: "
+                    "migrate the MLflow and Dagster databases first")  # fmt: skip
+    up.set_defaults(handler=command.service)
+
     paper = commands.add_parser("report", help="the paper's evaluation and routing value")
     paper.add_argument("--scale", type=float, help="fleet scale (default: the largest at which "
                        "30 nights take about an hour on 2 cores; docs/commands.md)")  # fmt: skip

@@ -204,6 +204,16 @@ def user_interfaces(args: argparse.Namespace) -> int:
     return serve(install(args).data, args.dagster_port, args.mlflow_port)
 
 
+def service(args: argparse.Namespace) -> int:
+    import os
+
+    from leap_pipeline.app.up import Ports, serve
+
+    ports = Ports(args.dagster_port, args.mlflow_port, args.dask_port)
+    workers = (args.dask_workers or os.cpu_count() or 1) if args.dask else 0
+    return serve(install(args).data, ports, workers, upgrade=args.upgrade)
+
+
 def crossval(args: argparse.Namespace) -> int:
     from leap_pipeline.studies.crossval import SPLITS, exclude_groups, run_split
     from leap_pipeline.studies.crossval_tables import split_table
@@ -285,8 +295,10 @@ def rank(args: argparse.Namespace) -> int:
     )
     if isinstance(job, dict):
         job.pop("candidates", None)
-    # the install's store, unless MLFLOW_TRACKING_URI names one
-    set_environment(overwrite=False, MLFLOW_TRACKING_URI=install(args).tracking_uri)
+    # the install's store, unless MLFLOW_TRACKING_URI names one (a server's download would draw
+    # a progress bar on stderr)
+    set_environment(overwrite=False, MLFLOW_TRACKING_URI=install(args).tracking_uri,
+                    MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")  # fmt: skip
     ranker = Ranker(args.model or None, check_interval_s=float("inf"), wait=True)
     result: Ranking = ranker.rank(job, candidates if candidates is not None else [])
     if args.json:

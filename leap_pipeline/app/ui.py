@@ -3,7 +3,8 @@
 Each server runs in its own process group, so Ctrl-C here stops both with everything they
 started (Dagster's code server and daemon included), and a server that dies takes the other down.
 MLflow's server ignores ``MLFLOW_TRACKING_URI``: its backend store and artifact root are named
-on its command line, the same store the pipeline and the demo write.
+on its command line, the same store the pipeline and the demo write. ``leap up`` (``up``) starts
+and stops its servers with the same helpers: ``start_group``, ``watch``, ``stop_groups``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import sysconfig
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from leap_pipeline.orchestration.calendar import Calendar
@@ -84,12 +85,18 @@ def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple
     }  # fmt: skip
 
 
+def start_group(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """Start a server in a process group of its own (a new session: the terminal's Ctrl-C
+    reaches this process only, which stops the groups in order)."""
+    return subprocess.Popen(argv, env=env, cwd=PROJECT, start_new_session=True)
+
+
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
         os.killpg(process.pid, sig)
 
 
-def _stop(processes: dict[str, subprocess.Popen]) -> None:
+def stop_groups(processes: dict[str, subprocess.Popen]) -> None:
     """SIGTERM to each server's whole group (a server that exited may leave children), then
     SIGKILL to any that outlive ``STOP_TIMEOUT_S``."""
     for process in processes.values():
@@ -107,6 +114,29 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt  # SIGINT and SIGTERM stop the servers alike
 
 
+@contextlib.contextmanager
+def interrupted_by_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise ``KeyboardInterrupt`` in the block (both explicitly: a process
+    started in the background of a script inherits SIGINT ignored); the handlers are restored."""
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def watch(processes: dict[str, subprocess.Popen], log: Callable = print) -> int:
+    """Wait until one of the servers exits (1, having said which); Ctrl-C raises
+    ``KeyboardInterrupt`` out of the wait."""
+    while True:
+        for name, process in processes.items():
+            if process.poll() is not None:
+                log(f"the {name} server exited with code {process.returncode}: stopping")
+                return 1
+        time.sleep(0.5)
+
+
 def serve(
     data: Path, dagster_port: int = 3000, mlflow_port: int = 5000, log: Callable = print
 ) -> int:
@@ -115,29 +145,21 @@ def serve(
     (data / "mlflow").mkdir(parents=True, exist_ok=True)
     calendar = Calendar.load(data)  # a malformed file stops here, naming the field
     processes: dict[str, subprocess.Popen] = {}
-    # both explicitly: a process started in the background of a script inherits SIGINT ignored
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        for name, (argv, env) in commands(data, dagster_port, mlflow_port).items():
-            processes[name] = subprocess.Popen(argv, env=env, cwd=PROJECT, start_new_session=True)
-        log(f"Dagster UI: http://127.0.0.1:{dagster_port}  (assets, partitions, schedule)")
-        log(f"MLflow UI:  http://127.0.0.1:{mlflow_port}  (runs, the registered model)")
-        log(
-            f"partitions: every day from {calendar.first_day} to the last closed day in "
-            f"{calendar.timezone} ({data.resolve() / 'leap.toml'}); the nightly schedule runs "
-            "at 02:00"
-        )
-        log("Ctrl-C stops both.")
-        while True:
-            for name, process in processes.items():
-                if process.poll() is not None:
-                    log(f"the {name} server exited with code {process.returncode}: stopping")
-                    return 1
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        log("stopping both servers")
-        return 0
-    finally:
-        _stop(processes)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with interrupted_by_signals():
+        try:
+            for name, (argv, env) in commands(data, dagster_port, mlflow_port).items():
+                processes[name] = start_group(argv, env)
+            log(f"Dagster UI: http://127.0.0.1:{dagster_port}  (assets, partitions, schedule)")
+            log(f"MLflow UI:  http://127.0.0.1:{mlflow_port}  (runs, the registered model)")
+            log(
+                f"partitions: every day from {calendar.first_day} to the last closed day in "
+                f"{calendar.timezone} ({data.resolve() / 'leap.toml'}); the nightly schedule "
+                "runs at 02:00"
+            )
+            log("Ctrl-C stops both.")
+            return watch(processes, log)
+        except KeyboardInterrupt:
+            log("stopping both servers")
+            return 0
+        finally:
+            stop_groups(processes)

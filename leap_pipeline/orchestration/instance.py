@@ -1,12 +1,25 @@
-"""The Dagster instance an install runs in: its home folder and the ``dagster.yaml`` it holds."""
+"""The Dagster instance an install runs in: its home folder and the ``dagster.yaml`` it holds.
+
+On the embedded default the instance keeps its runs, event logs and schedules in SQLite files in
+its home, one run at a time. With ``$LEAP_DATABASE_URL`` they go to Postgres
+(``dagster-postgres``), where the webserver, the daemon and run workers may write at once and
+``$LEAP_MAX_CONCURRENT_RUNS`` may let more runs overlap.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import dagster as dg
 
-from leap_pipeline.settings import environment, set_environment
+from leap_pipeline.settings import (
+    DATABASE_URL_ENV,
+    MAX_CONCURRENT_RUNS_ENV,
+    Environment,
+    environment,
+    set_environment,
+)
 
 # The instance settings of data/dagster/dagster.yaml (a test keeps the committed file equal).
 DAGSTER_YAML = """\
@@ -29,16 +42,58 @@ run_monitoring:
   start_timeout_seconds: 180
   cancel_timeout_seconds: 180
 """
+_EMBEDDED_HEADER, _, _SETTINGS = DAGSTER_YAML.partition("concurrency:\n")
+_RUNS = "    max_concurrent_runs: 1\n"
+
+
+def dagster_yaml(settings: Environment | None = None) -> str:
+    """The ``dagster.yaml`` the settings (by default the environment's) ask for:
+    ``DAGSTER_YAML`` on the embedded default; with ``$LEAP_DATABASE_URL``, storage on Postgres
+    (``dagster-postgres``: run, event-log and schedule storage in that database); with
+    ``$LEAP_MAX_CONCURRENT_RUNS``, that many runs at once. More than one run at once needs the
+    database: SQLite's files, written by several runs at once, fail with "database is locked"."""
+    settings = settings or environment()
+    runs, url = settings.max_concurrent_runs, settings.database_sqlalchemy_url
+    if runs == 1 and not url:
+        return DAGSTER_YAML
+    if not url:
+        raise ValueError(
+            f"{MAX_CONCURRENT_RUNS_ENV}={runs} needs {DATABASE_URL_ENV}: the embedded instance's "
+            "SQLite files allow one run at a time"
+        )
+    header = (
+        f"# The Dagster instance on Postgres (${DATABASE_URL_ENV}), written from leap's\n"
+        f"# settings; runs at once: ${MAX_CONCURRENT_RUNS_ENV}. Runs that write the DuckDB\n"
+        "# warehouse take turns (one process per file), each waiting up to\n"
+        "# $LEAP_WAREHOUSE_WAIT_S for the other's lock.\n"
+    )
+    storage = f"storage:\n  postgres:\n    postgres_url: {json.dumps(url)}\n"
+    body = _SETTINGS.replace(_RUNS, f"    max_concurrent_runs: {runs}\n", 1)
+    return f"{header}{storage}concurrency:\n{body}"
+
+
+def write_dagster_home(folder: Path, settings: Environment) -> Path:
+    """Create ``folder`` with the ``dagster.yaml`` ``settings`` ask for, written whole each time
+    (its database URL may have moved); readable by its owner only, as it may hold a password."""
+    folder = folder.resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "dagster.yaml"
+    partial = config.with_name(".dagster.yaml.tmp")
+    partial.write_text(dagster_yaml(settings))
+    partial.chmod(0o600)
+    partial.replace(config)  # whole or not at all: a process starting meanwhile reads one
+    return folder
 
 
 def ensure_dagster_home(folder: Path) -> Path:
-    """Use ``folder`` as ``DAGSTER_HOME`` unless one is set; create it with its dagster.yaml."""
+    """Use ``folder`` as ``DAGSTER_HOME`` unless one is set; create it with its dagster.yaml
+    (the settings', ``DAGSTER_YAML`` on the embedded default) unless it has one."""
     if not environment().dagster_home:
         folder = folder.resolve()
         folder.mkdir(parents=True, exist_ok=True)
         config = folder / "dagster.yaml"
         if not config.exists():
-            config.write_text(DAGSTER_YAML)
+            config.write_text(dagster_yaml())
         set_environment(DAGSTER_HOME=str(folder))
     return Path(environment().dagster_home)
 
