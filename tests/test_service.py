@@ -6,6 +6,7 @@ Ctrl-C. The dagster.yaml the settings write is checked without any of it."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shlex
@@ -23,6 +24,7 @@ import yaml
 
 from leap_pipeline.app.ui import answers, free_port
 from leap_pipeline.app.up import holding_folder
+from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.instance import DAGSTER_YAML, dagster_yaml, write_dagster_home
 from leap_pipeline.settings import environment
 
@@ -30,6 +32,10 @@ PROJECT = Path(__file__).resolve().parents[1]
 CLIENT = Path(__file__).with_name("service_client.py")
 MODEL = "leap-service-test"
 START_TIMEOUT_S = 300
+FIRST_DAY = dt.date(2026, 3, 1)
+SCALE = 0.1
+MAX_CONCURRENT_RUNS = 3
+RUN_TIMEOUT_S = 900
 
 
 # -- dagster.yaml, from the settings (fast) -------------------------------------------------------
@@ -135,12 +141,15 @@ def service(tmp_path_factory):
     data = root / "data"
     ports = {"dagster": free_port(), "mlflow": free_port(), "dask": free_port()}
     log = root / "up.log"
+    # a calendar of simulated days big enough for a night of a minute or more
+    Calendar(first_day=FIRST_DAY, source=f"simulator:seed=0,scale={SCALE}").save(data)
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "leap_pipeline.app.cli", "up", "--data", str(data),
              "--dagster-port", str(ports["dagster"]), "--mlflow-port", str(ports["mlflow"]),
              "--dask", "--dask-port", str(ports["dask"]), "--dask-workers", "1"],
-            stdout=out, stderr=subprocess.STDOUT, env=_clean_env(), cwd=root,
+            stdout=out, stderr=subprocess.STDOUT, cwd=root,
+            env={**_clean_env(), "LEAP_MAX_CONCURRENT_RUNS": str(MAX_CONCURRENT_RUNS)},
         )  # fmt: skip
     found = Service(data, process, log, ports)
     try:
@@ -264,6 +273,102 @@ def test_a_ranker_in_another_process_follows_the_alias_moved_over_http(service, 
             ranker.wait(timeout=30)
         except subprocess.TimeoutExpired:
             ranker.kill()
+
+
+class Daemon:
+    """Runs submitted through the webserver's GraphQL API, as the UI submits them, queued in
+    Postgres and launched by the daemon, each in a process of its own."""
+
+    def __init__(self, service: Service) -> None:
+        import dagster as dg
+        from dagster_graphql import DagsterGraphQLClient
+
+        self.dg = dg
+        self.client = DagsterGraphQLClient("127.0.0.1", port_number=service.ports["dagster"])
+        self.instance = dg.DagsterInstance.from_config(service.env["DAGSTER_HOME"])
+
+    def submit(self, job: str, first: dt.date, last: dt.date | None = None, **training) -> str:
+        if last is None:
+            tags = {"dagster/partition": first.isoformat()}
+        else:  # one run over the range, as the assets' backfill policy launches a backfill
+            tags = {"dagster/asset_partition_range_start": first.isoformat(),
+                    "dagster/asset_partition_range_end": last.isoformat()}  # fmt: skip
+        config = {"resources": {"training": {"config": training}}} if training else None
+        return self.client.submit_job_execution(job, run_config=config, tags=tags)
+
+    def record(self, run_id: str):
+        return self.instance.get_run_record_by_id(run_id)
+
+    def wait(self, *run_ids: str) -> list:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        done = {self.dg.DagsterRunStatus.SUCCESS, self.dg.DagsterRunStatus.FAILURE,
+                self.dg.DagsterRunStatus.CANCELED}  # fmt: skip
+        while not all(self.record(r).dagster_run.status in done for r in run_ids):
+            assert time.monotonic() < deadline, [self.record(r).dagster_run.status for r in run_ids]
+            time.sleep(1)
+        return [self.record(r) for r in run_ids]
+
+    def step_started(self, run_id: str, step: str) -> bool:
+        events = self.instance.all_logs(run_id, of_type=self.dg.DagsterEventType.STEP_START)
+        return any(event.step_key == step for event in events)
+
+
+def _succeeded(*records) -> None:
+    for record in records:
+        assert record.dagster_run.status.value == "SUCCESS", record.dagster_run.run_id
+
+
+@pytest.mark.long
+def test_runs_launched_by_the_daemon_share_the_warehouse_and_register_each_night_once(service):
+    """Two days landed at once; a day landed while a night of a minute or more trains; a
+    backfill of three nights; no run failed and each night registered once."""
+    env = service.client_env()
+    days = [FIRST_DAY + dt.timedelta(days=i) for i in range(34)]
+    landed = _leap("materialize", "--start", str(days[0]), "--end", str(days[30]), env=env,
+                   timeout=RUN_TIMEOUT_S)  # fmt: skip
+    assert landed.returncode == 0, landed.stderr[-3000:]
+    daemon = Daemon(service)
+
+    # two runs land two days at the same time
+    pair = daemon.wait(*(daemon.submit("daily_pipeline", day) for day in days[31:33]))
+    _succeeded(*pair)
+    assert max(r.start_time for r in pair) < min(r.end_time for r in pair), "they did not overlap"
+
+    # a day landed again, as from the UI, while the night of days[32] trains on its 30 days
+    night = daemon.submit("training", days[32])
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not daemon.step_started(night, "cascade_model"):
+        assert time.monotonic() < deadline and daemon.record(night).dagster_run.status.value in (
+            "QUEUED",
+            "NOT_STARTED",
+            "STARTING",
+            "STARTED",
+        ), "the night never trained"
+        time.sleep(1)
+    again = daemon.wait(daemon.submit("daily_pipeline", days[10]))[0]
+    _succeeded(again)
+    trained = daemon.wait(night)[0]
+    _succeeded(trained)
+    assert again.end_time < trained.end_time, "the landing ended after the night: no overlap"
+    night_s = trained.end_time - trained.start_time
+    beside = again.end_time - again.start_time
+    print(f"the night ran {night_s:.0f} s; the landing beside it {beside:.0f} s")  # pytest -s
+    assert night_s >= 60, f"the night took {night_s:.0f} s: too short to show the overlap"
+
+    # a backfill of three nights, in one run, on a week's window
+    _succeeded(*daemon.wait(daemon.submit("training", days[29], days[31], window_days=7)))
+
+    failed = daemon.instance.get_run_records(
+        daemon.dg.RunsFilter(statuses=[daemon.dg.DagsterRunStatus.FAILURE])
+    )
+    assert failed == [], [r.dagster_run.run_id for r in failed]
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=service.env["MLFLOW_TRACKING_URI"])
+    registered = [v.tags.get("evaluation_day") for v in
+                  client.search_model_versions("name='leap-throughput'")]  # fmt: skip
+    nights = [d.isoformat() for d in days[29:33]]
+    assert sorted(d for d in registered if d in nights) == nights, registered
 
 
 @pytest.mark.long
