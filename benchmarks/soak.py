@@ -106,7 +106,10 @@ sys.exit(0 if result.success else 1)
 
 
 class Soak:
-    def __init__(self, root: Path, scale: float, seed: int, profile: str, keep: int, log) -> None:
+    def __init__(
+        self, root: Path, scale: float, seed: int, profile: str, keep: int, log,
+        service_env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.root, self.log = root, log
         self.data = root / "data"
         self.logs = root / "logs"
@@ -118,6 +121,8 @@ class Soak:
 
         # the environment `leap ui` gives the UI, the daemon and its runs, on the soak's folder
         os.environ.update(ui_environment(self.data))
+        # on the service topology: Dagster's instance on Postgres, MLflow's server over HTTP
+        os.environ.update(service_env or {})
         for folder in ("dagster", "mlflow"):
             (self.data / folder).mkdir(parents=True, exist_ok=True)
         (self.data / "dagster" / "dagster.yaml").write_text(DAGSTER_YAML)
@@ -220,7 +225,7 @@ class Soak:
         again = self.run_tick(day)  # the next evaluation finds the night untrained
         return f"killed mid-training: {killed}; resumed: {again}"
 
-    def night_beside_the_ui(self, day: dt.date) -> str:
+    def night_beside_the_ui(self, day: dt.date, fault=None) -> str:
         """The night in its own process, as the daemon launches it; once it trains, the day
         three days before is materialized again in this process, as a person does from the
         UI. Both must succeed: each holds the warehouse for one operation at a time."""
@@ -239,6 +244,7 @@ class Soak:
             if self._training_started():
                 break
             time.sleep(0.2)
+        hit = f" | {fault()} while it trained" if fault is not None else ""
         earlier = day - dt.timedelta(days=3)
         job = self.defs.resolve_job_def("daily_pipeline")
         landed = run_days(job, earlier, earlier, log_level="ERROR", raise_on_error=False)
@@ -255,7 +261,27 @@ class Soak:
         return (
             f"{nightly[0].run_key} in its own process (exit {code}); {earlier} materialized "
             f"meanwhile: {state}, {'while the night trained' if during else 'after it ended'}"
+            f"{hit}"
         )
+
+    def failed_runs(self) -> dict:
+        """Every run the instance marked failed, with the first line of its first error; those
+        that failed for a lock (the warehouse's, a night's, the alias's) counted apart."""
+        dg = self.dg
+        records = self.instance.get_run_records(
+            dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE])
+        )
+        reasons = []
+        for record in records:
+            events = self.instance.all_logs(
+                record.dagster_run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE
+            )
+            errors = [e.dagster_event.event_specific_data.error for e in events]
+            message = errors[0].message.splitlines()[0] if errors and errors[0] else "(no step)"
+            reasons.append(f"{record.dagster_run.tags.get('dagster/run_key', '')}: {message}")
+        locked = [r for r in reasons if "lock" in r.lower() or "did not let go" in r]
+        return {"runs_failed": len(reasons), "runs_failed_for_a_lock": len(locked),
+                "runs_failed_reasons": reasons}  # fmt: skip
 
     def _training_started(self) -> bool:
         records = self.instance.get_run_records(
@@ -366,19 +392,51 @@ class Soak:
             "history_complete": chained and (named - {None}) <= existing,
             "versions_kept": len(existing),
             "runs": self.runs,
+            **self.failed_runs(),
             "ui_materializations": self.ui,
         }
 
 
 def soak(
     nights: int, scale: float, seed: int, profile: str, keep: int, root: Path, log=print,
-    ui_every_night: bool = False,
+    ui_every_night: bool = False, topology: str = "embedded",
 ):  # fmt: skip
-    driver = Soak(root, scale, seed, profile, keep, log)
+    service = None
+    if topology == "service":  # leap up first, on the soak's calendar; every night beside the UI
+        import importlib.util
+
+        from leap_pipeline.orchestration.calendar import Calendar
+
+        spec = importlib.util.spec_from_file_location("soak_service", PROJECT / "benchmarks" /
+                                                      "soak_service.py")  # fmt: skip
+        topologies = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(topologies)
+        ui_every_night = True
+        Calendar(first_day=FIRST_DAY, source=f"files:{root / 'logs'}").save(root / "data")
+        service = topologies.ServiceTopology(root / "data", log)
+    try:
+        figures = _soak(nights, scale, seed, profile, keep, root, log, ui_every_night, service)
+    finally:
+        if service is not None:
+            log(f"leap up stopped with code {service.stop()}")
+    return figures
+
+
+def _soak(nights, scale, seed, profile, keep, root, log, ui_every_night, service):
+    driver = Soak(root, scale, seed, profile, keep, log, service.env if service else None)
     events = scenario_nights(nights)
     first_night = FIRST_DAY + dt.timedelta(days=MIN_WINDOW)
     night_of = {name: first_night + dt.timedelta(days=i - 1) for name, i in events.items()}
     last = first_night + dt.timedelta(days=nights - 1)
+    faults = {}
+    if service is not None:  # each on an ordinary night (one that trains beside the UI)
+        taken = {night_of[k] for k in ("late", "kill", "concurrent")}
+        for fraction, fault in ((0.35, service.restart_postgres), (0.65, service.kill_mlflow)):
+            night = first_night + dt.timedelta(days=max(1, round(fraction * nights)) - 1)
+            while night in taken:
+                night += dt.timedelta(days=1)
+            faults[night] = fault
+            taken.add(night)
     expected = []
     started = time.perf_counter()
     late_pending = None
@@ -397,7 +455,7 @@ def soak(
         elif day == night_of["concurrent"]:
             note = driver.concurrent(day)
         elif ui_every_night and day >= first_night:
-            note = driver.night_beside_the_ui(day)
+            note = driver.night_beside_the_ui(day, faults.get(day))
         else:
             note = driver.run_tick(day)
         if late_pending is not None and day == late_pending:
@@ -415,6 +473,10 @@ def soak(
     figures = driver.figures(expected)
     figures["wall_s_per_night"] = round((time.perf_counter() - started) / nights, 1)
     figures["events"] = {k: v.isoformat() for k, v in night_of.items()}
+    if service is not None:
+        figures["topology"] = "service"
+        figures["faults"] = {**service.faults, "servers_restarted": service.restarts_seen()}
+        figures["events"] |= {f.__name__: d.isoformat() for d, f in faults.items()}
     return figures
 
 
@@ -427,6 +489,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-versions", type=int, default=10)
     parser.add_argument("--root", default="", help="folder for the run (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument(
+        "--topology", choices=("embedded", "service"), default="embedded",
+        help="service: on leap up (Postgres, an MLflow server), with its faults",
+    )  # fmt: skip
     parser.add_argument(
         "--ui-every-night", action="store_true",
         help="each night in its own process, an earlier day materialized beside it",
@@ -442,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = soak(
             args.nights, args.scale, args.seed, args.profile, args.keep_versions, root,
             log=lambda line: print(line, file=sys.stderr, flush=True),
-            ui_every_night=args.ui_every_night,
+            ui_every_night=args.ui_every_night, topology=args.topology,
         )  # fmt: skip
     print(json.dumps(figures) if args.json else json.dumps(figures, indent=1))
     return 0

@@ -4,7 +4,8 @@ Each server runs in its own process group, so Ctrl-C here stops both with everyt
 started (Dagster's code server and daemon included), and a server that dies takes the other down.
 MLflow's server ignores ``MLFLOW_TRACKING_URI``: its backend store and artifact root are named
 on its command line, the same store the pipeline and the demo write. ``leap up`` (``up``) starts
-and stops its servers with the same helpers: ``start_group``, ``watch``, ``stop_groups``.
+and stops its servers with the same helpers (``start_group``, ``stop_groups``), and starts again
+one that exits (``up.supervise``).
 """
 
 from __future__ import annotations

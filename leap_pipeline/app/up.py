@@ -43,7 +43,6 @@ from leap_pipeline.app.ui import (
     start_group,
     stop_groups,
     ui_environment,
-    watch,
 )
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.instance import write_dagster_home
@@ -58,6 +57,10 @@ from leap_pipeline.settings import (
 
 DATABASES = ("dagster", "mlflow")
 READY_TIMEOUT_S = 180.0
+# a server that exits is started again, as a service manager would, unless it exited this many
+# times within the window: then something is wrong that a restart does not fix, and all stop
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 600.0
 INSTALL_SERVICE = "pip install -c constraints.txt -e '.[service]'"
 
 
@@ -227,6 +230,37 @@ def _wait_ready(processes: dict, ports: Ports, log: Callable) -> bool:
     return True
 
 
+def supervise(
+    processes: dict[str, subprocess.Popen],
+    commands: dict[str, tuple[list[str], dict[str, str]]],
+    record: Callable,
+    log: Callable = print,
+) -> int:
+    """Until Ctrl-C: start again each server that exits (the MLflow server killed, the daemon
+    crashed), saying so; after ``MAX_RESTARTS`` exits of one server within
+    ``RESTART_WINDOW_S``, stop everything (1). Work in flight rides the gap: MLflow's client
+    retries its requests, Dagster's run workers and storage reconnect."""
+    exits: dict[str, list[float]] = {name: [] for name in processes}
+    while True:
+        for name, process in list(processes.items()):
+            if process.poll() is None:
+                continue
+            now = time.monotonic()
+            exits[name] = [t for t in exits[name] if now - t < RESTART_WINDOW_S] + [now]
+            if len(exits[name]) > MAX_RESTARTS:
+                times, code = len(exits[name]), process.returncode
+                log(f"the {name} server exited {times} times within {RESTART_WINDOW_S:.0f} s "
+                    f"(last code {code}): stopping")  # fmt: skip
+                return 1
+            stop_groups({name: process})  # what it started may outlive it
+            argv, env = commands[name]
+            processes[name] = start_group(argv, env)
+            record(processes)
+            log(f"the {name} server exited with code {process.returncode}: started again "
+                f"(pid {processes[name].pid})")  # fmt: skip
+        time.sleep(0.5)
+
+
 def upgrade_databases(install: Environment, created: list[str], log: Callable) -> None:
     """Migrate the databases an earlier release wrote to this one's schemas, with the tools'
     own commands (a database created now has nothing to migrate)."""
@@ -277,8 +311,9 @@ def serve(
     upgrade: bool = False,
     log: Callable = print,
 ) -> int:
-    """Run the service until Ctrl-C (or SIGTERM), or until one of its servers exits; with
-    ``upgrade``, migrate its databases first (after installing a new release)."""
+    """Run the service until Ctrl-C (or SIGTERM), starting again a server that exits
+    (``supervise``); with ``upgrade``, migrate its databases first (after installing a new
+    release)."""
     started = time.monotonic()
     ports = ports or Ports()
     data = data.resolve()
@@ -299,13 +334,14 @@ def serve(
             if upgrade:
                 upgrade_databases(install, created, log)
             _create_dagster_tables(home)
-            for name, (argv, env) in commands(install, ports, dask_workers).items():
+            servers = commands(install, ports, dask_workers)
+            for name, (argv, env) in servers.items():
                 processes[name] = start_group(argv, env)
                 record(processes)
             if not _wait_ready(processes, ports, log):
                 return 1
             _announce(install, ports, dask_workers > 0, time.monotonic() - started, log)
-            return watch(processes, log)
+            return supervise(processes, servers, record, log)
         except KeyboardInterrupt:
             log("stopping the service")
             return 0

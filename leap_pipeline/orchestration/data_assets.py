@@ -13,7 +13,6 @@ calendar (``calendar.py``) when the definitions load, never from the environment
 """
 
 import datetime as dt
-import os
 from collections.abc import Iterator, Sequence
 
 import dagster as dg
@@ -38,7 +37,7 @@ from leap_pipeline.data.feature_table import (
 )
 from leap_pipeline.data.serving_skew import SKEW_SAMPLE, serving_skew
 from leap_pipeline.orchestration.dagster_beta import beta_parameters_accepted
-from leap_pipeline.orchestration.liveness import PID_TAG, process_identity
+from leap_pipeline.orchestration.liveness import record_worker
 from leap_pipeline.orchestration.metadata import table_metadata
 from leap_pipeline.orchestration.resources import SourceResource, WarehouseResource
 from leap_serving.launch.snapshot import SNAPSHOT_INPUT_COLUMNS, history_snapshot
@@ -55,15 +54,6 @@ FEATURE_CHECKS = (
 
 def partition_days(context: dg.AssetExecutionContext) -> list[dt.date]:
     return [dt.date.fromisoformat(key) for key in context.partition_keys]
-
-
-def record_worker(context: dg.AssetExecutionContext) -> None:
-    """Tag the run with the process running it (its id and start time, so a reused id is not
-    taken for it), so a tick can tell a run killed outright (which never reports its end) from
-    one still working."""
-    worker = process_identity(os.getpid())
-    if context.run.tags.get(PID_TAG) != worker:
-        context.instance.add_run_tags(context.run.run_id, {PID_TAG: worker})
 
 
 def fail_refused_days(

@@ -29,11 +29,8 @@ from leap_pipeline.modeling.evaluation import SLICE_MAX_GAP, SLICE_MIN_ATTEMPTS
 from leap_pipeline.modeling.night_store import models_folder, reusable_night, save_trained
 from leap_pipeline.modeling.training import night_inputs, run_night
 from leap_pipeline.orchestration.dagster_beta import beta_parameters_accepted
-from leap_pipeline.orchestration.data_assets import (
-    SINGLE_RUN,
-    partition_days,
-    record_worker,
-)
+from leap_pipeline.orchestration.data_assets import SINGLE_RUN, partition_days
+from leap_pipeline.orchestration.liveness import record_worker
 from leap_pipeline.orchestration.locks import held
 from leap_pipeline.orchestration.metadata import table_metadata
 from leap_pipeline.orchestration.night_evaluation import evaluate_nights, record_evaluations

@@ -1,0 +1,99 @@
+"""The soak's service topology: ``leap up`` on the soak's folder, and the faults a shared service
+meets (``benchmarks/soak.py --topology service``).
+
+``leap up`` runs as a person starts it, in a process of its own; the soak then uses the
+variables it prints, so every run the soak makes writes Dagster's records to Postgres and
+registers its model with the MLflow server over HTTP. The faults:
+
+- ``restart_postgres``: ``pg_ctl stop -m fast`` then start, while a night trains (every open
+  connection is cut; Dagster's storage, the MLflow server and the run must reconnect);
+- ``kill_mlflow``: SIGKILL to the MLflow server's process group while a night trains
+  (``leap up`` starts it again; the night's registration must ride the gap).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+PROJECT = Path(__file__).resolve().parents[1]
+READY_TIMEOUT_S = 300
+
+
+def _free_port() -> int:
+    from leap_pipeline.app.ui import free_port
+
+    return free_port()
+
+
+class ServiceTopology:
+    """``leap up`` on ``data``, started at construction and stopped by ``stop``."""
+
+    def __init__(self, data: Path, log=print) -> None:
+        self.data, self.log = data, log
+        self.output = data.parent / "up.log"
+        ports = {"dagster": _free_port(), "mlflow": _free_port()}
+        theirs = ("DAGSTER_HOME", "MLFLOW_TRACKING_URI", "LEAP_DATABASE_URL")
+        env = {k: v for k, v in os.environ.items() if k not in theirs}
+        env["LEAP_MAX_CONCURRENT_RUNS"] = "3"
+        with self.output.open("w") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "leap_pipeline.app.cli", "up", "--data", str(data),
+                 "--dagster-port", str(ports["dagster"]), "--mlflow-port", str(ports["mlflow"])],
+                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=PROJECT,
+            )  # fmt: skip
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while "leap up: ready in" not in self.text():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"leap up did not start:\n{self.text()[-3000:]}")
+            time.sleep(1)
+        self.env = {}
+        for line in self.text().splitlines():
+            if line.startswith("  export "):
+                name, _, value = shlex.split(line.removeprefix("  export "))[0].partition("=")
+                self.env[name] = value
+        self.faults = {"postgres_restarts": 0, "mlflow_kills": 0}
+
+    def text(self) -> str:
+        return self.output.read_text(errors="replace")
+
+    def restart_postgres(self) -> str:
+        from leap_pipeline.app.postgres import EmbeddedPostgres
+
+        postgres = EmbeddedPostgres(self.data / "postgres")
+        started = time.monotonic()
+        postgres.stop()
+        postgres.start()
+        self.faults["postgres_restarts"] += 1
+        return f"Postgres restarted ({time.monotonic() - started:.1f} s down)"
+
+    def kill_mlflow(self) -> str:
+        servers = [p for p in psutil.Process(self.process.pid).children()
+                   if "mlflow" in " ".join(p.cmdline()) and "server" in p.cmdline()]  # fmt: skip
+        if not servers:
+            return "no MLflow server to kill"
+        os.killpg(servers[0].pid, signal.SIGKILL)
+        self.faults["mlflow_kills"] += 1
+        deadline = time.monotonic() + 120
+        while "the mlflow server exited" not in self.text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return f"MLflow server killed (pid {servers[0].pid}); leap up started it again"
+
+    def restarts_seen(self) -> int:
+        return self.text().count("started again")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
