@@ -47,6 +47,7 @@ SOURCE_ENV = "LEAP_SOURCE"
 MODEL_NAME_ENV = "LEAP_MODEL_NAME"
 DATABASE_URL_ENV = "LEAP_DATABASE_URL"
 MAX_CONCURRENT_RUNS_ENV = "LEAP_MAX_CONCURRENT_RUNS"
+MAX_CONCURRENT_STEPS_ENV = "LEAP_MAX_CONCURRENT_STEPS"
 # the drivers the service extra installs: SQLAlchemy 2.1 reads a bare postgresql:// as psycopg
 # (version 3), which nothing here installs, so the Dagster and MLflow stores name psycopg2
 POSTGRES_SCHEMES = ("postgresql://", "postgresql+psycopg2://")
@@ -74,6 +75,7 @@ class Environment(BaseModel):
     dagster_home: str = Field("", alias="DAGSTER_HOME")
     database_url: str = Field("", pattern=r"^postgresql(\+psycopg2)?://", alias=DATABASE_URL_ENV)
     max_concurrent_runs: int = Field(1, ge=1, le=64, alias=MAX_CONCURRENT_RUNS_ENV)
+    max_concurrent_steps: int = Field(1, ge=1, le=64, alias=MAX_CONCURRENT_STEPS_ENV)
 
     @property
     def warehouse_path(self) -> Path:
@@ -130,6 +132,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "DAGSTER_HOME": ("$LEAP_DATA/dagster", "Dagster's instance folder (run history, schedules)"),
     DATABASE_URL_ENV: ("(none)", "a Postgres database for the Dagster instance's storage"),
     MAX_CONCURRENT_RUNS_ENV: ("1", "runs the Dagster instance runs at once (1-64)"),
+    MAX_CONCURRENT_STEPS_ENV: (
+        "1",
+        "a run's steps at once: 1 in the run's process, more in a process each",
+    ),
     "LEAP_MODEL_URI": ("models:/leap-throughput@production", "the model the Ranker loads"),
     "LEAP_ROUTING_SWITCHES": ("(none)", "a JSON file of switches the Ranker re-reads"),
 }

@@ -28,3 +28,16 @@ def test_unset_or_empty_variables_take_their_defaults():
 def test_a_bad_value_is_an_error_naming_the_variable_and_the_value(variable, value):
     with pytest.raises(ValueError, match=rf"^{variable}='{value}': "):
         environment({variable: value})
+
+
+def test_a_run_executes_its_steps_in_its_process_unless_more_at_once_are_asked_for():
+    import dagster as dg
+
+    from leap_pipeline.orchestration.definitions import run_executor
+
+    assert run_executor(1) is dg.in_process_executor
+    many = run_executor(environment({"LEAP_MAX_CONCURRENT_STEPS": "3"}).max_concurrent_steps)
+    assert many.name == "multiprocess"
+    assert many.apply_config_mapping({}).value["config"]["max_concurrent"] == 3
+    with pytest.raises(ValueError, match="LEAP_MAX_CONCURRENT_STEPS='0'"):
+        environment({"LEAP_MAX_CONCURRENT_STEPS": "0"})

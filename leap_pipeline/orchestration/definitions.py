@@ -32,7 +32,7 @@ from leap_pipeline.orchestration.resources import (
     WarehouseResource,
 )
 from leap_pipeline.orchestration.runs import run_days
-from leap_pipeline.settings import MIN_WINDOW_DAYS
+from leap_pipeline.settings import MIN_WINDOW_DAYS, environment
 
 MODEL_ASSET_KEYS = [
     dg.AssetKey(n) for n in ("cascade_model", "model_evaluation", "evaluation", "production_model")
@@ -113,6 +113,17 @@ def runs_state(instance: dg.DagsterInstance) -> tuple[set[dt.date], dict[str, in
     return in_flight, failed
 
 
+def run_executor(max_concurrent_steps: int) -> dg.ExecutorDefinition:
+    """How a run executes its steps (``$LEAP_MAX_CONCURRENT_STEPS``): one at a time in the run's
+    own process (the default: no process to start per step), or each in a process of its own,
+    that many at once (Dagster's multiprocess executor: a step that crashes its process fails
+    alone). Either way they share the warehouse one operation at a time. ``execute_in_process``
+    (``leap demo``, ``leap materialize``) always runs in its process."""
+    if max_concurrent_steps == 1:
+        return dg.in_process_executor
+    return dg.multiprocess_executor.configured({"max_concurrent": max_concurrent_steps})
+
+
 def build_definitions(calendar: Calendar) -> dg.Definitions:
     """The assets, jobs, schedule and resources over ``calendar``'s partitions."""
     partitions = calendar.partitions()
@@ -171,8 +182,7 @@ def build_definitions(calendar: Calendar) -> dg.Definitions:
             "mlflow_tracking": MlflowResource(),
             "night_records": NightRecords(),
         },
-        # one DuckDB writer: every asset of a run executes in the run's own process, one at a time
-        executor=dg.in_process_executor,
+        executor=run_executor(environment().max_concurrent_steps),
     )
 
 

@@ -24,7 +24,8 @@ from leap_pipeline.settings import (
 # The instance settings of data/dagster/dagster.yaml (a test keeps the committed file equal).
 DAGSTER_YAML = """\
 # The Dagster instance of the embedded default (DAGSTER_HOME=$PWD/data/dagster).
-# Runs that write the DuckDB warehouse must not overlap: DuckDB allows one process per file.
+# One run at a time: this instance keeps its runs and events in SQLite files, which fail with
+# "database is locked" when runs overlap (leap up puts it on Postgres, where runs may overlap).
 concurrency:
   runs:
     max_concurrent_runs: 1
@@ -63,9 +64,8 @@ def dagster_yaml(settings: Environment | None = None) -> str:
         )
     header = (
         f"# The Dagster instance on Postgres (${DATABASE_URL_ENV}), written from leap's\n"
-        f"# settings; runs at once: ${MAX_CONCURRENT_RUNS_ENV}. Runs that write the DuckDB\n"
-        "# warehouse take turns (one process per file), each waiting up to\n"
-        "# $LEAP_WAREHOUSE_WAIT_S for the other's lock.\n"
+        f"# settings; runs at once: ${MAX_CONCURRENT_RUNS_ENV}. Runs share the DuckDB warehouse\n"
+        "# one read or write at a time, each waiting up to $LEAP_WAREHOUSE_WAIT_S for another's.\n"
     )
     storage = f"storage:\n  postgres:\n    postgres_url: {json.dumps(url)}\n"
     body = _SETTINGS.replace(_RUNS, f"    max_concurrent_runs: {runs}\n", 1)
