@@ -176,7 +176,7 @@ class TrainingSettings:
     window_days: int = WINDOW_DAYS  # at most 30: the assets' partition mapping declares 30 days
     lookup_min_support: int = MIN_SUPPORT  # attempts a lookup-table key needs
     n_jobs: int | None = 1  # experts fitted at once (joblib; -1: one per core or Dask worker)
-    dask_scheduler: str = ""  # fit the experts on a Dask cluster: its address, or "local"
+    dask_scheduler: str = ""  # experts and single GBDTs on a Dask cluster: its address, or "local"
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:

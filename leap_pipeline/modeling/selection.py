@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from leap_pipeline.modeling.lookup_table import HEAD_MODEL_TYPES, LookupTable, build_lookup_table
+from leap_pipeline.modeling.parallel import lone_fits
 from leap_pipeline.modeling.progress import Progress
 from leap_pipeline.settings import MIN_SUPPORT, MIN_WINDOW_DAYS, WINDOW_DAYS
 from leap_serving.decide import metrics
@@ -119,19 +120,25 @@ def fit_models(
             **(params | {"n_bins": 1, "residual_on_prior": True}), random_state=random_state
         ),
     }
-    progress = Progress(
-        f"night {day}",
-        sum(
-            cascade_units(m.max_em_iter, m.n_bins, m.expert_overlap, m.em_sample)
-            for m in models.values()
-        ),
-    )
+    units = {
+        name: cascade_units(m.max_em_iter, m.n_bins, m.expert_overlap, m.em_sample)
+        for name, m in models.items()
+    }
+    progress = Progress(f"night {day}", sum(units.values()))
+    # with a Dask cluster (parallel.expert_backend) the lone fits run there, beside the cascade
+    remote = lone_fits(models, X, y, held_out)
     seconds = {}
     for name, model in models.items():
+        if name in remote:
+            continue
         start = time.perf_counter()
         progress.phase = name
         model.fit(X, y, validation=held_out, progress=progress)
         seconds[name] = time.perf_counter() - start
+    for name, model, fit_seconds in remote.results():
+        models[name], seconds[name] = model, fit_seconds
+        progress.phase = name
+        progress.advance("fitted on the cluster", units[name])
     cascade, one_bin, on_prior = models.values()
     selection = select_model(
         cascade,
