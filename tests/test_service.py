@@ -149,7 +149,8 @@ def service(tmp_path_factory):
              "--dagster-port", str(ports["dagster"]), "--mlflow-port", str(ports["mlflow"]),
              "--dask", "--dask-port", str(ports["dask"]), "--dask-workers", "1"],
             stdout=out, stderr=subprocess.STDOUT, cwd=root,
-            env={**_clean_env(), "LEAP_MAX_CONCURRENT_RUNS": str(MAX_CONCURRENT_RUNS)},
+            env={**_clean_env(), "LEAP_MAX_CONCURRENT_RUNS": str(MAX_CONCURRENT_RUNS),
+                 "LEAP_MAX_CONCURRENT_STEPS": "2"},  # each step in a process of its own
         )  # fmt: skip
     found = Service(data, process, log, ports)
     try:
