@@ -213,11 +213,7 @@ class Soak:
         if not nightly:
             return f"nothing to kill ({skipped})"
         process = self.spawn(nightly[0])
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and process.poll() is None:
-            if self._training_started():
-                break
-            time.sleep(0.2)
+        self._wait_for_training(process)
         time.sleep(0.5)
         killed = process.poll() is None
         process.send_signal(signal.SIGKILL)
@@ -239,11 +235,7 @@ class Soak:
         if not nightly:
             return skipped or "no night to run"
         process = self.spawn(nightly[0])
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and process.poll() is None:
-            if self._training_started():
-                break
-            time.sleep(0.2)
+        self._wait_for_training(process)
         hit = f" | {fault()} while it trained" if fault is not None else ""
         earlier = day - dt.timedelta(days=3)
         job = self.defs.resolve_job_def("daily_pipeline")
@@ -282,6 +274,14 @@ class Soak:
         locked = [r for r in reasons if "lock" in r.lower() or "did not let go" in r]
         return {"runs_failed": len(reasons), "runs_failed_for_a_lock": len(locked),
                 "runs_failed_reasons": reasons}  # fmt: skip
+
+    def _wait_for_training(self, process: subprocess.Popen, timeout_s: float = 600) -> None:
+        """Until the run in ``process`` starts training (or ends, or ``timeout_s`` passes)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and process.poll() is None:
+            if self._training_started():
+                return
+            time.sleep(0.2)
 
     def _training_started(self) -> bool:
         records = self.instance.get_run_records(
