@@ -27,11 +27,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import deltalake
 import duckdb
 import polars as pl
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
+
+try:  # the optional extra: --help answers without it, a run names it
+    import deltalake
+    from deltalake import DeltaTable, write_deltalake
+except ImportError:
+    deltalake = None
 
 from leap_pipeline.data.audits import refusal_row
 from leap_pipeline.data.feature_table import (
@@ -63,7 +67,9 @@ NOTES = (
     "Delta keeps no row order: delta-rs wrote a frame's batches out of order, so frames go as "
     "one batch (rechunk), which kept it here; a real design stores an order column.",
 )
-VERSIONS = ", ".join(f"{lib.__name__} {lib.__version__}" for lib in (deltalake, duckdb, pl))
+VERSIONS = ", ".join(
+    f"{lib.__name__} {lib.__version__}" for lib in (deltalake, duckdb, pl) if lib is not None
+)
 DayFrames = dict[str, pl.DataFrame]  # table -> one day's rows, ds included
 
 
@@ -351,6 +357,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.add_argument("--writer", help=argparse.SUPPRESS)  # internal: one writer process
     args = parser.parse_args()
+    if deltalake is None:
+        parser.error("the Delta Lake design needs deltalake: pip install -e '.[warehouse-bench]'")
     if args.writer:
         return run_writer(json.loads(args.writer))
     store = Path(f"data/bench-{args.scale}.duckdb")
