@@ -57,6 +57,9 @@ log = logging.getLogger("leap_serving")
 SERVING_DISTRIBUTIONS: tuple[str, ...] = (
     "mlflow", "numba", "numpy", "polars", "pyarrow", "pandas", "scikit-learn", "lightgbm",
     "joblib", "threadpoolctl",
+    # `leap serve` (leap_serving/http) and the hand-off adapters (leap_serving/handoff): the
+    # ASGI stack MLflow itself brings, the Prometheus client, and YAML for the manifests
+    "starlette", "uvicorn", "prometheus-client", "pyyaml",
 )  # fmt: skip
 # model_config key: file name -> sha256, as the registry version's ``artifact_sha256`` tag
 SHA256_CONFIG = "artifact_sha256"
