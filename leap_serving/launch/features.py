@@ -186,8 +186,9 @@ def feature_matrix(
     if unknown:
         raise ValueError(f"hardware_type {unknown} not in the hardware spec table")
     take = np.fromiter((specs.row[hw] for hw in hardware), dtype=np.int64, count=len(hardware))
-    spec = {c: specs.columns[c][take] for c in HARDWARE_SPEC_COLUMNS}
-    vendor = specs.vendor_code[take]
+    taken = specs.matrix[take]
+    spec = {c: taken[:, j] for j, c in enumerate(HARDWARE_SPEC_COLUMNS)}
+    vendor = taken[:, -1]
 
     f: dict[str, np.ndarray] = {}
     trainers = rows.numbers("num_trainers")

@@ -99,7 +99,14 @@ class CandidateRows(LaunchRows):
         return out
 
     def numbers(self, name: str) -> np.ndarray:
-        return np.array([np.nan if v is None else v for v in self.values(name)], dtype=np.float64)
+        if name == "hardware_type":
+            return np.array(self.values(name), dtype=np.float64)
+        # one value per launch, repeated over its candidates: a fill per launch, not per row
+        parts = [
+            np.full(len(types), np.nan if (v := launch.get(name)) is None else v, np.float64)
+            for launch, types in self.launches
+        ]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts or [np.empty(0)])
 
     def __contains__(self, name: str) -> bool:
         return name in LAUNCH_COLUMNS

@@ -36,6 +36,19 @@ class SpecTable:
     vendor_code: np.ndarray
     log_scales: dict[str, dict[str, float]]  # TRANSFER_SPECS feature -> type -> log of the spec
 
+    @property
+    def matrix(self) -> np.ndarray:
+        """The spec columns side by side (``HARDWARE_SPEC_COLUMNS`` order, then the vendor code),
+        built once: a ranking takes its candidates' rows in one indexing instead of one per
+        column."""
+        found = self.__dict__.get("_matrix")
+        if found is None:
+            found = np.column_stack(
+                [self.columns[c] for c in HARDWARE_SPEC_COLUMNS] + [self.vendor_code]
+            ).astype(np.float64)
+            object.__setattr__(self, "_matrix", found)
+        return found
+
     @classmethod
     def from_frame(cls, hardware_specs: pl.DataFrame) -> SpecTable:
         types = hardware_specs["hardware_type"].to_list()
