@@ -1,0 +1,193 @@
+"""Kubernetes objects carrying a ranking: a Job (batch/v1) built from a base one, and the mutating
+admission webhook ``admission_response`` that patches a Pod or Job as it is created.
+
+The affinity both carry is ``affinity.node_affinity``: required ``In`` the best ``top_k`` types
+on the GPU Feature Discovery label, preferred in rank order.
+
+The webhook sits in the path of every object it is configured for, so it never denies and never
+raises: an object without a launch, a launch that cannot be ranked, or anything unexpected is
+allowed unchanged with a warning (``kubectl`` prints it), and the job is scheduled as it would
+have been without LEAP. An ``admission.k8s.io/v1`` AdmissionReview of a Pod or Job is answered
+with a JSONPatch; the annotations it reads (on the object, for a Job also on its pod template):
+
+- ``leap.dev/launch``: the launch config as JSON, as ``leap rank --job`` reads it;
+- ``leap.dev/candidates`` (optional): ``A,B,C``; else the launch's ``candidates``, else every
+  type the config's ``gpu_products`` map names;
+- written back: ``leap.dev/ranking`` (the preference list) and ``leap.dev/model-version``. An
+  object that already carries ``leap.dev/ranking`` (a Job's pod, or a re-invocation) is left
+  alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from ..decide.results import Ranking
+from .affinity import merged_affinity, node_affinity, ranking_annotations
+from .config import KUEUE_QUEUE_LABEL, HandoffConfig
+from .ranked import HandoffError
+
+log = logging.getLogger("leap_serving")
+
+LAUNCH = "leap.dev/launch"
+CANDIDATES = "leap.dev/candidates"
+RANKED = "leap.dev/ranking"
+# kind -> (where its pod spec is, where its pod template's metadata is)
+POD_SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
+    "Pod": (("spec",), None),
+    "Job": (("spec", "template", "spec"), ("spec", "template", "metadata")),
+}
+WARNING_CHARS = 240
+# the Job a config without ``kubernetes.job`` gets: a placeholder to edit
+DEFAULT_JOB: dict[str, Any] = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {"name": "leap-job"},
+    "spec": {
+        "backoffLimit": 0,
+        "template": {
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "train", "image": "python:3.11", "command": ["python", "train.py"]}
+                ],
+            }
+        },
+    },
+}
+
+
+def kubernetes_job(
+    ranking: Ranking, config: HandoffConfig | None = None, gpus: int | None = None
+) -> dict[str, Any]:
+    """The base Job (``config.kubernetes_job``, else a placeholder) with the affinity on its pod
+    template, the ranking's annotations, the Kueue queue label when the config names a queue,
+    and ``gpus`` (the launch's devices per host) as each container's ``nvidia.com/gpu`` limit."""
+    config = config or HandoffConfig()
+    job = copy.deepcopy(dict(config.kubernetes_job or DEFAULT_JOB))
+    if job.get("kind") != "Job":
+        raise HandoffError(f"kubernetes: kind={job.get('kind')!r}: the base object is a Job")
+    try:
+        pod = job["spec"]["template"]["spec"]
+        containers = pod["containers"]
+    except (KeyError, TypeError):
+        raise HandoffError("kubernetes: the Job has no spec.template.spec.containers") from None
+    pod["affinity"] = merged_affinity(pod.get("affinity"), node_affinity(ranking, config))
+    metadata = job.setdefault("metadata", {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}),
+                               **ranking_annotations(ranking)}  # fmt: skip
+    if config.kueue_queue is not None:
+        metadata["labels"] = {**(metadata.get("labels") or {}),
+                              KUEUE_QUEUE_LABEL: config.kueue_queue}  # fmt: skip
+    if gpus is not None:
+        for container in containers:
+            resources = container.setdefault("resources", {})
+            resources["limits"] = {**(resources.get("limits") or {}), "nvidia.com/gpu": gpus}
+    return job
+
+
+class RanksLaunches(Protocol):
+    def rank(self, job: Any, candidates: Any) -> Ranking: ...
+
+
+def pointer(*parts: str) -> str:
+    """A JSON pointer (RFC 6901): ``~`` and ``/`` inside a part escaped."""
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, Mapping) else None
+    return obj
+
+
+def _annotate(obj: Mapping[str, Any], metadata: tuple[str, ...], values: Mapping[str, str]):
+    """The ops that set ``values`` as annotations under ``metadata``, creating what is missing."""
+    if not isinstance(_at(obj, metadata), Mapping):
+        return [{"op": "add", "path": pointer(*metadata), "value": {"annotations": dict(values)}}]
+    if not isinstance(_at(obj, (*metadata, "annotations")), Mapping):
+        return [{"op": "add", "path": pointer(*metadata, "annotations"), "value": dict(values)}]
+    return [
+        {"op": "add", "path": pointer(*metadata, "annotations", k), "value": v}
+        for k, v in values.items()
+    ]
+
+
+def _allowed(uid: str, warning: str | None = None, patch: list | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    if warning is not None:
+        text = f"leap: {warning}"
+        response["warnings"] = [text[: WARNING_CHARS - 3] + "..." if len(text) > WARNING_CHARS
+                                else text]  # fmt: skip
+        log.warning("leap_serving: admission %s unchanged: %s", uid, warning)
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def _launch(annotations: Mapping[str, Any], config: HandoffConfig) -> tuple[Any, list[str]]:
+    """The launch and its candidates from the annotations; ``ValueError`` naming the field."""
+    try:
+        launch = json.loads(annotations[LAUNCH])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"annotation {LAUNCH} is not JSON: {exc}") from None
+    if not isinstance(launch, dict):
+        raise ValueError(f"annotation {LAUNCH} is not a JSON object")
+    listed = launch.pop("candidates", None)
+    if CANDIDATES in annotations:
+        text = annotations[CANDIDATES]
+        if not isinstance(text, str):
+            raise ValueError(f"annotation {CANDIDATES}={text!r} is not text")
+        listed = [c.strip() for c in text.split(",") if c.strip()]
+    return launch, list(listed) if listed is not None else list(config.gpu_products)
+
+
+def admission_response(
+    review: Mapping[str, Any], ranker: RanksLaunches, config: HandoffConfig | None = None
+) -> dict[str, Any]:
+    """The AdmissionReview answering ``review``: allowed, with the patch when a launch ranked."""
+    uid = ""
+    try:
+        request = review.get("request") if isinstance(review, Mapping) else None
+        if not isinstance(request, Mapping):
+            return _allowed(uid, "the AdmissionReview has no request")
+        uid = request.get("uid") if isinstance(request.get("uid"), str) else ""
+        obj = request.get("object")
+        if request.get("operation", "CREATE") != "CREATE" or not isinstance(obj, Mapping):
+            return _allowed(uid)  # placement is decided once, at creation
+        kind = obj.get("kind")
+        if kind not in POD_SPECS:
+            return _allowed(uid, f"kind {kind!r} is not ranked (only Pod and Job)")
+        annotations = _at(obj, ("metadata", "annotations"))
+        annotations = annotations if isinstance(annotations, Mapping) else {}
+        if RANKED in annotations:
+            return _allowed(uid)  # ranked already: a Job's pod, or a re-invocation
+        if LAUNCH not in annotations:
+            return _allowed(uid, f"no {LAUNCH} annotation: not ranked")
+        config = config or HandoffConfig()
+        job, candidates = _launch(annotations, config)
+        ranking = ranker.rank(job, candidates)
+        if not ranking.ranking:
+            return _allowed(uid, f"not ranked: {ranking.reason} ({ranking.reason_code})")
+        spec_path, template_metadata = POD_SPECS[kind]
+        if not isinstance(_at(obj, spec_path), Mapping):
+            return _allowed(uid, f"{kind} has no {'.'.join(spec_path)}")
+        affinity = merged_affinity(_at(obj, (*spec_path, "affinity")),
+                                   node_affinity(ranking, config))  # fmt: skip
+        recorded = ranking_annotations(ranking)
+        patch = [{"op": "add", "path": pointer(*spec_path, "affinity"), "value": affinity}]
+        patch += _annotate(obj, ("metadata",), recorded)
+        if template_metadata is not None:  # its pods carry the ranking, so they pass untouched
+            patch += _annotate(obj, template_metadata, recorded)
+        return _allowed(uid, patch=patch)
+    except (HandoffError, ValueError) as exc:
+        return _allowed(uid, str(exc))
+    except Exception as exc:  # never in the way of a Pod: allowed, logged with the traceback
+        log.error("leap_serving: admission %s failed", uid, exc_info=exc)
+        return _allowed(uid, f"internal error: {type(exc).__name__}: {exc}")

@@ -1,0 +1,360 @@
+"""The hand-off adapters: a ranking as a SkyPilot task (parsed by SkyPilot itself), a Kubernetes Job
+and an admission webhook's patch (validated offline by kubernetes-validate, the patch applied by
+jsonpatch, the webhook reached over HTTP), Slurm's flags, and ``leap rank --format``."""
+
+import base64
+import copy
+import itertools
+import json
+
+import jsonpatch
+import kubernetes_validate
+import pytest
+import yaml
+
+from leap_pipeline.simulation import SimulatedFleet
+from leap_serving.decide.results import CandidateScore, Ranking
+from leap_serving.handoff.affinity import node_affinity, weights
+from leap_serving.handoff.config import (
+    GPU_PRODUCTS,
+    KUEUE_QUEUE_LABEL,
+    SKYPILOT_ACCELERATORS,
+    HandoffConfig,
+    config_from_mapping,
+    load_config,
+)
+from leap_serving.handoff.formats import render
+from leap_serving.handoff.kubernetes import admission_response, kubernetes_job
+from leap_serving.handoff.ranked import HandoffError
+from leap_serving.handoff.skypilot import skypilot_task, skypilot_yaml
+from leap_serving.handoff.slurm import sbatch_flags, sbatch_line
+
+K8S_VERSION = kubernetes_validate.utils.latest_version()
+FLEET_TYPES = set(SimulatedFleet(seed=0, scale=0.01).hardware_specs()["hardware_type"])
+
+
+def ranking_of(*types: str, version: str = "4") -> Ranking:
+    scores = [
+        CandidateScore(t, 1000.0 / (i + 1), 10.0, 100.0 / (i + 1), i + 1, 0, 0.9, True, False)
+        for i, t in enumerate(types)
+    ]
+    return Ranking(scores, model_version=version)
+
+
+EMPTY = Ranking(
+    [], model_version="4", reason="job.batch_size is missing", reason_code="invalid_job"
+)
+RANKED = ranking_of("L40S", "A100-80GB", "H100-SXM", "A10G", "L4")
+
+
+def test_the_default_maps_name_only_the_fleets_types_and_a_file_adds_to_them(tmp_path):
+    assert set(SKYPILOT_ACCELERATORS) <= FLEET_TYPES and set(GPU_PRODUCTS) <= FLEET_TYPES
+    path = tmp_path / "handoff.yaml"
+    path.write_text("top_k: 2\nkubernetes: {products: {MI300X: AMD-Instinct-MI300X}, queue: "
+                    "team-a}\nslurm: {features: {H100-SXM: h100}}\n")  # fmt: skip
+    config = load_config(path)
+    assert config.top_k == 2 and config.kueue_queue == "team-a"
+    assert config.gpu_products["MI300X"] == "AMD-Instinct-MI300X"
+    assert config.gpu_products["L40S"] == GPU_PRODUCTS["L40S"]  # the defaults stay
+    assert config.slurm_feature("H100-SXM") == "h100" and config.slurm_feature("L40S") == "l40s"
+    json_path = tmp_path / "handoff.json"
+    json_path.write_text(json.dumps({"skypilot": {"accelerators": {"H100-SXM": "H100-MEGA"}}}))
+    assert load_config(json_path).skypilot_name("H100-SXM") == "H100-MEGA"
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        ({"top_k": 0}, "top_k=0"),
+        ({"top_k": 101}, "top_k=101"),
+        ({"slurm": {"feature": {}}}, "slurm.'feature'"),
+        ({"kubernets": {}}, "'kubernets'"),
+        ({"kubernetes": {"products": {"L4": "has space"}}}, "gpu_products['L4']"),
+        ({"slurm": {"features": {"L4": "a|b"}}}, "slurm_features['L4']"),
+        ({"kubernetes": {"queue": "-bad-"}}, "kueue_queue='-bad-'"),
+        ({"skypilot": {"task": "run: x"}}, "skypilot_task="),
+    ],
+)
+def test_a_bad_config_is_refused_naming_the_field(data, named):
+    with pytest.raises(ValueError, match=f"^.*{named.replace('[', '.').replace('|', '.')}"):
+        config_from_mapping(data)
+
+
+def test_every_adapter_refuses_an_empty_ranking_with_its_reason():
+    for adapter in (skypilot_task, node_affinity, kubernetes_job, sbatch_flags):
+        with pytest.raises(HandoffError, match="batch_size is missing"):
+            adapter(EMPTY)
+
+
+# --- SkyPilot ---
+
+BASE_TASK = {
+    "name": "train-dlrm", "num_nodes": 2, "setup": "pip install -r requirements.txt",
+    "run": "torchrun train.py", "envs": {"EPOCHS": "3"},
+    "resources": {"accelerators": "V100:4", "disk_size": 256, "use_spot": True},
+}  # fmt: skip
+
+
+def test_the_skypilot_task_orders_the_ranking_and_keeps_the_users_task():
+    config = HandoffConfig(skypilot_task=BASE_TASK)
+    task = skypilot_task(RANKED, config, devices_per_node=8)
+    assert [r["accelerators"] for r in task["resources"]["ordered"]] == [
+        "L40S:8", "A100-80GB:8", "H100:8", "A10G:8", "L4:8"
+    ]  # fmt: skip
+    assert {k: task[k] for k in ("name", "num_nodes", "setup", "run", "envs")} == {
+        k: BASE_TASK[k] for k in ("name", "num_nodes", "setup", "run", "envs")
+    }
+    assert task["resources"]["disk_size"] == 256 and "accelerators" not in task["resources"]
+    # the base task's own count when the launch does not say, and the base is not mutated
+    assert skypilot_task(RANKED, config)["resources"]["ordered"][0] == {"accelerators": "L40S:4"}
+    assert BASE_TASK["resources"]["accelerators"] == "V100:4"
+
+
+def _catalog(home):
+    catalog = home / ".sky" / "catalogs" / "v8" / "common"
+    catalog.mkdir(parents=True)
+    names = sorted(set(SKYPILOT_ACCELERATORS.values()) | {"V100"})
+    rows = "".join(f"{name},\"['AWS', 'GCP', 'Kubernetes']\"\n" for name in names)
+    (catalog / "accelerators.csv").write_text("AcceleratorName,Clouds\n" + rows)
+
+
+def test_skypilot_itself_reads_the_tasks_resources_in_rank_order(tmp_path, monkeypatch):
+    """SkyPilot's own parser on the YAML text: with a fixture catalog under a fresh HOME it
+    never reaches the network; the parsed task's resources are a list in the ranking's order."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("SKY_RUNTIME_DIR", raising=False)
+    _catalog(tmp_path)
+    sky = pytest.importorskip("sky", reason="the skypilot extra is not installed")
+    text = skypilot_yaml(skypilot_task(RANKED, HandoffConfig(skypilot_task=BASE_TASK), 8))
+    task = sky.Task.from_yaml_config(yaml.safe_load(text))
+    assert isinstance(task.resources, list)  # ordered: tried in this order
+    expected = [SKYPILOT_ACCELERATORS[t] for t in RANKED.preference_list]
+    assert [next(iter(r.accelerators)) for r in task.resources] == expected
+    assert all(
+        r.accelerators == {name: 8} for r, name in zip(task.resources, expected, strict=True)
+    )
+    assert task.name == "train-dlrm" and task.num_nodes == 2 and task.run == BASE_TASK["run"]
+    assert all(r.use_spot and r.disk_size == 256 for r in task.resources)
+
+
+# --- Kubernetes ---
+
+
+def test_the_affinity_requires_the_top_k_and_prefers_them_by_rank():
+    config = HandoffConfig(top_k=3)
+    affinity = node_affinity(ranking_of("MI300X", *RANKED.preference_list), config)
+    (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    (expression,) = term["matchExpressions"]
+    top = [GPU_PRODUCTS[t] for t in ("L40S", "A100-80GB", "H100-SXM")]  # MI300X has no label
+    assert expression == {"key": "nvidia.com/gpu.product", "operator": "In", "values": top}
+    preferred = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [p["preference"]["matchExpressions"][0]["values"] for p in preferred] == [
+        [v] for v in top
+    ]
+    got = [p["weight"] for p in preferred]
+    assert got == sorted(got, reverse=True) and len(set(got)) == len(got) and got[0] == 100
+    for k in range(1, 101):
+        w = weights(k)
+        assert all(1 <= x <= 100 for x in w) and all(a > b for a, b in itertools.pairwise(w))
+    with pytest.raises(HandoffError, match=r"no ranked type has a nvidia\.com/gpu\.product"):
+        node_affinity(ranking_of("MI300X", "Gaudi3"))
+
+
+def test_the_job_is_valid_kubernetes_and_carries_the_queue_and_the_ranking():
+    base = copy.deepcopy(kubernetes_job(RANKED))  # the placeholder Job, as a user's base
+    base["metadata"]["labels"] = {KUEUE_QUEUE_LABEL: "from-the-user", "team": "ads"}
+    base["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+    del base["metadata"]["annotations"]  # fmt: skip
+    job = kubernetes_job(RANKED, HandoffConfig(kubernetes_job=base), gpus=8)
+    kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+    assert job["metadata"]["labels"] == {KUEUE_QUEUE_LABEL: "from-the-user", "team": "ads"}
+    assert job["metadata"]["annotations"]["leap.dev/ranking"] == ",".join(RANKED.preference_list)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]  # the user's term ANDed with ours, not ORed beside it
+    assert [e["key"] for e in term["matchExpressions"]] == ["zone", "nvidia.com/gpu.product"]
+    queued = kubernetes_job(RANKED, HandoffConfig(kueue_queue="team-a"))
+    kubernetes_validate.validate(queued, K8S_VERSION, strict=True)
+    assert queued["metadata"]["labels"] == {KUEUE_QUEUE_LABEL: "team-a"}
+
+
+# --- the admission webhook ---
+
+
+class StubRanker:
+    """Ranks by a fixed order; records what it is asked."""
+
+    model_version, model_uri = "4", "models:/stub@production"
+
+    def __init__(self, order=RANKED.preference_list, fail=False):
+        self.order, self.fail, self.calls = list(order), fail, []
+
+    def wait_ready(self, timeout=None):
+        return True
+
+    def rank(self, job, candidates, **kwargs):
+        self.calls.append((job, list(candidates)))
+        if self.fail:
+            raise RuntimeError("boom")
+        return ranking_of(*[t for t in self.order if t in candidates])
+
+
+def pod(annotations=None, affinity=None) -> dict:
+    spec = {"containers": [{"name": "train", "image": "python:3.11"}]}
+    if affinity is not None:
+        spec["affinity"] = affinity
+    meta = {"name": "train-0", "namespace": "ml"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def review(obj, uid="705ab4f5-6393-11e8-b7cc-42010a800002", operation="CREATE") -> dict:
+    kind = {"group": "batch" if obj["kind"] == "Job" else "", "version": "v1", "kind": obj["kind"]}
+    return {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": uid, "kind": kind, "operation": operation, "object": obj,
+                    "namespace": "ml", "userInfo": {"username": "alice"}, "dryRun": False},
+    }  # fmt: skip
+
+
+def patched(obj, answer) -> dict:
+    response = answer["response"]
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    assert response["allowed"] is True and response["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(response["patch"]))
+    return jsonpatch.apply_patch(obj, ops)
+
+
+LAUNCH = {"model_type": "dlrm", "batch_size": 1024, "candidates": ["A10G", "H100-SXM", "L40S"]}
+
+
+def test_the_webhook_patches_a_pod_and_a_job_with_the_ranking():
+    ranker = StubRanker()
+    obj = pod({"leap.dev/launch": json.dumps(LAUNCH)})
+    answer = admission_response(review(obj), ranker, HandoffConfig(top_k=2))
+    assert answer["response"]["uid"] == "705ab4f5-6393-11e8-b7cc-42010a800002"
+    assert ranker.calls == [({"model_type": "dlrm", "batch_size": 1024},
+                             ["A10G", "H100-SXM", "L40S"])]  # fmt: skip
+    result = patched(obj, answer)
+    kubernetes_validate.validate(result, K8S_VERSION, strict=True)
+    required = result["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+    assert required[0]["matchExpressions"][0]["values"] == [GPU_PRODUCTS["L40S"],
+                                                           GPU_PRODUCTS["H100-SXM"]]  # fmt: skip
+    assert result["metadata"]["annotations"]["leap.dev/ranking"] == "L40S,H100-SXM,A10G"
+    assert result["metadata"]["annotations"]["leap.dev/model-version"] == "4"
+    # a Job: the affinity on its template, whose pods then carry the ranking and pass untouched
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "train", "labels": {KUEUE_QUEUE_LABEL: "team-a"},
+                        "annotations": {"leap.dev/launch": json.dumps(LAUNCH),
+                                        "leap.dev/candidates": "L4, A10G"}},
+           "spec": {"template": {"spec": {**pod()["spec"], "restartPolicy": "Never"}}}}  # fmt: skip
+    result = patched(job, admission_response(review(job), ranker))
+    kubernetes_validate.validate(result, K8S_VERSION, strict=True)
+    assert ranker.calls[-1][1] == ["L4", "A10G"]  # the annotation's candidates
+    assert result["metadata"]["labels"] == {KUEUE_QUEUE_LABEL: "team-a"}
+    template = result["spec"]["template"]
+    assert template["metadata"]["annotations"]["leap.dev/ranking"] == "A10G,L4"
+    assert "affinity" in template["spec"]
+    child = pod(template["metadata"]["annotations"])
+    assert "patch" not in admission_response(review(child), ranker)["response"]
+
+
+def test_an_existing_affinity_is_narrowed_never_widened():
+    zone = [{"matchExpressions": [{"key": "zone", "operator": "In", "values": [z]}]}
+            for z in "ab"]  # fmt: skip
+    spread = {"weight": 5, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
+    mine = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": zone}
+        },
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [spread]},
+    }
+    obj = pod({"leap.dev/launch": json.dumps(LAUNCH)}, affinity=mine)
+    result = patched(obj, admission_response(review(obj), StubRanker()))
+    kubernetes_validate.validate(result, K8S_VERSION, strict=True)
+    affinity = result["spec"]["affinity"]
+    assert affinity["podAntiAffinity"] == mine["podAntiAffinity"]
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]  # fmt: skip
+    assert [[e["key"] for e in t["matchExpressions"]] for t in terms] == [
+        ["zone", "nvidia.com/gpu.product"], ["zone", "nvidia.com/gpu.product"]]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("obj_or_review", "ranker", "warning"),
+    [
+        (pod(), StubRanker(), "no leap.dev/launch annotation"),
+        (pod({"leap.dev/launch": "{not json"}), StubRanker(), "leap.dev/launch is not JSON"),
+        (pod({"leap.dev/launch": "[1]"}), StubRanker(), "not a JSON object"),
+        (pod({"leap.dev/launch": "{}"}), StubRanker(order=[]), "not ranked"),
+        (pod({"leap.dev/launch": "{}", "leap.dev/candidates": "MI300X"}),
+         StubRanker(order=["MI300X"]), "no ranked type has a nvidia.com/gpu.product"),
+        (pod({"leap.dev/launch": "{}"}), StubRanker(fail=True), "internal error: RuntimeError"),
+        ({**pod({"leap.dev/launch": "{}"}), "kind": "Deployment"}, StubRanker(), "'Deployment'"),
+        ({"kind": "AdmissionReview"}, StubRanker(), "no request"),
+        ([1, 2], StubRanker(), "no request"),
+        ({**pod({"leap.dev/launch": "{}"}), "spec": None}, StubRanker(), "Pod has no spec"),
+    ],
+)  # fmt: skip
+def test_the_webhook_allows_unchanged_with_a_warning_and_never_raises(
+    obj_or_review, ranker, warning
+):
+    is_object = isinstance(obj_or_review, dict) and "metadata" in obj_or_review
+    answer = admission_response(review(obj_or_review) if is_object else obj_or_review, ranker)
+    response = answer["response"]
+    assert response["allowed"] is True and "patch" not in response
+    assert warning in response["warnings"][0], response["warnings"]
+    assert response["uid"] == ("705ab4f5-6393-11e8-b7cc-42010a800002" if is_object else "")
+
+
+def test_an_update_is_let_through_without_a_ranking():
+    obj = pod({"leap.dev/launch": json.dumps(LAUNCH)})
+    ranker = StubRanker()
+    response = admission_response(review(obj, operation="UPDATE"), ranker)["response"]
+    assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+    assert ranker.calls == []
+
+
+# --- Slurm ---
+
+
+def test_slurm_flags_constrain_to_the_top_k_and_prefer_the_best():
+    assert sbatch_flags(RANKED) == ["--constraint", "l40s|a100-80gb|h100-sxm", "--prefer", "l40s"]
+    config = HandoffConfig(top_k=2, slurm_features={"A100-80GB": "a100", "L40S": "l40s"})
+    flags = sbatch_flags(RANKED, config)
+    assert flags == ["--constraint", "l40s|a100", "--prefer", "l40s"]
+    assert sbatch_line(flags) == "--constraint=l40s|a100 --prefer=l40s"
+    assert sbatch_flags(ranking_of("H100-SXM"), config) == ["--constraint", "h100-sxm",
+                                                            "--prefer", "h100-sxm"]  # fmt: skip
+    with pytest.raises(HandoffError, match="name it in slurm_features"):
+        sbatch_flags(ranking_of("Odd Type"))
+
+
+# --- leap rank --format ---
+
+
+def test_render_gives_each_format_as_text():
+    job = {"requested_devices_per_host": 4}
+    sky_task = yaml.safe_load(render("skypilot", RANKED, HandoffConfig(), job))
+    assert sky_task["resources"]["ordered"][0] == {"accelerators": "L40S:4"}
+    k8s = yaml.safe_load(render("k8s", RANKED, HandoffConfig(), job))
+    kubernetes_validate.validate(k8s, K8S_VERSION, strict=True)
+    assert render("slurm", RANKED, HandoffConfig()) == (
+        "--constraint=l40s|a100-80gb|h100-sxm --prefer=l40s"
+    )
+    with pytest.raises(HandoffError, match=r"requested_devices_per_host=0\.5"):
+        render("k8s", RANKED, HandoffConfig(), {"requested_devices_per_host": 0.5})
+    with pytest.raises(ValueError, match="format='nomad'"):
+        render("nomad", RANKED, HandoffConfig())
