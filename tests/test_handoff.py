@@ -4,15 +4,20 @@ jsonpatch, the webhook reached over HTTP), Slurm's flags, and ``leap rank --form
 
 import base64
 import copy
+import datetime as dt
 import itertools
 import json
 
 import jsonpatch
 import kubernetes_validate
+import numpy as np
+import polars as pl
 import pytest
 import yaml
 
+from leap_pipeline.app.cli import main
 from leap_pipeline.simulation import SimulatedFleet
+from leap_serving.decide.ranker import Ranker
 from leap_serving.decide.results import CandidateScore, Ranking
 from leap_serving.handoff.affinity import node_affinity, weights
 from leap_serving.handoff.config import (
@@ -28,6 +33,12 @@ from leap_serving.handoff.kubernetes import admission_response, kubernetes_job
 from leap_serving.handoff.ranked import HandoffError
 from leap_serving.handoff.skypilot import skypilot_task, skypilot_yaml
 from leap_serving.handoff.slurm import sbatch_flags, sbatch_line
+from leap_serving.launch.families import with_family
+from leap_serving.launch.features import LAUNCH_COLUMNS, launch_matrix
+from leap_serving.launch.snapshot import history_snapshot
+from leap_serving.model.cascade import BinnedCascade
+from leap_serving.model.profiles import profile_params
+from leap_serving.model.published import LeapModel
 
 K8S_VERSION = kubernetes_validate.utils.latest_version()
 FLEET_TYPES = set(SimulatedFleet(seed=0, scale=0.01).hardware_specs()["hardware_type"])
@@ -327,6 +338,34 @@ def test_an_update_is_let_through_without_a_ranking():
     assert ranker.calls == []
 
 
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A quick cascade on day 1 of a tiny fleet (tests/http_model.py's recipe, unregistered),
+    saved to a folder and held by a Ranker, and one of day 1's launches, launched the day after,
+    with candidates the default Kubernetes map names."""
+    fleet = SimulatedFleet(seed=3, scale=0.02)
+    day0, day1 = (with_family(fleet.day(i).attempts) for i in range(2))
+    night, specs = day1["ds"].max(), fleet.hardware_specs()
+    train = day1.filter(pl.col("status") == "succeeded")
+    X = launch_matrix(train, specs, history_snapshot(day0, day0["ds"].max()))
+    cascade = BinnedCascade(**{**profile_params("quick"), "n_bins": 3}).fit(
+        X, np.log(train["throughput"].to_numpy())
+    )
+    model = LeapModel(cascade, history_snapshot(pl.concat([day0, day1]), night), specs)
+    folder = tmp_path_factory.mktemp("handoff") / "model"
+    model.save(folder)
+    row = train.row(0, named=True)
+    launch = {c: row[c] for c in LAUNCH_COLUMNS if c not in ("hardware_type", "ds")}
+    launch["ds"] = (night + dt.timedelta(days=1)).isoformat()
+    ranker = Ranker(model=model, check_interval_s=float("inf"), wait=True, canary_launches=0)
+    launch = {k: v for k, v in launch.items() if v is not None}
+    candidates = ["A100-80GB", "H100-SXM", "L40S", "A10G", "L4", "T4"]
+    ranking = ranker.rank(launch, candidates)
+    assert len(ranking.preference_list) >= 3, ranking.reason
+    return {"ranker": ranker, "folder": folder, "launch": launch, "candidates": candidates,
+            "ranking": ranking}  # fmt: skip
+
+
 # --- Slurm ---
 
 
@@ -358,3 +397,55 @@ def test_render_gives_each_format_as_text():
         render("k8s", RANKED, HandoffConfig(), {"requested_devices_per_host": 0.5})
     with pytest.raises(ValueError, match="format='nomad'"):
         render("nomad", RANKED, HandoffConfig())
+
+
+@pytest.fixture
+def leap_rank(tiny, tmp_path, monkeypatch, capsys):
+    """``leap rank --format F`` on the tiny model's folder: (exit code, stdout, stderr)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({**tiny["launch"], "candidates": tiny["candidates"]}))
+
+    def run(*extra: str) -> tuple[int, str, str]:
+        try:
+            code = main(["rank", "--job", str(job), "--model", str(tiny["folder"]), *extra])
+        except SystemExit as stop:
+            code = stop.code
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+def test_leap_rank_prints_each_format_of_the_models_ranking(tiny, tmp_path, leap_rank):
+    expected = tiny["ranking"].preference_list
+    code, out, _ = leap_rank("--format", "slurm")
+    assert code == 0
+    features = [t.lower() for t in expected[:3]]
+    assert out == f"--constraint={'|'.join(features)} --prefer={features[0]}\n"
+    code, out, _ = leap_rank("--format", "skypilot")
+    ordered = yaml.safe_load(out)["resources"]["ordered"]
+    assert code == 0 and [o["accelerators"].split(":")[0] for o in ordered] == [
+        SKYPILOT_ACCELERATORS[t] for t in expected
+    ]
+    config = tmp_path / "handoff.yaml"
+    config.write_text("top_k: 2\nkubernetes: {queue: team-a}\n")
+    code, out, _ = leap_rank("--format", "k8s", "--handoff-config", str(config))
+    job = yaml.safe_load(out)
+    kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+    assert job["metadata"]["labels"] == {KUEUE_QUEUE_LABEL: "team-a"}
+    required = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]  # fmt: skip
+    assert required["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+        GPU_PRODUCTS[t] for t in expected[:2]
+    ]
+
+
+def test_leap_rank_names_the_reason_when_there_is_nothing_to_hand_on(tmp_path, leap_rank):
+    code, out, err = leap_rank("--format", "slurm", "--candidates", "NoSuchType")
+    assert code == 2 and out == "" and "no ranking to hand on" in err
+    config = tmp_path / "bad.yaml"
+    config.write_text("slurm: {featurs: {}}\n")
+    code, out, err = leap_rank("--format", "slurm", "--handoff-config", str(config))
+    assert code == 2 and "featurs" in err

@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "used unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
                          "data)")  # fmt: skip
     ranking.add_argument("--json", action="store_true", help="print one JSON object")
+    ranking.add_argument("--format", choices=("skypilot", "k8s", "slurm"), default=None,
+                         help="print the ranking for a scheduler: a SkyPilot task or a Kubernetes "
+                         "Job (YAML), or sbatch flags (docs/serving.md)")  # fmt: skip
+    ranking.add_argument("--handoff-config", default="", help="YAML or JSON file: the hardware "
+                         "type -> scheduler name maps, top_k, the base task or Job")  # fmt: skip
     ranking.set_defaults(handler=command.rank)
 
     imports = commands.add_parser("import", help="land your own logs as daily partitions")

@@ -299,8 +299,14 @@ def rank(args: argparse.Namespace) -> int:
     # a progress bar on stderr)
     set_environment(overwrite=False, MLFLOW_TRACKING_URI=install(args).tracking_uri,
                     MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")  # fmt: skip
+    handoff = _handoff_config(args.handoff_config) if args.format else None  # fails first
     ranker = Ranker(args.model or None, check_interval_s=float("inf"), wait=True)
     result: Ranking = ranker.rank(job, candidates if candidates is not None else [])
+    if args.format:  # an empty ranking: HandoffError, a ValueError, exits 2 with the reason
+        from leap_serving.handoff.formats import render
+
+        print(render(args.format, result, handoff, job).rstrip("\n"))
+        return 0
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0
@@ -324,3 +330,10 @@ def rank(args: argparse.Namespace) -> int:
     if result.ignored_fields:
         print(f"ignored fields: {', '.join(result.ignored_fields)}")
     return 0
+
+
+def _handoff_config(path: str):
+    """``--handoff-config``'s maps, else the defaults for the simulated fleet's types."""
+    from leap_serving.handoff.config import HandoffConfig, load_config
+
+    return load_config(path) if path else HandoffConfig()

@@ -1,7 +1,7 @@
 """A ranking as sbatch flags: ``--constraint`` admits the best ``top_k`` types' node features, ORed,
 and ``--prefer`` asks for the best one.
 
-Slurm (23.02 and later) places a job on nodes having the ``--prefer`` features when it can and
+Slurm (22.05 and later) places a job on nodes having the ``--prefer`` features when it can and
 falls back to any node that satisfies ``--constraint`` otherwise; ``a|b|c`` lets each node match
 any one of the features. The features are the node ``Feature=`` names of slurm.conf
 (``HandoffConfig.slurm_features``; by default the type in lower case).

@@ -1,0 +1,128 @@
+--[[
+job_submit.lua: Slurm's job_submit/lua plugin asks `leap serve` for a ranking at submission and
+sets the job's --constraint (the best TOP_K types' node features, ORed) and --prefer (the best
+one), as `leap rank --format slurm` prints them (leap_serving/handoff/slurm.py).
+
+Install: JobSubmitPlugins=lua in slurm.conf, this file beside slurm.conf, `scontrol reconfigure`.
+Slurm 22.05 or later (the `prefer` field). slurmctld runs it holding its locks, so the call has
+a short timeout and any failure leaves the job as submitted.
+
+A job opts in with the launch config in its environment:
+  LEAP_LAUNCH=/shared/launches/job.json sbatch train.sh      (a path the controller can read)
+  LEAP_LAUNCH='{"model_type": ...}' sbatch train.sh          (or the JSON itself)
+  LEAP_CANDIDATES=A100-80GB,H100-SXM                         (optional; default: FEATURES' types)
+A job that sets --constraint itself, or has no LEAP_LAUNCH, is left alone.
+]]
+
+local LEAP_URL = "http://leap.internal:8765/v1/rank"
+local TOKEN_FILE = "/etc/slurm/leap.token"  -- the bearer token, when leap serve requires one
+local TIMEOUT_S = 2
+local TOP_K = 3
+-- hardware type (the fleet's name) -> the node feature slurm.conf gives those nodes
+local FEATURES = {
+  ["A100-80GB"] = "a100-80gb",
+  ["H100-SXM"] = "h100-sxm",
+  ["H200"] = "h200",
+  ["L40S"] = "l40s",
+  ["L4"] = "l4",
+}
+
+local function shell_quote(text)
+  return "'" .. string.gsub(text, "'", "'\\''") .. "'"
+end
+
+local function read_file(path)
+  local f = io.open(path, "r")
+  if f == nil then return nil end
+  local text = f:read("*a")
+  f:close()
+  return text
+end
+
+local function json_string(text)
+  return '"' .. string.gsub(text, '[%c"\\]', function(c)
+    return string.format("\\u%04x", string.byte(c))
+  end) .. '"'
+end
+
+-- the request body: {"job": <launch>, "candidates": [...]}
+local function body(launch, candidates)
+  local quoted = {}
+  for _, name in ipairs(candidates) do table.insert(quoted, json_string(name)) end
+  return '{"job": ' .. launch .. ', "candidates": [' .. table.concat(quoted, ", ") .. "]}"
+end
+
+-- the ranking's hardware types best first, from Ranking.to_dict()'s JSON
+local function ranked_types(answer)
+  local from = string.find(answer, '"ranking"%s*:%s*%[')
+  if from == nil then return {} end
+  local to = string.find(answer, '"removed"%s*:', from) or #answer
+  local types = {}
+  for name in string.gmatch(string.sub(answer, from, to), '"hardware_type"%s*:%s*"([^"]+)"') do
+    table.insert(types, name)
+  end
+  return types
+end
+
+local function ask_leap(request)
+  local path = os.tmpname()
+  local f = io.open(path, "w")
+  f:write(request)
+  f:close()
+  local auth = ""
+  local token = read_file(TOKEN_FILE)
+  if token ~= nil then
+    auth = "-H " .. shell_quote("Authorization: Bearer " .. string.gsub(token, "%s", "")) .. " "
+  end
+  local pipe = io.popen("curl -sS -m " .. TIMEOUT_S .. " -X POST " .. auth ..
+    "-H 'Content-Type: application/json' --data-binary @" .. shell_quote(path) .. " " ..
+    shell_quote(LEAP_URL) .. " 2>/dev/null")
+  local answer = pipe:read("*a")
+  pipe:close()
+  os.remove(path)
+  return answer
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if job_desc.features ~= nil and job_desc.features ~= "" then
+    return slurm.SUCCESS  -- the user's own constraint stands
+  end
+  local env = job_desc.environment or {}
+  local launch = env["LEAP_LAUNCH"]
+  if launch == nil or launch == "" then return slurm.SUCCESS end
+  if string.sub(launch, 1, 1) ~= "{" then launch = read_file(launch) end
+  if launch == nil then
+    slurm.log_info("leap: LEAP_LAUNCH names no readable file; job left as submitted")
+    return slurm.SUCCESS
+  end
+  local candidates = {}
+  if env["LEAP_CANDIDATES"] ~= nil then
+    for name in string.gmatch(env["LEAP_CANDIDATES"], "[^,%s]+") do
+      table.insert(candidates, name)
+    end
+  else
+    for name, _ in pairs(FEATURES) do table.insert(candidates, name) end
+    table.sort(candidates)
+  end
+  local ok, answer = pcall(ask_leap, body(launch, candidates))
+  if not ok then
+    slurm.log_info("leap: no answer (%s); job left as submitted", tostring(answer))
+    return slurm.SUCCESS
+  end
+  local features = {}
+  for _, name in ipairs(ranked_types(answer)) do
+    if FEATURES[name] ~= nil and #features < TOP_K then table.insert(features, FEATURES[name]) end
+  end
+  if #features == 0 then
+    slurm.log_info("leap: no ranked type has a feature; job left as submitted")
+    return slurm.SUCCESS
+  end
+  job_desc.features = table.concat(features, "|")
+  job_desc.prefer = features[1]
+  slurm.log_info("leap: constraint %s, prefer %s", job_desc.features, job_desc.prefer)
+  return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  return slurm.SUCCESS
+end
