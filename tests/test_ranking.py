@@ -87,6 +87,7 @@ def _cost(ranker, hardware_type, trainers, requested=None):
 
 def test_a_cheaper_type_predicted_nearly_as_fast_wins(ranker, served, monkeypatch):
     job, _ = _job(served)
+    job["embedding_sharding"] = "row"  # its tables fit a 24 GB device only sharded (memory fit)
     cheap, dear = "A10G", "A100-80GB"  # non-premium, the first much cheaper per hour
     assert _cost(ranker, cheap, 1) < _cost(ranker, dear, 1) * 0.8
     _with_predictions(ranker, monkeypatch, {cheap: 950.0, dear: 1000.0})
@@ -102,6 +103,7 @@ def test_a_cheaper_type_predicted_nearly_as_fast_wins(ranker, served, monkeypatc
 
 def test_premium_stays_only_when_it_pays_for_itself(ranker, served, monkeypatch):
     job, _ = _job(served)
+    job["embedding_sharding"] = "row"  # its tables fit an 80 GB device only sharded (memory fit)
     base, premium = "H100-SXM", "MI325X"
     price_ratio = _cost(ranker, premium, 1) / _cost(ranker, base, 1)
     # twice as fast at about 1.5x the price: more samples per dollar, so it stays
@@ -442,8 +444,11 @@ def test_a_novel_architecture_is_flagged_and_ranked_by_the_roofline_prior(ranker
     assert known.novelty["novel"] is False and known.order == "model"
     assert known.novelty["nearest_model_type"] == job["model_type"]
 
+    # 644B parameters fit a device only split 128 ways, with recomputation (memory fit)
     novel_job = {**job, "model_type": "never-seen", "model_definition": FAR_ARCHITECTURE,
-                 "seq_len": 4096}  # fmt: skip
+                 "seq_len": 4096, "num_trainers": 16, "tensor_parallel": 8,
+                 "pipeline_parallel": 16, "batch_size": 1,
+                 "activation_checkpointing": True}  # fmt: skip
     novel = ranker.rank(novel_job, candidates)
     assert novel.reason is None and novel.order == "roofline_prior"
     assert novel.novelty["novel"] is True

@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .fit import BUDGET_FIELD, check_budget, request
 from .launch_fields import check_job
 from .loaded import Loaded
 from .results import Ranking, empty_ranking, shown
@@ -56,9 +57,10 @@ class CanaryJudging:
             shadow: list[Ranking | None] = [None] * len(jobs)
             prepared = []
             for i in compared:
-                job, candidates = jobs[i]
+                job, candidates, budget = request(jobs[i])
                 try:
                     launch, types, ignored = check_job(job, candidates, candidate, launch_date)
+                    launch[BUDGET_FIELD] = check_budget(budget)
                     prepared.append((i, launch, types, ignored))
                 except Exception as exc:  # its own snapshot and spec table judge the launch
                     shadow[i] = empty_ranking(exc, candidate.version, job, quiet=True)

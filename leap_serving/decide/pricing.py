@@ -6,6 +6,9 @@ that throughput per dollar (``rank_by="median"``), by the lower end of the model
 dollar (``"lower"``: risk-aware), or, for a launch of a novel architecture, by the roofline
 prior's.
 
+Before either, ``fit`` removes the candidates whose device memory cannot hold the job and those
+over the request's budget caps.
+
 The premium rule: a premium type stays only if its throughput per dollar is at least
 ``premium_min_ratio`` times that of the best non-premium candidate (1.0 by default: a premium
 type must pay for itself). With no non-premium candidate, premium types stay.
@@ -24,6 +27,7 @@ import numpy as np
 
 from ..launch.contract import job_devices
 from .exploration import Candidate, trial_run
+from .fit import none_left, screen
 from .loaded import Loaded
 from .results import CandidateScore, JobError, Ranking
 
@@ -82,15 +86,20 @@ def order_candidates(
             return f["throughput_low"] * 3600.0 / f["cost_per_hour"]
         return f["throughput_per_cost"]
 
+    fields, removed = screen(launch, fields, specs, devices, measured)  # memory fit, budget
+    if not fields:
+        return none_left(removed, loaded.version, ignored)
     bar = max((value(f) for f in fields if not f["premium"]), default=None)
-    kept, removed = [], []
+    kept = []
     for f in fields:
         if f["premium"] and bar is not None and value(f) < premium_min_ratio * bar:
             reason = (
                 f"premium type removed: {value(f):,.0f} samples per dollar is below "
                 f"{premium_min_ratio:g} x the best non-premium candidate's {bar:,.0f}"
             )
-            removed.append(CandidateScore(**f, rank=None, removed_reason=reason))
+            removed.append(
+                CandidateScore(**f, rank=None, removed_reason=reason, removed_code="premium")
+            )
         else:
             kept.append(f)
     kept.sort(key=lambda f: (-value(f), f["hardware_type"]))

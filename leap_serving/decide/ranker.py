@@ -31,6 +31,7 @@ from ..launch.rows import CandidateRows
 from ..model.intervals import history_class
 from ..model.published import LeapModel, dependency_drift
 from .canary import Canary, CanaryJudging
+from .fit import BUDGET_FIELD, check_budget, request
 from .following import ModelFollowing
 from .latency import LATENCY_BUDGET_MS, LatencyMonitor
 from .launch_fields import check_job
@@ -184,17 +185,20 @@ class Ranker(ModelFollowing, CanaryJudging):
         candidates: Iterable[str],
         *,
         launch_date: dt.date | None = None,
+        budget: Mapping[str, float] | None = None,
     ) -> Ranking:
-        """The job's candidates best first by predicted throughput per dollar; never raises."""
-        return self.rank_many([(job, candidates)], launch_date=launch_date)[0]
+        """The job's candidates best first by predicted throughput per dollar; never raises.
+        ``budget``: caps ``max_cost_per_hour`` and ``max_devices`` (``fit``)."""
+        return self.rank_many([(job, candidates, budget)], launch_date=launch_date)[0]
 
     def rank_many(
         self,
-        jobs: Sequence[tuple[Mapping[str, Any], Iterable[str]]],
+        jobs: Sequence[tuple],
         *,
         launch_date: dt.date | None = None,
     ) -> list[Ranking]:
-        """``rank`` for many launches at once: one feature build and one prediction pass."""
+        """``rank`` for many launches at once: one feature build and one prediction pass. Each
+        item is ``(job, candidates)`` or ``(job, candidates, budget)``."""
         started = self.latency.start()
         self._maybe_refresh()
         with self._lock:  # one model for the whole call, whatever a reload does meanwhile
@@ -205,12 +209,13 @@ class Ranker(ModelFollowing, CanaryJudging):
         for i, item in enumerate(jobs):
             job = None
             try:
-                job, candidates = item
+                job, candidates, budget = request(item)
                 if loaded is None:
                     if not self._ready.is_set():
                         raise JobError("model loading", "model_loading")
                     raise JobError(self._load_error or "no model loaded", "no_model")
                 launch, types, ignored = check_job(job, candidates, loaded, launch_date)
+                launch[BUDGET_FIELD] = check_budget(budget)
                 if not self.switches.enabled(launch["model_type"]):
                     raise JobError(
                         f"routing is switched off for model type {launch['model_type']}",

@@ -22,6 +22,8 @@ REASON_CODES = (
     "launch_date",  # the launch is not after the model's history snapshot
     "routing_off",  # the routing switch of the model type is off
     "prediction",  # the model predicted no usable throughput or the type no usable cost
+    "does_not_fit",  # no candidate's device memory holds the job (``fit``)
+    "over_budget",  # every candidate is over the request's budget caps or does not fit
     "internal_error",  # a bug: logged with its traceback
 )
 
@@ -43,6 +45,9 @@ class CandidateScore:
     # a model published before intervals existed)
     throughput_low: float | None = None
     throughput_high: float | None = None
+    # why it was removed, as a code (``fit.REMOVAL_CODES``: does_not_fit, over_cost_cap,
+    # over_device_cap, premium); None when ranked
+    removed_code: str | None = None
 
 
 @dataclass(frozen=True)
