@@ -138,6 +138,12 @@ VARIABLES: dict[str, tuple[str, str]] = {
     ),
     "LEAP_MODEL_URI": ("models:/leap-throughput@production", "the model the Ranker loads"),
     "LEAP_ROUTING_SWITCHES": ("(none)", "a JSON file of switches the Ranker re-reads"),
+    # `leap serve`'s, read by ``leap_serving.http.config`` (``serve_config`` below)
+    "LEAP_SERVE_HOST": ("127.0.0.1", "the address `leap serve` listens on"),
+    "LEAP_SERVE_PORT": ("8765", "the port `leap serve` listens on"),
+    "LEAP_SERVE_TOKEN": ("(none)", "the bearer token `leap serve` asks for (none: no token)"),
+    "LEAP_SERVE_MAX_BODY_BYTES": ("1048576", "the largest request body `leap serve` reads"),
+    "LEAP_SERVE_DEADLINE_S": ("2", "seconds a ranking may take before a 504 (0-600]"),
 }
 
 
@@ -153,6 +159,15 @@ def environment(values: Mapping[str, str] | None = None) -> Environment:
         error = exc.errors()[0]
         name = error["loc"][0]
         raise ValueError(f"{name}={given.get(name)!r}: {error['msg']}") from None
+
+
+def serve_config(**given):
+    """``leap serve``'s settings (``leap_serving.http.config.ServeConfig``): the
+    ``LEAP_SERVE_*`` variables, with ``given`` (the command's flags) over them; a bad value is
+    an error naming the variable."""
+    from leap_serving.http.config import config_from_environment
+
+    return config_from_environment(os.environ, **given)
 
 
 def set_environment(overwrite: bool = True, **values: str) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -136,10 +137,14 @@ def test_the_model_ships_leap_serving_and_pins_every_package_it_imports(register
     distributions = packages_distributions()
     imports = _third_party_imports()
     assert {"numba", "numpy", "polars", "sklearn", "lightgbm", "mlflow"} <= set(imports)
+
+    def normal(name: str) -> str:  # PEP 503: PyYAML is pyyaml, prometheus_client -client
+        return re.sub(r"[-_.]+", "-", name).lower()
+
     missing = {
         module: files
         for module, files in imports.items()
-        if not set(distributions.get(module, [module])) & set(pins)
+        if not {normal(d) for d in distributions.get(module, [module])} & {normal(p) for p in pins}
     }
     assert not missing, f"imported by leap_serving, not in requirements.txt: {missing}"
     # what converting MLflow's pandas frame to polars needs, which no module imports by name

@@ -85,6 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
                          "type -> scheduler name maps, top_k, the base task or Job")  # fmt: skip
     ranking.set_defaults(handler=command.rank)
 
+    server = commands.add_parser("serve", help="the Ranker over HTTP (docs/serving.md)")
+    server.add_argument("--host", default="", help="default $LEAP_SERVE_HOST, else 127.0.0.1")
+    server.add_argument("--port", type=int, default=None, help="default $LEAP_SERVE_PORT, "
+                        "else 8765")  # fmt: skip
+    server.add_argument("--model", default="", help="models:/name@alias or a model folder "
+                        "(default: $LEAP_MODEL_URI, else the production alias)")  # fmt: skip
+    server.add_argument("--data", default="", help="where the demo's MLflow store lives, "
+                        "used unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
+                        "data)")  # fmt: skip
+    server.set_defaults(handler=command.serve)
+
     imports = commands.add_parser("import", help="land your own logs as daily partitions")
     imports.add_argument("--attempts", required=True, help="job attempts: a file or a folder")
     imports.add_argument("--allocations", required=True, help="allocation logs")

@@ -337,3 +337,15 @@ def _handoff_config(path: str):
     from leap_serving.handoff.config import HandoffConfig, load_config
 
     return load_config(path) if path else HandoffConfig()
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Serve the Ranker over HTTP until stopped (``leap_serving.http``)."""
+    from leap_pipeline.settings import serve_config
+    from leap_serving.http.server import serve as run_server
+
+    config = serve_config(host=args.host or None, port=args.port)
+    set_environment(overwrite=False, MLFLOW_TRACKING_URI=install(args).tracking_uri,
+                    MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")  # fmt: skip
+    run_server(config, args.model or None)
+    return 0

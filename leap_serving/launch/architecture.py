@@ -63,7 +63,7 @@ def parse_definition(definition: str | Mapping[str, Any]) -> list[dict[str, Any]
     if isinstance(definition, str):
         try:
             definition = json.loads(definition)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # not JSON, too deep, an integer too long
             raise ModelDefinitionError(f"model_definition is not valid JSON: {exc}") from exc
     if not isinstance(definition, Mapping) or not isinstance(definition.get("layers"), list):
         raise ModelDefinitionError("model_definition must be an object with a 'layers' list")
