@@ -62,16 +62,17 @@ def test_a_saved_model_predicts_bit_for_bit_as_before(model, tmp_path):
 
 
 def test_a_file_saved_before_a_later_fitting_setting_still_loads(model, tmp_path):
-    """A registered model outlives an upgrade: its file lacks ``early_stopping_tol`` (added
-    after the format's version 1) and loads with the default, predicting as before; any
-    other missing parameter is still refused."""
+    """A registered model outlives an upgrade: its file lacks ``early_stopping_tol``,
+    ``min_data_in_leaf`` and ``min_data_in_bin`` (added after the format's version 1) and loads
+    with their defaults, predicting as before; any other missing parameter is still refused."""
     folder = tmp_path / "model"
     model.save(folder)
     real = folder.resolve()
     path = real / "cascade.json"
     cascade = json.loads(path.read_text())
     for record in [cascade, *cascade["experts"], cascade["classifier"]]:
-        del record["params"]["early_stopping_tol"]
+        for key in ("early_stopping_tol", "min_data_in_leaf", "min_data_in_bin"):
+            del record["params"][key]
     path.write_text(json.dumps(cascade))
     _rewrite_manifest(real)
     loaded = LeapModel.load(folder)

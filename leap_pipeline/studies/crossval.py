@@ -43,6 +43,7 @@ from leap_serving.launch.snapshot import history_snapshot
 from leap_serving.model.cascade import BinnedCascade
 from leap_serving.model.intervals import LEVEL, ConformalIntervals, interval_metric_name
 from leap_serving.model.profiles import profile_params
+from leap_serving.model.small_data import MIN_FIT_ROWS, fit_to_rows
 
 __all__ = ["SPLITS", "exclude_groups", "folds", "run_split"]
 
@@ -59,6 +60,8 @@ INCUMBENT = {"fastest": "highest_fp16_peak", "per_cost": "best_fp16_peak_per_dol
 # by more than this many standard errors: the one-standard-error rule of cross-validation
 # (Breiman et al., 1984), the simpler candidate standing on anything closer
 RULE_MARGIN_SE = 1.0
+# a set this small is still scored on every split: its folds' GBDTs scale to their rows
+MIN_ROWS = 50
 
 
 def _history(
@@ -151,9 +154,18 @@ def prior_predictions(
     }
 
 
-def _gbdt(name: str, profile: str) -> BinnedCascade:
-    params = profile_params(profile) | {"n_bins": 1}
-    return BinnedCascade(**params, residual_on_prior=name == "single_gbdt_prior")
+def gbdt_predict(
+    name: str, profile: str, X: np.ndarray, y: np.ndarray, X_new: np.ndarray
+) -> np.ndarray:
+    """Throughput of ``X_new`` by the GBDT ``name`` fitted on ``X``, ``y``: a one-bin cascade at
+    the profile's settings, scaled down where the fit has fewer rows than they need
+    (``small_data.fit_to_rows``: a small set's fold is scored, never skipped). NaN (no estimate,
+    the candidate ranks last) where it has fewer than ``MIN_FIT_ROWS``."""
+    if len(y) < MIN_FIT_ROWS:
+        return np.full(len(X_new), np.nan)
+    params = fit_to_rows(profile_params(profile) | {"n_bins": 1}, len(y))
+    model = BinnedCascade(**params, residual_on_prior=name == "single_gbdt_prior").fit(X, y)
+    return np.exp(model.predict(X_new))
 
 
 def _inner_selection(
@@ -169,8 +181,7 @@ def _inner_selection(
     for c in np.unique(chunk) if chunk.max() > 0 else ():
         held = chunk == c
         for name in GBDTS:
-            model = _gbdt(name, profile).fit(X[~held], y[~held])
-            predicted[name][held] = np.exp(model.predict(X[held]))
+            predicted[name][held] = gbdt_predict(name, profile, X[~held], y[~held], X[held])
         priors = prior_predictions(train.filter(~held), train.filter(held), X[held], specs)
         for name, p in priors.items():
             predicted[name][held] = p
@@ -281,7 +292,7 @@ def run_fold(
     y = train["throughput"].log().to_numpy()
     choice = _inner_selection(train, X_train, y, chunk, specs, profile)
     predicted = {
-        name: np.exp(_gbdt(name, profile).fit(X_train, y).predict(X_test)) for name in GBDTS
+        name: gbdt_predict(name, profile, X_train, y, X_test) for name in GBDTS
     } | prior_predictions(train, test, X_test, specs)
     lookup = build_lookup_table(train, top_model_types=10**6, min_support=1)
     predicted["lookup"] = lookup.predict(test).cast(pl.Float64).to_numpy()
@@ -314,9 +325,13 @@ def run_split(
     kind top-1 and regret (mean, p90, share within 5%); ``selection`` says what ``leap``
     published in each fold and how often that was the best candidate on the fold's test rows."""
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
-    masks = [m for m in folds(rows, split) if rows.height - m.sum() >= 50]
+    if rows.height < MIN_ROWS:
+        raise ValueError(
+            f"{rows.height} measured rows are fewer than the {MIN_ROWS} a cross-validation needs"
+        )
+    masks = folds(rows, split)
     if not masks:
-        raise ValueError(f"split={split!r} makes no fold with 50 training rows or more here")
+        raise ValueError(f"split={split!r} makes no fold here")
     predicted = {m: np.full(rows.height, np.nan) for m in MODELS}
     scored = np.zeros(rows.height, dtype=bool)
     inside, width = np.zeros(rows.height, dtype=bool), np.full(rows.height, np.nan)

@@ -44,6 +44,8 @@ class BinClassifierFitting:
             n_threads=self._threads(),
             subsample=self.subsample,
             feature_fraction=self.feature_fraction,
+            min_data_in_leaf=self.min_data_in_leaf,
+            min_data_in_bin=self.min_data_in_bin,
         )
         with fit_rounds(progress, classifier, units, "bin classifier, ", "bin classifier"):
             return fit_booster(classifier, X, bins, validation)

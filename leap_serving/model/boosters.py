@@ -25,11 +25,14 @@ from sklearn.utils.validation import check_is_fitted
 
 # scikit-learn's histogram GBDT defaults, which the night was tuned with: 255 bins, 20 rows
 # a leaf at least, no L2 penalty, early stopping when 20 rounds improve the held-out loss by
-# less than this (a booster's ``early_stopping_tol``; the paper profile sets a larger one)
+# less than this (a booster's ``early_stopping_tol``; the paper profile sets a larger one).
+# The rows a leaf and a histogram bin need are parameters (LightGBM's own default for a bin)
+# so a fit on a few dozen rows can lower them (``small_data``); nothing else sets them.
 EARLY_STOPPING_TOL = 1e-7
+MIN_DATA_IN_LEAF = 20
+MIN_DATA_IN_BIN = 3
 _FIXED = {
     "max_bin": 255,
-    "min_data_in_leaf": 20,
     "min_sum_hessian_in_leaf": 1e-3,
     "lambda_l2": 0.0,
     "deterministic": True,  # the same trees on 1 or 2 threads, run after run
@@ -56,6 +59,8 @@ class _Booster(BaseEstimator):
         subsample: float = 1.0,
         feature_fraction: float = 1.0,
         early_stopping_tol: float = EARLY_STOPPING_TOL,
+        min_data_in_leaf: int = MIN_DATA_IN_LEAF,
+        min_data_in_bin: int = MIN_DATA_IN_BIN,
     ) -> None:
         self.max_iter = max_iter
         self.max_leaf_nodes = max_leaf_nodes
@@ -68,6 +73,8 @@ class _Booster(BaseEstimator):
         self.subsample = subsample
         self.feature_fraction = feature_fraction
         self.early_stopping_tol = early_stopping_tol
+        self.min_data_in_leaf = min_data_in_leaf
+        self.min_data_in_bin = min_data_in_bin
 
     def _params(self, n_classes: int) -> dict[str, Any]:
         objective = self._objective
@@ -79,6 +86,8 @@ class _Booster(BaseEstimator):
             "learning_rate": self.learning_rate,
             "seed": self.random_state,
             "num_threads": self.n_threads or 0,
+            "min_data_in_leaf": self.min_data_in_leaf,
+            "min_data_in_bin": self.min_data_in_bin,
             **_FIXED,
         }
         if objective == "multiclass":

@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 
 from ..launch.features import prior_log_q
 from .bin_classifier import BinClassifierFitting
-from .boosters import EARLY_STOPPING_TOL, GBDTRegressor
+from .boosters import EARLY_STOPPING_TOL, MIN_DATA_IN_BIN, MIN_DATA_IN_LEAF, GBDTRegressor
 from .em import ExpertFitting
 from .fitting import (
     CLASSIFIER_UNITS_PER_BIN,
@@ -105,6 +105,9 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
     early_stopping_tol : float
         An expert stops once ``n_iter_no_change`` rounds improve its held-out absolute error by
         less than this (the classifier keeps ``boosters.EARLY_STOPPING_TOL``, scikit-learn's).
+    min_data_in_leaf, min_data_in_bin : int
+        Rows a leaf and a histogram bin need, in every booster (LightGBM's parameters; 20 and
+        3 unless a fit on few rows lowers them, ``small_data.fit_to_rows``).
 
     Attributes
     ----------
@@ -156,6 +159,8 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         subsample: float = 1.0,
         feature_fraction: float = 1.0,
         early_stopping_tol: float = EARLY_STOPPING_TOL,
+        min_data_in_leaf: int = MIN_DATA_IN_LEAF,
+        min_data_in_bin: int = MIN_DATA_IN_BIN,
     ) -> None:
         self.n_bins = n_bins
         self.max_em_iter = max_em_iter
@@ -182,6 +187,8 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         self.subsample = subsample
         self.feature_fraction = feature_fraction
         self.early_stopping_tol = early_stopping_tol
+        self.min_data_in_leaf = min_data_in_leaf
+        self.min_data_in_bin = min_data_in_bin
 
     # -- fitting ---------------------------------------------------------------------------------
 
@@ -198,6 +205,8 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
             subsample=self.subsample,
             feature_fraction=self.feature_fraction,
             early_stopping_tol=self.early_stopping_tol,
+            min_data_in_leaf=self.min_data_in_leaf,
+            min_data_in_bin=self.min_data_in_bin,
         )
 
     def _check_params(self, n_rows: int | None = None) -> None:
@@ -219,6 +228,9 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
             raise ValueError(f"oof_folds={self.oof_folds!r} must be 0 (off) or at least 2")
         if not 0.0 <= self.expert_overlap <= 1.0:
             raise ValueError(f"expert_overlap={self.expert_overlap!r} must be in [0, 1]")
+        for name in ("min_data_in_leaf", "min_data_in_bin"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be at least 1")
         if not self.early_stopping_tol >= 0.0:
             raise ValueError(f"early_stopping_tol={self.early_stopping_tol!r} must be >= 0")
         for name in ("em_sample", "classifier_sample", "subsample", "feature_fraction"):

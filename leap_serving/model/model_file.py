@@ -69,7 +69,7 @@ def booster_dict(booster: GBDTRegressor | GBDTClassifier) -> dict[str, Any]:
 
 # fitting settings added after FORMAT_VERSION 1 was written: a file saved before them lacks
 # them and loads with their default (they change how a model fits, not what it predicts)
-_LATER_PARAMS = frozenset({"early_stopping_tol"})
+_LATER_PARAMS = frozenset({"early_stopping_tol", "min_data_in_leaf", "min_data_in_bin"})
 
 
 def _params(cls: type, params: Any, where: str) -> dict[str, Any]:
