@@ -144,6 +144,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "LEAP_SERVE_TOKEN": ("(none)", "the bearer token `leap serve` asks for (none: no token)"),
     "LEAP_SERVE_MAX_BODY_BYTES": ("1048576", "the largest request body `leap serve` reads"),
     "LEAP_SERVE_DEADLINE_S": ("2", "seconds a ranking may take before a 504 (0-600]"),
+    "LEAP_SERVE_HANDOFF_CONFIG": ("(none)", "the admission webhook's hand-off config file"),
 }
 
 

@@ -400,6 +400,28 @@ def test_leap_serves_the_webhook_over_http_with_a_real_ranking(tiny):
     assert result["metadata"]["annotations"]["leap.dev/ranking"] == ",".join(expected)
 
 
+def test_leap_serve_reads_the_webhooks_maps_from_its_setting(tiny, tmp_path):
+    """``LEAP_SERVE_HANDOFF_CONFIG``'s file reaches the webhook: top_k 2 narrows the affinity
+    to the best two; a file it cannot read stops the app at start, naming it."""
+    from leap_serving.http.app import create_app
+    from leap_serving.http.config import config_from_environment
+
+    path = tmp_path / "handoff.yaml"
+    path.write_text("top_k: 2\n")
+    config = config_from_environment({"LEAP_SERVE_HANDOFF_CONFIG": str(path)})
+    obj = pod({"leap.dev/launch": json.dumps(tiny["launch"]),
+               "leap.dev/candidates": ",".join(tiny["candidates"])})  # fmt: skip
+    answer = _post(create_app(tiny["ranker"], config), json.dumps(review(obj)).encode())
+    result = patched(obj, answer.json())
+    (term,) = result["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+    expected = tiny["ranking"].preference_list[:2]
+    assert term["matchExpressions"][0]["values"] == [GPU_PRODUCTS[t] for t in expected]
+    path.write_text("top_k: many\n")
+    with pytest.raises(ValueError, match="top_k"):
+        create_app(tiny["ranker"], config)
+
+
 # --- Slurm ---
 
 

@@ -24,6 +24,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..handoff.config import load_config
 from .bodies import (
     RequestError,
     check_content_type,
@@ -85,6 +86,8 @@ def create_app(ranker: Any, config: ServeConfig | None = None) -> Any:
     metrics = ServeMetrics(ranker)
     pool = RankingPool(ranker, config.ranking_threads, config.deadline_s)
     describer = ModelDescriber(ranker)
+    # read at start: a bad hand-off file stops the service with its reason, not each webhook call
+    handoff = load_config(config.handoff_config) if config.handoff_config else None
     settling = threading.Event()  # set while a served process settles its first model
 
     async def read_json(request: Request) -> dict[str, Any]:
@@ -144,7 +147,7 @@ def create_app(ranker: Any, config: ServeConfig | None = None) -> Any:
             )
         from ..handoff.kubernetes import admission_response  # written beside this route
 
-        return json_response(200, await pool.run(admission_response, review, ranker))
+        return json_response(200, await pool.run(admission_response, review, ranker, handoff))
 
     async def request_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestError)

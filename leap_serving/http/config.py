@@ -18,6 +18,7 @@ MAX_BODY_ENV = "LEAP_SERVE_MAX_BODY_BYTES"
 DEADLINE_ENV = "LEAP_SERVE_DEADLINE_S"
 HOST_ENV = "LEAP_SERVE_HOST"
 PORT_ENV = "LEAP_SERVE_PORT"
+HANDOFF_ENV = "LEAP_SERVE_HANDOFF_CONFIG"
 
 DEFAULT_HOST = "127.0.0.1"  # loopback: exposing the service is a decision, not a default
 DEFAULT_PORT = 8765
@@ -40,6 +41,9 @@ class ServeConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     ranking_threads: int = 2  # rankings at once: one per core of the 2-core host it was sized on
+    # the admission webhook's maps, top_k and queue (``handoff.config.load_config``'s file);
+    # None: the defaults
+    handoff_config: str | None = None
 
     def __post_init__(self) -> None:
         if self.token is not None and (not self.token or not self.token.isprintable()):
@@ -65,6 +69,7 @@ def config_from_environment(environ: Mapping[str, str] | None = None, **given) -
         (DEADLINE_ENV, "deadline_s", float),
         (HOST_ENV, "host", str),
         (PORT_ENV, "port", int),
+        (HANDOFF_ENV, "handoff_config", str),
     ):
         text = environ.get(name)
         if text:
