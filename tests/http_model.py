@@ -31,9 +31,10 @@ W20 = 0.4321  # the published w20 the versions carry
 TOKEN = "s3cret-token"
 
 
-def register_tiny_model(root: Path, versions: int = 2) -> dict:
-    """Trains, saves and registers the model under the tracking store and model name the
-    environment names (the caller sets both); returns the versions, the night, the launches."""
+def tiny_model() -> tuple[LeapModel, pl.DataFrame, pl.DataFrame]:
+    """A quick cascade fitted on day 1 of a tiny fleet (its measured throughput, day 0's
+    history), shipping the history snapshot as of day 1; with days 0 and 1 (family added).
+    The serving, HTTP and hand-off tests' one model recipe: a few seconds."""
     fleet = SimulatedFleet(seed=3, scale=0.02)
     day0, day1 = (with_family(fleet.day(i).attempts) for i in range(2))
     night = day1["ds"].max()
@@ -43,7 +44,14 @@ def register_tiny_model(root: Path, versions: int = 2) -> dict:
     cascade = BinnedCascade(**{**profile_params("quick"), "n_bins": 3}).fit(
         X, np.log(train["throughput"].to_numpy())
     )
-    model = LeapModel(cascade, history_snapshot(pl.concat([day0, day1]), night), specs)
+    return LeapModel(cascade, history_snapshot(pl.concat([day0, day1]), night), specs), day0, day1
+
+
+def register_tiny_model(root: Path, versions: int = 2) -> dict:
+    """Trains, saves and registers the model under the tracking store and model name the
+    environment names (the caller sets both); returns the versions, the night, the launches."""
+    model, _, day1 = tiny_model()
+    night = day1["ds"].max()
     model.save(root / "model")
     registered = []
     for _ in range(versions):

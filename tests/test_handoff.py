@@ -13,10 +13,10 @@ import os
 import httpx
 import jsonpatch
 import kubernetes_validate
-import numpy as np
 import polars as pl
 import pytest
 import yaml
+from http_model import tiny_model
 
 from leap_pipeline.app.cli import main
 from leap_pipeline.simulation import SimulatedFleet
@@ -36,12 +36,7 @@ from leap_serving.handoff.kubernetes import admission_response, kubernetes_job
 from leap_serving.handoff.ranked import HandoffError
 from leap_serving.handoff.skypilot import skypilot_task, skypilot_yaml
 from leap_serving.handoff.slurm import sbatch_flags, sbatch_line
-from leap_serving.launch.families import with_family
-from leap_serving.launch.features import LAUNCH_COLUMNS, launch_matrix
-from leap_serving.launch.snapshot import history_snapshot
-from leap_serving.model.cascade import BinnedCascade
-from leap_serving.model.profiles import profile_params
-from leap_serving.model.published import LeapModel
+from leap_serving.launch.features import LAUNCH_COLUMNS
 
 K8S_VERSION = kubernetes_validate.utils.latest_version()
 FLEET_TYPES = set(SimulatedFleet(seed=0, scale=0.01).hardware_specs()["hardware_type"])
@@ -346,18 +341,12 @@ def test_an_update_is_let_through_without_a_ranking():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A quick cascade on day 1 of a tiny fleet (tests/http_model.py's recipe, unregistered),
+    """A quick cascade on day 1 of a tiny fleet (``http_model.tiny_model``, unregistered),
     saved to a folder and held by a Ranker, and one of day 1's launches, launched the day after,
     with candidates the default Kubernetes map names."""
-    fleet = SimulatedFleet(seed=3, scale=0.02)
-    day0, day1 = (with_family(fleet.day(i).attempts) for i in range(2))
-    night, specs = day1["ds"].max(), fleet.hardware_specs()
+    model, _, day1 = tiny_model()
+    night = day1["ds"].max()
     train = day1.filter(pl.col("status") == "succeeded")
-    X = launch_matrix(train, specs, history_snapshot(day0, day0["ds"].max()))
-    cascade = BinnedCascade(**{**profile_params("quick"), "n_bins": 3}).fit(
-        X, np.log(train["throughput"].to_numpy())
-    )
-    model = LeapModel(cascade, history_snapshot(pl.concat([day0, day1]), night), specs)
     folder = tmp_path_factory.mktemp("handoff") / "model"
     model.save(folder)
     row = train.row(0, named=True)

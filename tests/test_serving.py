@@ -27,18 +27,15 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
+from http_model import tiny_model
 
 import leap_serving
 from leap_pipeline.modeling import registry
-from leap_pipeline.simulation import SimulatedFleet
 from leap_serving.decide.ranker import Ranker
-from leap_serving.launch.families import with_family
-from leap_serving.launch.features import LAUNCH_COLUMNS, launch_matrix
-from leap_serving.launch.snapshot import history_snapshot
+from leap_serving.launch.features import LAUNCH_COLUMNS
 from leap_serving.model.cascade import BinnedCascade
-from leap_serving.model.profiles import profile_params
 from leap_serving.model.publish import MANIFEST, sha256_file
-from leap_serving.model.published import LeapModel, ModelArtifactError
+from leap_serving.model.published import ModelArtifactError
 from leap_serving.registry import pyfunc
 from leap_serving.registry.registered import SHA256_TAG
 
@@ -52,16 +49,8 @@ def registered(tmp_path_factory):
     day 2: five of day 1's jobs launched again, two under names no history knows, each on every
     candidate it had."""
     root = tmp_path_factory.mktemp("serving")
-    fleet = SimulatedFleet(seed=3, scale=0.02)
-    day0, day1 = (with_family(fleet.day(i).attempts) for i in range(2))
+    model, _, day1 = tiny_model()
     night = day1["ds"].max()
-    specs = fleet.hardware_specs()
-    train = day1.filter(pl.col("status") == "succeeded")
-    X = launch_matrix(train, specs, history_snapshot(day0, day0["ds"].max()))
-    cascade = BinnedCascade(**{**profile_params("quick"), "n_bins": 3}).fit(
-        X, np.log(train["throughput"].to_numpy())
-    )
-    model = LeapModel(cascade, history_snapshot(pl.concat([day0, day1]), night), specs)
     model.save(root / "model")
     jobs = (
         day1.unique("family", keep="first", maintain_order=True)
