@@ -8,6 +8,7 @@ import copy
 import datetime as dt
 import itertools
 import json
+import logging
 import os
 
 import httpx
@@ -389,6 +390,20 @@ def test_leap_serves_the_webhook_over_http_with_a_real_ranking(tiny):
     assert result["metadata"]["annotations"]["leap.dev/ranking"] == ",".join(expected)
 
 
+def test_the_webhook_leaves_a_pod_pinned_to_a_gpu_as_it_is_and_asks_only_known_types(tiny):
+    """A pod that already selects on the GPU label is allowed unchanged (ANDing our top k with its
+    own choice could leave no node); without listed candidates the map's types the model knows
+    stand in, so a map naming types the model never saw still ranks."""
+    annotations = {"leap.dev/launch": json.dumps(tiny["launch"])}
+    obj = pod(annotations)
+    obj["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    answer = admission_response(review(obj), tiny["ranker"])["response"]
+    assert "patch" not in answer and "already selects" in answer["warnings"][0]
+    config = HandoffConfig(gpu_products={**HandoffConfig().gpu_products, "NO-SUCH-GPU": "x"})
+    answer = admission_response(review(pod(annotations)), tiny["ranker"], config)["response"]
+    assert "patch" in answer, answer
+
+
 def test_leap_serve_reads_the_webhooks_maps_from_its_setting(tiny, tmp_path):
     """``LEAP_SERVE_HANDOFF_CONFIG``'s file reaches the webhook: top_k 2 narrows the affinity
     to the best two; a file it cannot read stops the app at start, naming it."""
@@ -445,12 +460,16 @@ def test_render_gives_each_format_as_text():
 
 
 @pytest.fixture
-def leap_rank(tiny, tmp_path, monkeypatch, capsys):
+def leap_rank(tiny, tmp_path, monkeypatch, capsys, request):
     """``leap rank --format F`` on the tiny model's folder: (exit code, stdout, stderr)."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
     monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     job = tmp_path / "job.json"
     job.write_text(json.dumps({**tiny["launch"], "candidates": tiny["candidates"]}))
+    # the command quiets leap_serving's log for its process; this one goes on to other tests
+    served_log = logging.getLogger("leap_serving")
+    level = served_log.level
+    request.addfinalizer(lambda: served_log.setLevel(level))
 
     def run(*extra: str) -> tuple[int, str, str]:
         try:

@@ -83,6 +83,11 @@ def test_a_batch_is_each_launch_ranked(served):
          422, "budget.max_cost_per_hour"),
         ("/v1/rank", b'{"job": {}, "candidates": [], "budget": {"max_gpus": 1}}', 422,
          "budget.max_gpus"),
+        # past float's range (the review found these answered 500)
+        ("/v1/rank", b'{"job": {}, "candidates": [], "budget": {"max_devices": 1' + b"0" * 400
+         + b"}}", 422, "budget.max_devices"),
+        ("/v1/rank", b'{"job": {}, "candidates": [], "budget": {"max_cost_per_hour": 1'
+         + b"0" * 400 + b"}}", 422, "budget.max_cost_per_hour"),
         ("/v1/rank/batch", b'{"launches": []}', 422, "launches"),
         ("/v1/rank/batch", b'{"launch": []}', 422, "launch"),
         ("/v1/rank/batch", b'{"launches": [{"job": {}, "candidates": []}, 3]}', 422,
@@ -127,7 +132,11 @@ def test_a_launch_the_ranker_refuses_is_a_422_carrying_the_ranking(served, chang
     assert body["reason_code"] == code and body["reason"] and body["ranking"] == []
 
 
-@pytest.mark.parametrize("definition", ["1" * 5000, "[" * 50_000, '{"layers": [' + "9" * 4400])
+@pytest.mark.parametrize(
+    "definition",
+    ["1" * 5000, "[" * 50_000, '{"layers": [' + "9" * 4400,
+     '{"layers": [{"op": "mlp", "widths": [' + "9" * 401 + "]}]}"],  # a width past float's range
+)  # fmt: skip
 def test_a_model_definition_json_cannot_read_is_no_bug(served, definition):
     """Found by the fuzz: an integer of 5,000 digits made ``json.loads`` raise a ValueError that
     was not a JSONDecodeError, answered 500; any unreadable definition is one without features."""

@@ -58,7 +58,11 @@ def check_budget(budget: Any) -> dict[str, float] | None:
         if value is None:
             continue
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or not math.isfinite(value) or value < 0:
+        try:  # an integer past float's range is not a usable cap either
+            finite = number and math.isfinite(value)
+        except OverflowError:
+            finite = False
+        if not finite or value < 0:
             raise JobError(f"budget.{key}={shown(value)} is not a non-negative number")
         caps[key] = float(value)
     return caps or None

@@ -138,6 +138,12 @@ class Ranker(ModelFollowing, CanaryJudging):
         if wait:
             self.wait_ready()
 
+    @property
+    def hardware_types(self) -> tuple[str, ...]:
+        """The hardware types the serving model knows (its spec table); none before a load."""
+        loaded = self._loaded
+        return tuple(loaded.specs) if loaded is not None else ()
+
     def stats(self) -> dict[str, Any]:
         """Answers given, rankings with candidates, empty rankings by reason code, model loads
         and refusals, the model serving now, and the new version on canary (None when none is)."""

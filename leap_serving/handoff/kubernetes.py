@@ -131,8 +131,24 @@ def _allowed(uid: str, warning: str | None = None, patch: list | None = None) ->
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
-def _launch(annotations: Mapping[str, Any], config: HandoffConfig) -> tuple[Any, list[str]]:
-    """The launch and its candidates from the annotations; ``ValueError`` naming the field."""
+def pinned(spec: Mapping[str, Any], label: str) -> bool:
+    """Whether a pod spec already selects nodes on ``label`` (a nodeSelector or a required
+    node-affinity expression)."""
+    if isinstance(spec.get("nodeSelector"), Mapping) and label in spec["nodeSelector"]:
+        return True
+    node = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+    required = _at(spec, (*node, "nodeSelectorTerms"))
+    terms = required if isinstance(required, list) else []
+    return any(
+        isinstance(e, Mapping) and e.get("key") == label
+        for t in terms if isinstance(t, Mapping)
+        for e in (t.get("matchExpressions") or []) if isinstance(t.get("matchExpressions"), list)
+    )  # fmt: skip
+
+
+def _launch(annotations: Mapping[str, Any], config: HandoffConfig) -> tuple[Any, list | None]:
+    """The launch and its candidates from the annotations (None: none listed); ``ValueError``
+    naming the field."""
     try:
         launch = json.loads(annotations[LAUNCH])
     except (TypeError, ValueError) as exc:
@@ -145,7 +161,7 @@ def _launch(annotations: Mapping[str, Any], config: HandoffConfig) -> tuple[Any,
         if not isinstance(text, str):
             raise ValueError(f"annotation {CANDIDATES}={text!r} is not text")
         listed = [c.strip() for c in text.split(",") if c.strip()]
-    return launch, list(listed) if listed is not None else list(config.gpu_products)
+    return launch, list(listed) if listed is not None else None
 
 
 def admission_response(
@@ -172,12 +188,19 @@ def admission_response(
             return _allowed(uid, f"no {LAUNCH} annotation: not ranked")
         config = config or HandoffConfig()
         job, candidates = _launch(annotations, config)
+        if candidates is None:  # none listed: the map's types the model knows stand in
+            candidates = list(config.gpu_products)
+            known = set(getattr(ranker, "hardware_types", ()) or candidates)
+            candidates = [c for c in candidates if c in known]
         ranking = ranker.rank(job, candidates)
         if not ranking.ranking:
             return _allowed(uid, f"not ranked: {ranking.reason} ({ranking.reason_code})")
         spec_path, template_metadata = POD_SPECS[kind]
         if not isinstance(_at(obj, spec_path), Mapping):
             return _allowed(uid, f"{kind} has no {'.'.join(spec_path)}")
+        if pinned(_at(obj, spec_path), config.gpu_label):
+            # ANDing our types with its own could leave no node: it stays as its author set it
+            return _allowed(uid, f"{kind} already selects on {config.gpu_label}: left as it is")
         affinity = merged_affinity(_at(obj, (*spec_path, "affinity")),
                                    node_affinity(ranking, config))  # fmt: skip
         recorded = ranking_annotations(ranking)

@@ -86,6 +86,9 @@ def create_app(ranker: Any, config: ServeConfig | None = None) -> Any:
     metrics = ServeMetrics(ranker)
     pool = RankingPool(ranker, config.ranking_threads, config.deadline_s)
     describer = ModelDescriber(ranker)
+    # /v1/model may wait on the registry (a version's first ask): a thread of its own, so a
+    # registry that does not answer never holds the threads rankings need
+    info_pool = RankingPool(ranker, 1, config.deadline_s)
     # read at start: a bad hand-off file stops the service with its reason, not each webhook call
     handoff = load_config(config.handoff_config) if config.handoff_config else None
     settling = threading.Event()  # set while a served process settles its first model
@@ -120,7 +123,7 @@ def create_app(ranker: Any, config: ServeConfig | None = None) -> Any:
         return json_response(status, {"rankings": [r.to_dict() for r in rankings]})
 
     async def model(request: Request) -> Response:
-        return json_response(200, await pool.run(describer.describe))
+        return json_response(200, await info_pool.run(describer.describe))
 
     async def healthz(request: Request) -> Response:
         return json_response(200, {"alive": True})
@@ -177,6 +180,7 @@ def create_app(ranker: Any, config: ServeConfig | None = None) -> Any:
             yield
         finally:
             pool.close()
+            info_pool.close()
 
     def settle() -> None:
         """Once the first model is in, collect the loading's garbage and freeze what is left

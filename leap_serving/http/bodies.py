@@ -168,12 +168,20 @@ def parse_budget(value: Any, field: str) -> dict[str, Any] | None:
             continue
         whole = name == "max_devices"
         number = isinstance(cap, int if whole else (int, float)) and not isinstance(cap, bool)
-        if not number or not math.isfinite(cap) or cap <= 0:
+        if not number or not _finite(cap) or cap <= 0:
             _invalid(
                 f"{field}.{name}",
                 f"{_shown(cap)} is not a {'whole number >= 1' if whole else 'positive number'}",
             )
     return {k: v for k, v in value.items() if v is not None} or None
+
+
+def _finite(number: int | float) -> bool:
+    """Finite as a float: JSON's integers run to 4,300 digits, past float's range."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
 
 
 def _invalid(field: str, reason: str):

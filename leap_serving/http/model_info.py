@@ -9,11 +9,13 @@ has no registry record: its w20 is null.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from ..registry.described import version_tags
 
 log = logging.getLogger("leap_serving")
+RETRY_FAILED_S = 60.0  # after a failed registry look-up, answer without its tags this long
 
 
 class ModelDescriber:
@@ -22,6 +24,7 @@ class ModelDescriber:
     def __init__(self, ranker: Any) -> None:
         self.ranker = ranker
         self._tags: dict[str, dict[str, str]] = {}
+        self._failed: dict[str, float] = {}  # version -> when its look-up may be tried again
 
     def describe(self) -> dict[str, Any]:
         """Blocking (a registry look-up on a version's first ask): run it off the event loop."""
@@ -53,10 +56,13 @@ class ModelDescriber:
 
     def _registry_tags(self, version: str) -> dict[str, str]:
         if version not in self._tags:
+            if time.monotonic() < self._failed.get(version, 0.0):
+                return {}  # failed a moment ago: a polling dashboard does not retry each time
             try:
                 self._tags[version] = version_tags(str(self.ranker.model_uri), version)
             except Exception as exc:  # the registry may be away: the route still answers
                 log.warning("leap_serving: cannot read the tags of version %s: %s", version, exc)
+                self._failed[version] = time.monotonic() + RETRY_FAILED_S
                 return {}
         return self._tags[version]
 

@@ -70,14 +70,27 @@ def parse_definition(definition: str | Mapping[str, Any]) -> list[dict[str, Any]
     return list(definition["layers"])
 
 
+def shown_value(value: Any, limit: int = 40) -> str:
+    """A definition's value as an error shows it: short (a width may be a 4,000-digit number)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's digit limit for conversion
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _number(layer: Mapping[str, Any], field: str, index: int) -> float:
     value = layer.get(field)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    try:  # an integer past float's range is no size either
+        number = None if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = None
+    if number is None or not isinstance(value, (int, float)) or not number >= 0:
         raise ModelDefinitionError(
-            f"model_definition layer {index} ({layer.get('op')}): {field}={value!r} "
+            f"model_definition layer {index} ({layer.get('op')}): {field}={shown_value(value)} "
             "is not a non-negative number"
         )
-    return float(value)
+    return number
 
 
 def _widths(layer: Mapping[str, Any], index: int) -> list[float]:
