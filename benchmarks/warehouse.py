@@ -45,7 +45,7 @@ from leap_pipeline.data.feature_table import (
     land_day,
 )
 from leap_pipeline.data.sources import source_from_uri
-from leap_pipeline.data.warehouse import Warehouse, open_warehouse
+from leap_pipeline.data.warehouse import Warehouse, _sql, open_warehouse
 from leap_pipeline.orchestration.data_assets import source_log_row
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.orchestration.resources import WarehouseResource
@@ -208,15 +208,16 @@ def run_writer(spec: dict) -> None:
 
 
 def remove_days(design: str, target: Path, first: dt.date, last: dt.date) -> None:
-    """Setup, not measured: the writers' days are absent before they write them (plain SQL:
-    the table names are this file's constants)."""
+    """Setup, not measured: the writers' days are absent before they write them."""
     if design == "delta":
         for table in DAY_TABLES:
             DeltaTable(target / table).delete(f"ds >= '{first}' AND ds <= '{last}'")
         return
     with duckdb.connect(str(target)) as con:
         for table in DAY_TABLES:
-            con.execute(f'DELETE FROM "{table}" WHERE ds BETWEEN ? AND ?', [first, last])
+            # the warehouse's own builder: the table name checked against the known tables
+            # and quoted; the days bound
+            con.execute(_sql("DELETE FROM {table} WHERE ds BETWEEN ? AND ?", table), [first, last])
 
 
 def days_not_whole(design: str, target: Path, expected: dict[dt.date, DayFrames]) -> list[str]:
