@@ -179,9 +179,18 @@ def set_environment(overwrite: bool = True, **values: str) -> None:
             os.environ[name] = value
 
 
+# MLflow reads its registry from this variable before the tracking URI; LEAP registers where it
+# tracks (``registry.configure_tracking`` sets both), so a started server runs without it
+_REGISTRY_ENV = "MLFLOW_REGISTRY_URI"
+
+
 def child_environment(**values: str) -> dict[str, str]:
-    """This process's environment with ``values`` over it: what a started server inherits."""
-    return {**os.environ, **values}
+    """This process's environment with ``values`` over it: what a started server inherits.
+    ``MLFLOW_REGISTRY_URI`` is left out unless given: set by this process's shell, or by
+    ``mlflow.set_registry_uri`` (which exports it), it would point a server's Ranker and its runs
+    at another registry than the tracking store ``values`` names."""
+    inherited = {k: v for k, v in os.environ.items() if k != _REGISTRY_ENV}
+    return {**inherited, **values}
 
 
 @dataclass(frozen=True)

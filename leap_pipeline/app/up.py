@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-from leap_pipeline.app.postgres import EmbeddedPostgres, database_url
+from leap_pipeline.app.postgres import STOP_WAIT_S, EmbeddedPostgres, database_url
 from leap_pipeline.app.ui import (
     PROJECT,
     STOP_TIMEOUT_S,
@@ -106,7 +106,8 @@ def _stop_leftovers(servers: dict, log: Callable) -> None:
             log(f"stopping the {name} server a killed leap up left running (pid {pid})")
             os.killpg(pid, signal.SIGTERM)
             if psutil.wait_procs([leader], timeout=STOP_TIMEOUT_S)[1]:
-                os.killpg(pid, signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL)  # cannot be ignored: gone within moments
+                psutil.wait_procs([leader], timeout=STOP_TIMEOUT_S)
 
 
 @contextlib.contextmanager
@@ -348,5 +349,7 @@ def serve(
         finally:
             stop_groups(processes)
             log("the servers stopped; stopping Postgres")
-            postgres.stop()
-            log("Postgres stopped")
+            how = postgres.stop()
+            log("Postgres stopped" if how in ("fast", "not running") else
+                f"Postgres stopped ({how}: the fast stop did not end it within "
+                f"{STOP_WAIT_S} s; see {postgres.folder / 'log'})")  # fmt: skip
