@@ -10,9 +10,11 @@ import datetime as dt
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -149,8 +151,12 @@ def _gone(process: psutil.Process) -> bool:
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    root = tmp_path_factory.mktemp("service")
+def service():
+    # not under pytest's temporary root: every pytest session that starts on the machine sets
+    # that folder's mode back to 0700, and under root Postgres runs as another user, which then
+    # can no longer reach its data folder (CI's other lane's pytest did so mid-test: "PANIC:
+    # could not open file .../global/pg_control: Permission denied")
+    root = Path(tempfile.mkdtemp(prefix="leap-service-test-"))
     data = root / "data"
     ports = {"dagster": free_port(), "mlflow": free_port(), "dask": free_port()}
     log = root / "up.log"
@@ -184,6 +190,8 @@ def service(tmp_path_factory):
                 process.wait(timeout=90)
             except subprocess.TimeoutExpired:
                 process.kill()
+        if process.poll() == 0:  # stopped cleanly (else the folder stays, its logs with it)
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.long
