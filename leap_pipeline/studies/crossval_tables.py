@@ -66,7 +66,7 @@ def split_table(split: str, result: dict) -> str:
     leap, name = result["leap"], interval_metric_name(LEVEL)
     if leap.get(name) is not None:
         lines.append(
-            f"leap's {LEVEL:.0%} intervals, calibrated in each fold on its held-out inner chunks: "
+            f"leap's {LEVEL:.0%} intervals, calibrated in each fold on its validation folds: "
             f"coverage {leap[name]:.1%} of {leap['interval_rows']:,} rows, median width "
             f"{leap['interval_width_median']:.2f} of the prediction."
         )

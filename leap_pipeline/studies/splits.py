@@ -130,6 +130,22 @@ def inner_chunks(train: pl.DataFrame, split: str, seed: int = 0) -> np.ndarray:
     return chunk
 
 
+def validation_folds(train: pl.DataFrame, split: str, seed: int = 0) -> list[np.ndarray]:
+    """Boolean masks of a fold's training rows that a selection validates on, each held out as
+    the split holds out its test rows: for ``partial-history`` a random half of one model's
+    types (``folds`` on the training rows), otherwise one of the ``inner_chunks``. Each is
+    then built as a test fold is (``crossval.run_fold``), its features from the rows outside it
+    alone: validated on chunks whose features were built once for the whole fold, the single
+    GBDT looked worse than the rule on Sia's partial history while it was 15x better on the
+    test folds (``benchmarks/selection_study.py``)."""
+    if split == "partial-history":
+        return _partial_history(train, seed)
+    chunk = inner_chunks(train, split, seed=seed)
+    if chunk.max() == 0:
+        return []
+    return [chunk == c for c in np.unique(chunk)]
+
+
 def exclude_groups(attempts: pl.DataFrame, groups: str) -> pl.DataFrame:
     """Rows without the ``MODEL:TYPE,...`` groups of ``groups`` (each must match some rows)."""
     for group in filter(None, (g.strip() for g in groups.split(","))):

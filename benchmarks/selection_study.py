@@ -1,0 +1,320 @@
+"""How ``leap crossval`` should choose the ranking it publishes (issue 51, point 2), compared on
+splits the choice did not see.
+
+Every fold of every split is run once, as ``leap crossval`` runs it (``crossval.run_fold``), and
+two things are kept per fold: each candidate's regret on the fold's *validation* decisions (the
+inner chunks of its training rows, all a choice may look at) and each candidate's regret on the
+fold's *test* decisions (what the split's table scores). A selection rule is then a function of
+the validation regrets alone, so any number of rules are scored on the same folds without
+refitting, each nested: the rule never sees the test decisions it is scored on.
+
+Choosing *among rules* by their test scores would be selection on the scoring folds again, so
+the rule is chosen across data sets: the rule best on one set's splits (fewest misses of the
+issue's bar: at most the best rule's mean regret and at most 1.25x the best single candidate's)
+is scored on the other set, and the other way round.
+
+    python benchmarks/selection_study.py --jobs 2            # both public sets, every split
+    python benchmarks/selection_study.py --explain sia:partial-history
+
+The per-fold regrets are cached in ``data/selection-study/`` (a fold's fits do not change with
+the rule); ``--refresh`` runs them again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import joblib
+import numpy as np
+import polars as pl
+
+PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT))
+
+from leap_pipeline.data.public_data import public_sources  # noqa: E402
+from leap_pipeline.studies.crossval import (  # noqa: E402
+    CANDIDATES,
+    INCUMBENT,
+    SPLITS,
+    choose_ranking,
+    folds,
+    run_fold,
+)
+from leap_pipeline.studies.decisions import KINDS, RULES, TIE, WITHIN  # noqa: E402
+from leap_serving.launch.families import with_family  # noqa: E402
+
+PUBLIC = PROJECT.parent / "shared" / "data" / "public"
+SETS = {
+    "lambda": PUBLIC / "lambda-dl-benchmark" / "head-aa5addb" / "pytorch",
+    "sia": PUBLIC / "sia-sosp23-traces" / "traces",
+}
+HARDWARE = PUBLIC / "epoch-ml-hardware" / "ml_hardware.csv"
+CACHE = PROJECT / "data" / "selection-study"
+BAR = 1.25  # leap's mean regret at most this times the best single candidate's (issue 51)
+
+
+# -- the folds, run once -----------------------------------------------------------------------
+
+
+def fold_regrets(name: str, split: str, profile: str, n_jobs: int, refresh: bool) -> list[dict]:
+    """Per fold: validation regrets and their model types, and test regrets, per candidate."""
+    cached = CACHE / f"{name}-{split}-{profile}.pkl"
+    if cached.exists() and not refresh:
+        return pickle.loads(cached.read_bytes())
+    attempts, _, specs = public_sources(name, SETS[name], HARDWARE)
+    rows = with_family(attempts.filter(pl.col("throughput") > 0))
+    masks = folds(rows, split)
+    started = time.monotonic()
+    jobs = (
+        joblib.delayed(run_fold)(rows, specs, split, mask, profile, seed)
+        for seed, mask in enumerate(masks, start=1)
+    )
+    kept = []
+    for fold in joblib.Parallel(n_jobs=n_jobs)(jobs):
+        kept.append({
+            "validation": fold["choice"]["validation"],
+            "clusters": fold["choice"]["clusters"],
+            "published": fold["choice"]["ranking"],
+            "test": {c: r for c, r in fold["regrets"].items() if c != "leap"},
+        })  # fmt: skip
+    print(f"{name} {split}: {len(masks)} folds in {time.monotonic() - started:.0f} s",
+          file=sys.stderr)  # fmt: skip
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(pickle.dumps(kept))
+    return kept
+
+
+# -- selection rules: validation regrets -> the candidate published ----------------------------
+
+Rule = Callable[[dict, str, np.ndarray], str]
+
+
+def _by_type(values: np.ndarray, clusters: np.ndarray) -> float:
+    return float(np.mean([values[clusters == c].mean() for c in np.unique(clusters)]))
+
+
+def gated(z: float) -> Rule:
+    """The rule shipped before this study: a challenger's mean lead over model types must pass
+    ``z`` standard errors of it, it must be lower on more model types than higher, and its share
+    within 5% no lower; the lowest mean of those that pass."""
+
+    def rule(regrets: dict, kind: str, clusters: np.ndarray) -> str:
+        incumbent = INCUMBENT[kind]
+        names = np.unique(clusters)
+        if len(names) < 2:
+            return incumbent
+        base = regrets[incumbent][kind]
+        best, best_mean = incumbent, _by_type(base, clusters)
+        for name, by_kind in regrets.items():
+            per_type = np.array([(by_kind[kind] - base)[clusters == c].mean() for c in names])
+            bar = z * float(per_type.std(ddof=1)) / np.sqrt(len(names))
+            wins = -float(per_type.mean()) > bar
+            most = np.sum(per_type < -TIE) > np.sum(per_type > TIE)
+            holds = np.mean(by_kind[kind] <= WITHIN) >= np.mean(base <= WITHIN)
+            mean = _by_type(by_kind[kind], clusters)
+            if wins and most and holds and mean < best_mean:
+                best, best_mean = name, mean
+        return best
+
+    return rule
+
+
+def lowest_mean(regrets: dict, kind: str, clusters: np.ndarray) -> str:
+    """The candidate with the lowest mean over model types of validation regret; the rule on a
+    tie or with no validation decisions."""
+    incumbent = INCUMBENT[kind]
+    if len(clusters) == 0:
+        return incumbent
+    means = {c: _by_type(r[kind], clusters) for c, r in regrets.items()}
+    best = min(means.values())
+    return incumbent if means[incumbent] <= best + TIE else min(means, key=means.get)
+
+
+def lower_bound(z: float) -> Rule:
+    """The candidate whose lead over the rule, less ``z`` standard errors over model types, is
+    largest and positive (no sign test, no within-5% gate): shrinks toward the rule by the
+    evidence rather than gating on it."""
+
+    def rule(regrets: dict, kind: str, clusters: np.ndarray) -> str:
+        incumbent = INCUMBENT[kind]
+        names = np.unique(clusters)
+        if len(names) < 2:
+            return incumbent
+        base = regrets[incumbent][kind]
+        best, best_score = incumbent, 0.0
+        for name, by_kind in regrets.items():
+            diff = by_kind[kind] - base
+            per_type = np.array([diff[clusters == c].mean() for c in names])
+            score = -per_type.mean() - z * per_type.std(ddof=1) / np.sqrt(len(names))
+            if score > best_score + TIE:
+                best, best_score = name, score
+        return best
+
+    return rule
+
+
+def sign_majority(within: bool = False, positive_mean: bool = False) -> Rule:
+    """The candidate lower than the rule on the most model types, if on more than it is higher;
+    among those tied, the largest mean lead (``choose_ranking``, shipped). ``within``: only if
+    its share within 5% is no lower; ``positive_mean``: only if its mean lead is positive."""
+    if not within and not positive_mean:
+        return choose_ranking
+
+    def rule(regrets: dict, kind: str, clusters: np.ndarray) -> str:
+        base = regrets[INCUMBENT[kind]][kind]
+        kept = {}
+        for name, by_kind in regrets.items():
+            if within and np.mean(by_kind[kind] <= WITHIN) < np.mean(base <= WITHIN):
+                continue
+            per_type = [(by_kind[kind] - base)[clusters == c].mean() for c in np.unique(clusters)]
+            if positive_mean and name != INCUMBENT[kind] and np.mean(per_type) >= 0:
+                continue
+            kept[name] = by_kind
+        return choose_ranking(kept, kind, clusters)
+
+    return rule
+
+
+RULES_COMPARED: dict[str, Rule] = {
+    "before (1 SE, sign, within 5%)": gated(1.0),
+    "gated at 0.5 SE": gated(0.5),
+    "gated at 0 SE": gated(0.0),
+    "lowest mean": lowest_mean,
+    "lower bound, 1 SE": lower_bound(1.0),
+    "lower bound, 0.5 SE": lower_bound(0.5),
+    "sign majority (shipped)": sign_majority(),
+    "sign majority, within 5% held": sign_majority(within=True),
+    "sign majority, mean lead > 0": sign_majority(positive_mean=True),
+}
+
+
+# -- scoring ------------------------------------------------------------------------------------
+
+
+def split_scores(fold_list: list[dict], kind: str) -> dict:
+    """Mean test regret of each candidate, of each rule's choice, over the split's decisions."""
+    candidates = {
+        c: float(np.mean(np.concatenate([f["test"][c][kind] for f in fold_list])))
+        for c in CANDIDATES
+    }
+    chosen = {}
+    for label, rule in RULES_COMPARED.items():
+        picks = [rule(f["validation"], kind, f["clusters"]) for f in fold_list]
+        regret = np.concatenate([f["test"][p][kind] for f, p in zip(fold_list, picks, strict=True)])
+        chosen[label] = {"mean": float(np.mean(regret)), "picks": picks}
+    return {"candidates": candidates, "rules": chosen}
+
+
+def misses(scores: dict, label: str) -> float:
+    """How far a rule's choice is past the bar, summed: over the best rule's mean, and over
+    ``BAR`` x the best single candidate's (each as a ratio; 0 when within)."""
+    mean = scores["rules"][label]["mean"]
+    best_rule = min(scores["candidates"][r] for r in RULES)
+    best_single = min(scores["candidates"].values())
+    return max(0.0, mean - best_rule) + max(0.0, mean - BAR * best_single - TIE)
+
+
+def explain(fold_list: list[dict], kind: str) -> None:
+    """Why the shipped rule kept what it kept, fold by fold: each challenger's lead over the
+    incumbent per validation model type, the one-SE bar, the sign count and the within-5% gate."""
+    incumbent = INCUMBENT[kind]
+    for i, fold in enumerate(fold_list, start=1):
+        clusters, regrets = fold["clusters"], fold["validation"]
+        names = np.unique(clusters)
+        base = regrets[incumbent][kind]
+        print(f"fold {i}: {len(base)} validation decisions on {len(names)} model types; "
+              f"published {fold['published'][kind]}")  # fmt: skip
+        per_type = "; ".join(
+            f"{c} {regrets[incumbent][kind][clusters == c].mean():.2f}/"
+            f"{regrets['single_gbdt'][kind][clusters == c].mean():.2f}"
+            for c in names
+        )
+        print(f"  validation mean regret by model type, rule/single GBDT: {per_type}")
+        for name in CANDIDATES:
+            if name == incumbent or len(names) < 2:
+                continue
+            diff = regrets[name][kind] - base
+            per_type = np.array([diff[clusters == c].mean() for c in names])
+            lead = -per_type.mean()
+            se = per_type.std(ddof=1) / np.sqrt(len(names))
+            lower = int(np.sum(per_type < -TIE))
+            higher = int(np.sum(per_type > TIE))
+            holds = np.mean(regrets[name][kind] <= WITHIN) >= np.mean(base <= WITHIN)
+            test = float(np.mean(fold["test"][name][kind]))
+            print(f"  {name:26s} lead {lead:+.3f} (SE {se:.3f}) lower/higher {lower}/{higher} "
+                  f"within-5% held {holds!s:5s} | test mean {test:.3f} "
+                  f"(incumbent {float(np.mean(fold['test'][incumbent][kind])):.3f})")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", default="sia,lambda")
+    parser.add_argument("--profile", default="fast")
+    parser.add_argument("--jobs", type=int, default=-1)
+    parser.add_argument("--refresh", action="store_true", help="run the folds again")
+    parser.add_argument("--explain", default="", help="SET:SPLIT[:KIND]: the shipped rule's "
+                        "evidence fold by fold")  # fmt: skip
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.explain:
+        name, split, *kind = args.explain.split(":")
+        fold_list = fold_regrets(name, split, args.profile, args.jobs, args.refresh)
+        for k in kind or KINDS:
+            print(f"== {name} {split} {k}")
+            explain(fold_list, k)
+        return 0
+    table = {}
+    for name in args.sets.split(","):
+        for split in SPLITS:
+            fold_list = fold_regrets(name, split, args.profile, args.jobs, args.refresh)
+            for kind in KINDS:
+                table[(name, split, kind)] = split_scores(fold_list, kind)
+    labels = list(RULES_COMPARED)
+    names = sorted({n for n, _, _ in table})
+    # the rule for each set is the one with the fewest misses on the *other* sets
+    transfer = {}
+    for held in names:
+        others = [v for (n, _, _), v in table.items() if n != held]
+        if others:
+            transfer[held] = min(labels, key=lambda lb: sum(misses(v, lb) for v in others))
+    out = []
+    for (name, split, kind), scores in table.items():
+        cands = scores["candidates"]
+        best_single = min(cands, key=cands.get)
+        row = {
+            "set": name, "split": split, "kind": kind,
+            "best_rule": min(cands[r] for r in RULES),
+            "best_single": best_single, "best_single_mean": cands[best_single],
+            **{lb: scores["rules"][lb]["mean"] for lb in labels},
+            "chosen_elsewhere": transfer.get(name),
+        }  # fmt: skip
+        out.append(row)
+    if args.json:
+        print(json.dumps({"rows": out, "transfer": transfer}))
+        return 0
+    print("| set | split | kind | best rule | best single (same folds) | "
+          + " | ".join(labels) + " |")  # fmt: skip
+    print("|" + "---|" * (5 + len(labels)))
+    for r in out:
+        cells = [f"{r[lb]:.3f}" for lb in labels]
+        print(
+            f"| {r['set']} | {r['split']} | {r['kind']} | {r['best_rule']:.3f} | "
+            f"{r['best_single_mean']:.3f} ({r['best_single']}) | " + " | ".join(cells) + " |"
+        )
+    print()
+    for lb in labels:
+        total = sum(misses(v, lb) for v in table.values())
+        bad = sum(misses(v, lb) > 0 for v in table.values())
+        print(f"{lb}: {bad} of {len(table)} rows past the bar, misses summed {total:.3f}")
+    print(f"chosen on the other set: {transfer}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
