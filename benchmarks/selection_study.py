@@ -23,6 +23,7 @@ the rule); ``--refresh`` runs them again.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import pickle
 import sys
@@ -62,9 +63,18 @@ BAR = 1.25  # leap's mean regret at most this times the best single candidate's 
 # -- the folds, run once -----------------------------------------------------------------------
 
 
+def _code_version() -> str:
+    """A digest of the code a fold's regrets come from: a cache from other code is not reused."""
+    studies = PROJECT / "leap_pipeline" / "studies"
+    digest = hashlib.sha256()
+    for name in ("crossval.py", "splits.py", "decisions.py"):
+        digest.update((studies / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def fold_regrets(name: str, split: str, profile: str, n_jobs: int, refresh: bool) -> list[dict]:
     """Per fold: validation regrets and their model types, and test regrets, per candidate."""
-    cached = CACHE / f"{name}-{split}-{profile}.pkl"
+    cached = CACHE / f"{name}-{split}-{profile}-{_code_version()}.pkl"
     if cached.exists() and not refresh:
         return pickle.loads(cached.read_bytes())
     attempts, _, specs = public_sources(name, SETS[name], HARDWARE)
@@ -129,7 +139,7 @@ def lowest_mean(regrets: dict, kind: str, clusters: np.ndarray) -> str:
     """The candidate with the lowest mean over model types of validation regret; the rule on a
     tie or with no validation decisions."""
     incumbent = INCUMBENT[kind]
-    if len(clusters) == 0:
+    if len(np.unique(clusters)) < 2:
         return incumbent
     means = {c: _by_type(r[kind], clusters) for c, r in regrets.items()}
     best = min(means.values())

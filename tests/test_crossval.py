@@ -150,6 +150,17 @@ def test_a_rule_stands_unless_a_challenger_is_lower_on_most_model_types():
     assert choose_ranking(regrets, "fastest", per_type) == "four_of_six"  # the larger lead
     del regrets["four_of_six"], regrets["five_of_six"]
     assert choose_ranking(regrets, "fastest", per_type) == "highest_fp16_peak"
+    # the count is net: lower on 3 of 6 and alike on the rest beats lower on 4 and higher on 2
+    regrets["net_three"] = {"fastest": np.where(per_type < 3, base * 0.5, base)}
+    regrets["net_two"] = {"fastest": np.where(per_type < 4, base * 0.5, base + 0.1)}
+    assert choose_ranking(regrets, "fastest", per_type) == "net_three"
+    # a candidate without finite regrets of the right length has no vote; without the rule's
+    # own regrets, the rule stands
+    regrets["broken"] = {"fastest": np.where(per_type < 5, 0.0, np.nan)}
+    regrets["short"] = {"fastest": np.zeros(3)}
+    assert choose_ranking(regrets, "fastest", per_type) == "net_three"
+    del regrets["highest_fp16_peak"]
+    assert choose_ranking(regrets, "fastest", per_type) == "highest_fp16_peak"
 
 
 def test_physics_baseline_scales_by_what_bounds_the_job():

@@ -100,5 +100,6 @@ class EmbeddedPostgres:
                 postmaster.wait(timeout=STOP_WAIT_S)
             if not postmaster.is_running():
                 return mode
-        postmaster.kill()  # neither stop ended it in two minutes: what is left of it, at last
+        with contextlib.suppress(psutil.NoSuchProcess):  # it may end just now
+            postmaster.kill()  # neither stop ended it in two minutes: what is left of it, at last
         return "killed"

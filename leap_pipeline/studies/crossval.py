@@ -8,7 +8,8 @@ of the training rows (``splits.validation_folds``), each held out as the split h
 test and built as a fold is: its features from the rows outside it, every model refitted
 without it (grouped cross-validation inside the fold). The GBDTs are compared by w20, and per
 decision kind every throughput predictor and rule by its decisions' regret (``decisions``), a
-rule standing unless a candidate clearly beats it (``choose_ranking``). ``leap`` is what it
+rule standing unless a candidate is lower than it on more validation model types than
+higher (``choose_ranking``). ``leap`` is what it
 publishes: the GBDT for predictions, the candidate it chose per kind for rankings.
 
 Validation folds built this way are what made the choice track the test folds: on chunks
@@ -185,15 +186,17 @@ def _inner_selection(
     it would publish."""
     predicted = {name: np.full(train.height, np.nan) for name in PREDICTORS}
     held_features = np.full((train.height, len(FEATURE_COLUMNS)), np.nan)
+    validated = np.zeros(train.height, dtype=bool)
     regrets: dict[str, dict[str, list]] = {c: {k: [] for k in KINDS} for c in CANDIDATES}
     models = []
-    # no validation fold (a fold trained on one model or type): the plain GBDT and the rules
-    # stand
+    # no validation fold (a fold trained on one model or type, or on models measured on one
+    # type each): the plain GBDT and the rules stand
     for held in validation_folds(train, split, seed=seed):
         rest, out = train.filter(~held), train.filter(held)
         X_rest, X_out = fold_features(rest, out, specs, inner_chunks(rest, split, seed=seed))
         y_rest = rest["throughput"].log().to_numpy()
         held_features[held] = X_out
+        validated |= held
         for name in GBDTS:
             predicted[name][held] = gbdt_predict(name, profile, X_rest, y_rest, X_out)
         for name, p in prior_predictions(rest, out, X_out, specs).items():
@@ -206,7 +209,6 @@ def _inner_selection(
             for kind, r in by_kind.items():
                 regrets[name][kind].append(r)
     q = train["throughput"].to_numpy()
-    validated = np.isfinite(held_features[:, 0])
     clusters = np.concatenate(models or [np.empty(0, dtype=object)])
     w20 = {name: metrics.within(predicted[name][validated], q[validated], 20)
            if validated.any() else 0.0 for name in GBDTS}  # fmt: skip
@@ -259,26 +261,32 @@ def fold_intervals(
 def choose_ranking(
     regrets: dict[str, dict[str, np.ndarray]], kind: str, clusters: np.ndarray
 ) -> str:
-    """The candidate a fold publishes for one decision kind: the one lower than the rule made for
-    the kind (``INCUMBENT``) on the most validation model types, if it is lower on more of them
-    than it is higher; among those tied, the one with the largest mean lead; else the rule.
+    """The candidate a fold publishes for one decision kind. Each validation model type votes
+    on each candidate against the rule made for the kind (``INCUMBENT``): lower (its mean regret
+    difference below zero), higher, or neither (both choose alike). The candidate with the
+    largest net count (types lower minus types higher) is published if that count is positive,
+    the larger mean lead breaking a tie; else the rule.
 
     Decisions of one model type are not independent draws (they share its ratios across
-    types), so the model type is the unit: its mean regret difference is one vote, a type where
-    both choose alike none. A count, not a mean, decides because regret is heavy-tailed (one
-    model where a rule is 2.5x off carries a mean). Compared on the folds of both public sets,
-    nested (``benchmarks/selection_study.py``), this missed the bar (the best rule's regret, and
-    1.25x the best single candidate's) on 7 of 20 split-kind rows; the gate it replaced (a lead
-    of one standard error, a sign test and no fewer decisions within 5%) on 13, keeping the rule
-    where the lead was real but its standard error over five or six model types large."""
+    types), so the model type is the unit, whatever its number of decisions. A count, not a
+    mean, decides because regret is heavy-tailed (one model where a rule is 2.5x off carries a
+    mean). Compared on the folds of both public sets (``benchmarks/selection_study.py``), this
+    missed the bar (the best rule's regret, and 1.25x the best single candidate's) on 7 of 20
+    split-kind rows; the gate it replaced (a lead of one standard error, a sign test and no
+    fewer decisions within 5%) on 13, keeping the rule where the lead was real but its standard
+    error over five or six model types large. A candidate whose regrets are missing, of
+    another length or not finite gets no vote (the rule stands against it)."""
     incumbent = INCUMBENT[kind]
     names = np.unique(clusters)
-    if len(names) < 2:
+    base = regrets.get(incumbent, {}).get(kind)
+    if len(names) < 2 or base is None or len(base) != len(clusters) or not np.isfinite(base).all():
         return incumbent
-    base = regrets[incumbent][kind]
     best, best_key = incumbent, (0, 0.0)
     for name, by_kind in regrets.items():
-        per_type = np.array([(by_kind[kind] - base)[clusters == c].mean() for c in names])
+        values = by_kind.get(kind)
+        if values is None or len(values) != len(base) or not np.isfinite(values).all():
+            continue
+        per_type = np.array([(values - base)[clusters == c].mean() for c in names])
         net = int(np.sum(per_type < -TIE) - np.sum(per_type > TIE))
         key = (net, -float(per_type.mean()))
         if net > 0 and key > best_key:

@@ -9,8 +9,9 @@
   configurations on the other types; ``GroupKFold`` into at most ``MAX_GROUP_FOLDS`` folds.
 - ``random``: ``KFold`` over rows, the in-distribution reference.
 
-Inside a fold the training rows are cut the same way again (``inner_chunks``): their history
-features are cross-fitted over those chunks, and the selection compares its candidates on them.
+Inside a fold the training rows are cut the same way again. Their history features are
+cross-fitted over chunks (``inner_chunks``), and the selection compares its candidates on
+validation folds (``validation_folds``), each built as a test fold is.
 """
 
 from __future__ import annotations
@@ -133,13 +134,22 @@ def inner_chunks(train: pl.DataFrame, split: str, seed: int = 0) -> np.ndarray:
 def validation_folds(train: pl.DataFrame, split: str, seed: int = 0) -> list[np.ndarray]:
     """Boolean masks of a fold's training rows that a selection validates on, each held out as
     the split holds out its test rows: for ``partial-history`` a random half of one model's
-    types (``folds`` on the training rows), otherwise one of the ``inner_chunks``. Each is
+    types (of several models' beyond ``MAX_INNER_FOLDS`` models), otherwise one of the
+    ``inner_chunks`` (one model or type each up to ``MAX_INNER_FOLDS``, else several; three
+    folds of (model, type) groups or of rows). Each is
     then built as a test fold is (``crossval.run_fold``), its features from the rows outside it
     alone: validated on chunks whose features were built once for the whole fold, the single
     GBDT looked worse than the rule on Sia's partial history while it was 15x better on the
     test folds (``benchmarks/selection_study.py``)."""
     if split == "partial-history":
-        return _partial_history(train, seed)
+        # one per model, at most MAX_INNER_FOLDS (several models' halves together beyond): the
+        # outer folds are one per model too, so uncapped the fits would grow with its square
+        masks = _partial_history(train, seed)
+        if len(masks) <= MAX_INNER_FOLDS:
+            return masks
+        order = np.random.default_rng(seed).permutation(len(masks)) % MAX_INNER_FOLDS
+        return [np.logical_or.reduce([m for m, k in zip(masks, order, strict=True) if k == fold])
+                for fold in range(MAX_INNER_FOLDS)]  # fmt: skip
     chunk = inner_chunks(train, split, seed=seed)
     if chunk.max() == 0:
         return []
