@@ -1,5 +1,5 @@
-"""How ``leap crossval`` should choose the ranking it publishes (issue 51, point 2), compared on
-splits the choice did not see.
+"""How ``leap crossval`` should choose the ranking it publishes, compared on splits the choice
+did not see.
 
 Every fold of every split is run once, as ``leap crossval`` runs it (``crossval.run_fold``), and
 two things are kept per fold: each candidate's regret on the fold's *validation* decisions (the
@@ -57,7 +57,7 @@ SETS = {
 }
 HARDWARE = PUBLIC / "epoch-ml-hardware" / "ml_hardware.csv"
 CACHE = PROJECT / "data" / "selection-study"
-BAR = 1.25  # leap's mean regret at most this times the best single candidate's (issue 51)
+BAR = 1.25  # leap's mean regret at most this times the best single candidate's
 
 
 # -- the folds, run once -----------------------------------------------------------------------

@@ -39,6 +39,7 @@ from leap_pipeline.studies.decisions import (
     decision_regrets,
     summarize,
 )  # fmt: skip
+from leap_pipeline.studies.selection import INCUMBENT, choose_ranking
 from leap_pipeline.studies.splits import (
     SPLITS,
     exclude_groups,
@@ -56,7 +57,7 @@ from leap_serving.model.intervals import LEVEL, ConformalIntervals, interval_met
 from leap_serving.model.profiles import profile_params
 from leap_serving.model.small_data import MIN_FIT_ROWS, fit_to_rows
 
-__all__ = ["SPLITS", "exclude_groups", "folds", "run_split"]
+__all__ = ["INCUMBENT", "SPLITS", "choose_ranking", "exclude_groups", "folds", "run_split"]
 
 GBDTS = ("single_gbdt", "single_gbdt_prior")
 PRIORS = ("physics", "fleet_ratio", "roofline")
@@ -66,8 +67,6 @@ MODELS = ("leap", *GBDTS, "lookup", *PRIORS)  # scored on their predictions
 SCORED = (*MODELS, *RULES)  # every row of a split's table
 _FLEET_RATIO = FEATURE_COLUMNS.index("hist_xfer_fleet_log_q")
 _INTENSITY = FEATURE_COLUMNS.index("arch_arithmetic_intensity")
-# the rule each decision kind starts from: a challenger must beat it on validation decisions
-INCUMBENT = {"fastest": "highest_fp16_peak", "per_cost": "best_fp16_peak_per_dollar"}
 # a set this small is still scored on every split: its folds' GBDTs scale to their rows
 MIN_ROWS = 50
 
@@ -256,42 +255,6 @@ def fold_intervals(
     low, high = intervals.bounds(np.log(predicted), test["hardware_type"].to_numpy(), X_test)
     q = test["throughput"].to_numpy()
     return {"inside": (q >= low) & (q <= high), "width": (high - low) / predicted}
-
-
-def choose_ranking(
-    regrets: dict[str, dict[str, np.ndarray]], kind: str, clusters: np.ndarray
-) -> str:
-    """The candidate a fold publishes for one decision kind. Each validation model type votes
-    on each candidate against the rule made for the kind (``INCUMBENT``): lower (its mean regret
-    difference below zero), higher, or neither (both choose alike). The candidate with the
-    largest net count (types lower minus types higher) is published if that count is positive,
-    the larger mean lead breaking a tie; else the rule.
-
-    Decisions of one model type are not independent draws (they share its ratios across
-    types), so the model type is the unit, whatever its number of decisions. A count, not a
-    mean, decides because regret is heavy-tailed (one model where a rule is 2.5x off carries a
-    mean). Compared on the folds of both public sets (``benchmarks/selection_study.py``), this
-    missed the bar (the best rule's regret, and 1.25x the best single candidate's) on 7 of 20
-    split-kind rows; the gate it replaced (a lead of one standard error, a sign test and no
-    fewer decisions within 5%) on 13, keeping the rule where the lead was real but its standard
-    error over five or six model types large. A candidate whose regrets are missing, of
-    another length or not finite gets no vote (the rule stands against it)."""
-    incumbent = INCUMBENT[kind]
-    names = np.unique(clusters)
-    base = regrets.get(incumbent, {}).get(kind)
-    if len(names) < 2 or base is None or len(base) != len(clusters) or not np.isfinite(base).all():
-        return incumbent
-    best, best_key = incumbent, (0, 0.0)
-    for name, by_kind in regrets.items():
-        values = by_kind.get(kind)
-        if values is None or len(values) != len(base) or not np.isfinite(values).all():
-            continue
-        per_type = np.array([(values - base)[clusters == c].mean() for c in names])
-        net = int(np.sum(per_type < -TIE) - np.sum(per_type > TIE))
-        key = (net, -float(per_type.mean()))
-        if net > 0 and key > best_key:
-            best, best_key = name, key
-    return best
 
 
 def run_fold(
