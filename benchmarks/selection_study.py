@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import pickle
 import sys
 import time
 from collections.abc import Callable
@@ -72,11 +71,25 @@ def _code_version() -> str:
     return digest.hexdigest()[:12]
 
 
+def _lists(value):
+    """A fold's regrets as JSON can hold them (the cache is data, never unpickled)."""
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def _arrays(value):
+    """``_lists`` undone: every list back to an array (model types stay strings)."""
+    if isinstance(value, dict):
+        return {k: _arrays(v) for k, v in value.items()}
+    return np.asarray(value) if isinstance(value, list) else value
+
+
 def fold_regrets(name: str, split: str, profile: str, n_jobs: int, refresh: bool) -> list[dict]:
     """Per fold: validation regrets and their model types, and test regrets, per candidate."""
-    cached = CACHE / f"{name}-{split}-{profile}-{_code_version()}.pkl"
+    cached = CACHE / f"{name}-{split}-{profile}-{_code_version()}.json"
     if cached.exists() and not refresh:
-        return pickle.loads(cached.read_bytes())
+        return [_arrays(fold) for fold in json.loads(cached.read_text())]
     attempts, _, specs = public_sources(name, SETS[name], HARDWARE)
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     masks = folds(rows, split)
@@ -96,7 +109,7 @@ def fold_regrets(name: str, split: str, profile: str, n_jobs: int, refresh: bool
     print(f"{name} {split}: {len(masks)} folds in {time.monotonic() - started:.0f} s",
           file=sys.stderr)  # fmt: skip
     CACHE.mkdir(parents=True, exist_ok=True)
-    cached.write_bytes(pickle.dumps(kept))
+    cached.write_text(json.dumps([_lists(fold) for fold in kept]))
     return kept
 
 
@@ -109,25 +122,36 @@ def _by_type(values: np.ndarray, clusters: np.ndarray) -> float:
     return float(np.mean([values[clusters == c].mean() for c in np.unique(clusters)]))
 
 
+def _differences(regrets: dict, kind: str, clusters: np.ndarray) -> dict | None:
+    """Each candidate's mean regret difference from the rule per validation model type; None
+    with fewer than two model types (the rule stands)."""
+    names = np.unique(clusters)
+    if len(names) < 2:
+        return None
+    base = regrets[INCUMBENT[kind]][kind]
+    return {
+        name: np.array([(by_kind[kind] - base)[clusters == c].mean() for c in names])
+        for name, by_kind in regrets.items()
+    }
+
+
 def gated(z: float) -> Rule:
     """The rule shipped before this study: a challenger's mean lead over model types must pass
     ``z`` standard errors of it, it must be lower on more model types than higher, and its share
     within 5% no lower; the lowest mean of those that pass."""
 
     def rule(regrets: dict, kind: str, clusters: np.ndarray) -> str:
-        incumbent = INCUMBENT[kind]
-        names = np.unique(clusters)
-        if len(names) < 2:
+        incumbent, differences = INCUMBENT[kind], _differences(regrets, kind, clusters)
+        if differences is None:
             return incumbent
         base = regrets[incumbent][kind]
         best, best_mean = incumbent, _by_type(base, clusters)
-        for name, by_kind in regrets.items():
-            per_type = np.array([(by_kind[kind] - base)[clusters == c].mean() for c in names])
-            bar = z * float(per_type.std(ddof=1)) / np.sqrt(len(names))
+        for name, per_type in differences.items():
+            bar = z * float(per_type.std(ddof=1)) / np.sqrt(len(per_type))
             wins = -float(per_type.mean()) > bar
             most = np.sum(per_type < -TIE) > np.sum(per_type > TIE)
-            holds = np.mean(by_kind[kind] <= WITHIN) >= np.mean(base <= WITHIN)
-            mean = _by_type(by_kind[kind], clusters)
+            holds = np.mean(regrets[name][kind] <= WITHIN) >= np.mean(base <= WITHIN)
+            mean = _by_type(regrets[name][kind], clusters)
             if wins and most and holds and mean < best_mean:
                 best, best_mean = name, mean
         return best
@@ -152,16 +176,12 @@ def lower_bound(z: float) -> Rule:
     evidence rather than gating on it."""
 
     def rule(regrets: dict, kind: str, clusters: np.ndarray) -> str:
-        incumbent = INCUMBENT[kind]
-        names = np.unique(clusters)
-        if len(names) < 2:
+        incumbent, differences = INCUMBENT[kind], _differences(regrets, kind, clusters)
+        if differences is None:
             return incumbent
-        base = regrets[incumbent][kind]
         best, best_score = incumbent, 0.0
-        for name, by_kind in regrets.items():
-            diff = by_kind[kind] - base
-            per_type = np.array([diff[clusters == c].mean() for c in names])
-            score = -per_type.mean() - z * per_type.std(ddof=1) / np.sqrt(len(names))
+        for name, per_type in differences.items():
+            score = -per_type.mean() - z * per_type.std(ddof=1) / np.sqrt(len(per_type))
             if score > best_score + TIE:
                 best, best_score = name, score
         return best
