@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import gc
 import json
 import os
 import shutil
@@ -182,11 +183,19 @@ async def open_loop(url: str, bodies: list[bytes], rate: float, duration: float)
     scheduled send time to its answer. Non-200 answers and failures count as errors; a request
     due while ``MAX_IN_FLIGHT`` are unanswered is not sent and counts as an error of infinite
     latency (a server that far behind has failed the step, and queueing more in the client
-    would only slow the client: httpx's pool wakes every waiter on each free connection)."""
+    would only slow the client: httpx's pool wakes every waiter on each free connection).
+
+    The client is the instrument, so its own pauses must not count as the service's: this process
+    holds mlflow and the pipeline, and one full collection of its heap stalled the client 310-380
+    ms (measured with ``gc.callbacks``), delaying every send due meanwhile, once a minute at 200/s.
+    The collector is therefore off for the measured window (what is allocated there is freed by
+    reference counting; cycles wait until it is back on), and ``client_lag_p99_ms``, how late the
+    client itself sent, says whether the instrument kept its schedule."""
     import httpx
 
     loop = asyncio.get_running_loop()
     latencies: list[float] = []
+    lags: list[float] = []
     errors = in_flight = 0
     limits = httpx.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT)
     headers = {"content-type": "application/json"}
@@ -195,6 +204,7 @@ async def open_loop(url: str, bodies: list[bytes], rate: float, duration: float)
         async def one(body: bytes, scheduled: float) -> None:
             nonlocal errors, in_flight
             in_flight += 1
+            lags.append(loop.time() - scheduled)
             try:
                 answer = await client.post(url, content=body, headers=headers)
                 ok = answer.status_code == 200
@@ -208,25 +218,35 @@ async def open_loop(url: str, bodies: list[bytes], rate: float, duration: float)
         for body in bodies[:50]:  # warm the connections and the server
             await one(body, loop.time())
         latencies.clear()
+        lags.clear()
         errors = 0
+        gc.collect()
+        gc.freeze()
+        gc.disable()
         n = max(1, int(rate * duration))
         start = loop.time() + 0.1
         tasks = []
-        for i in range(n):
-            scheduled = start + i / rate
-            if (delay := scheduled - loop.time()) > 0:
-                await asyncio.sleep(delay)
-            if in_flight >= MAX_IN_FLIGHT:
-                latencies.append(float("inf"))
-                errors += 1
-                continue
-            tasks.append(asyncio.create_task(one(bodies[i % len(bodies)], scheduled)))
-        await asyncio.gather(*tasks)
+        try:
+            for i in range(n):
+                scheduled = start + i / rate
+                if (delay := scheduled - loop.time()) > 0:
+                    await asyncio.sleep(delay)
+                if in_flight >= MAX_IN_FLIGHT:
+                    latencies.append(float("inf"))
+                    errors += 1
+                    continue
+                tasks.append(asyncio.create_task(one(bodies[i % len(bodies)], scheduled)))
+            await asyncio.gather(*tasks)
+        finally:
+            gc.enable()
+            gc.unfreeze()
     ms = np.array(latencies) * 1000.0
     result = {"rate": round(rate, 1), "requests": n, "errors": errors}
     for q in (50, 99):
         value = float(np.percentile(ms, q, method="higher"))
         result[f"p{q}_ms"] = round(value, 2) if np.isfinite(value) else None
+    if lags:
+        result["client_lag_p99_ms"] = round(float(np.percentile(lags, 99)) * 1000.0, 2)
     print(json.dumps({"url": url, **result}), file=sys.stderr)  # progress
     return result
 
