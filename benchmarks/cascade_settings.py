@@ -22,9 +22,10 @@ code, so a long run (the levers at scale 1.0 take about 45 minutes a night on 2 
 stopped resumes where it was; ``--refresh`` fits again.
 
 Run: python benchmarks/cascade_settings.py [--scale 0.05] [--nights 10] [--spread 29]
-     [--profile fast] [--group structure|levers] [--warehouse PATH] [--jobs 2] [--json]
+     [--profile fast] [--group structure|levers] [--warehouse PATH] [--jobs 2] [--n-jobs N]
+     [--json]
 e.g. python benchmarks/cascade_settings.py --scale 1.0 --profile paper --group levers \
-     --nights 3 --spread 2 --jobs 1 --warehouse data/bench-1.0.duckdb
+     --nights 3 --spread 2 --jobs 1 --n-jobs -1 --warehouse data/bench-1.0.duckdb
 """
 
 from __future__ import annotations
@@ -89,24 +90,26 @@ def code_version() -> str:
 
 def cached_score(name: str, params: dict, night: dt.date, warehouse: Path, args) -> dict:
     """``score_setting`` for one night, read from the cache when this code already ran it."""
-    key = f"{args.scale}-{args.seed}-{args.profile}-{night}-{name}-{code_version()}"
+    key = f"{args.scale}-{args.seed}-{args.profile}-j{args.n_jobs}-{night}-{name}-{code_version()}"
     path = CACHE / f"{key}.json"
     if path.exists() and not args.refresh:
         return json.loads(path.read_text())
     with open_warehouse(warehouse, read_only=True) as wh:
         window = wh.read("feature_table", *training_window(night))
         rows = wh.read("feature_table", night, night)
-    result = score_setting(name, params, window, rows, args.profile)
+    result = score_setting(name, params, window, rows, args.profile, args.n_jobs)
     CACHE.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result | {"params": params}))
     print(f"{night} {name}: {result['seconds']} s, w20 {result['w20']}", file=sys.stderr)
     return result
 
 
-def score_setting(name: str, params: dict, window, rows, profile: str) -> dict:
+def score_setting(
+    name: str, params: dict, window, rows, profile: str, n_jobs: int | None = None
+) -> dict:
     X = window.select(FEATURE_COLUMNS).to_numpy()
     start = time.perf_counter()
-    model = BinnedCascade(**(profile_params(profile) | params)).fit(
+    model = BinnedCascade(**(profile_params(profile) | params), n_jobs=n_jobs).fit(
         X, window["log_q"].to_numpy(), validation=validation_rows(window)
     )
     seconds = time.perf_counter() - start
@@ -132,6 +135,9 @@ def main() -> None:
     parser.add_argument("--profile", default="fast", choices=("paper", "fast", "quick"))
     parser.add_argument("--group", default="structure", choices=sorted(GROUPS))
     parser.add_argument("--jobs", type=int, default=2, help="settings fitted at once")
+    parser.add_argument("--n-jobs", type=int, default=None, help="each fit's experts at once and "
+                        "a lone fit's threads (default: one; -1: one per core, as "
+                        "train_cascade.py times a night)")  # fmt: skip
     parser.add_argument("--data", default="data")
     parser.add_argument("--warehouse", default="", help="a simulated warehouse of this scale "
                         "and seed to land the missing days in (default: the report's)")  # fmt: skip
