@@ -17,13 +17,14 @@ Two groups of settings (``--group``):
   the cascade and for the single GBDT). Each setting's fit time is reported beside its w20, so
   the table says what each lever buys and what it costs.
 
-Each (night, setting) result is kept in ``data/cascade-settings/`` under a digest of the model
-code, so a long run (the levers at scale 1.0 take about 45 minutes a night on 2 cores) that is
-stopped resumes where it was; ``--refresh`` fits again.
+Each (night, setting) result is kept in ``data/cascade-settings/`` under a digest of its settings
+and of the code it depends on (``CODE``), so a long run that is stopped (the levers at scale 1.0
+take about 25 minutes a night with ``--n-jobs -1`` on 2 cores) resumes where it was; ``--refresh``
+fits again.
 
 Run: python benchmarks/cascade_settings.py [--scale 0.05] [--nights 10] [--spread 29]
      [--profile fast] [--group structure|levers] [--warehouse PATH] [--jobs 2] [--n-jobs N]
-     [--json]
+     [--refresh] [--json]
 e.g. python benchmarks/cascade_settings.py --scale 1.0 --profile paper --group levers \
      --nights 3 --spread 2 --jobs 1 --n-jobs -1 --warehouse data/bench-1.0.duckdb
 """
@@ -34,6 +35,7 @@ import argparse
 import datetime as dt
 import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -55,6 +57,7 @@ from leap_serving.model.profiles import PAPER_CASCADE, profile_params
 
 PROJECT = Path(__file__).resolve().parents[1]
 CACHE = PROJECT / "data" / "cascade-settings"
+SPEED_LEVERS = ("em_sample", "classifier_sample", "feature_fraction")
 GROUPS: dict[str, dict[str, dict]] = {
     "structure": {
         "single_gbdt": {"n_bins": 1},
@@ -78,28 +81,46 @@ GROUPS: dict[str, dict[str, dict]] = {
 }
 
 
-def code_version() -> str:
-    """A digest of the model code a result comes from: a cached result of other code is not
-    reused."""
-    digest = hashlib.sha256()
-    for path in sorted((PROJECT / "leap_serving" / "model").glob("*.py")):
+# what a cached result depends on beside its settings: the model, the features, the window and
+# the scoring, and the simulated fleet the warehouse was landed from
+CODE = [
+    *sorted((PROJECT / "leap_serving" / "model").glob("*.py")),
+    PROJECT / "leap_serving" / "launch" / "features.py",
+    PROJECT / "leap_serving" / "decide" / "metrics.py",
+    PROJECT / "leap_pipeline" / "modeling" / "selection.py",
+    PROJECT / "leap_pipeline" / "data" / "feature_table.py",
+    *sorted((PROJECT / "leap_pipeline" / "simulation").glob("*.py")),
+]
+
+
+def cache_key(name: str, params: dict, night: dt.date, args) -> str:
+    """The cache file's name: the run's fleet, profile and threads, the night, the setting and
+    a digest of its parameters and of ``CODE``: a result of other code or settings is not reused."""
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
+    for path in CODE:
         digest.update(path.read_bytes())
-    digest.update((PROJECT / "leap_serving" / "launch" / "features.py").read_bytes())
-    return digest.hexdigest()[:12]
+    fleet = f"{args.scale}-{args.seed}-{args.profile}-j{args.n_jobs}"
+    return f"{fleet}-{night}-{name}-{digest.hexdigest()[:12]}"
 
 
 def cached_score(name: str, params: dict, night: dt.date, warehouse: Path, args) -> dict:
-    """``score_setting`` for one night, read from the cache when this code already ran it."""
-    key = f"{args.scale}-{args.seed}-{args.profile}-j{args.n_jobs}-{night}-{name}-{code_version()}"
-    path = CACHE / f"{key}.json"
+    """``score_setting`` for one night, read from the cache when this code already ran it; a
+    file cut short (a run stopped while writing it) counts as missing."""
+    path = CACHE / f"{cache_key(name, params, night, args)}.json"
     if path.exists() and not args.refresh:
-        return json.loads(path.read_text())
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            print(f"{path.name} is unreadable: fitting again", file=sys.stderr)
     with open_warehouse(warehouse, read_only=True) as wh:
         window = wh.read("feature_table", *training_window(night))
         rows = wh.read("feature_table", night, night)
     result = score_setting(name, params, window, rows, args.profile, args.n_jobs)
+    result["params"] = params
     CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result | {"params": params}))
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(result))
+    os.replace(partial, path)  # whole or absent
     print(f"{night} {name}: {result['seconds']} s, w20 {result['w20']}", file=sys.stderr)
     return result
 
@@ -129,7 +150,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--nights", type=int, default=10, help="spread evenly over --spread days")
+    parser.add_argument("--nights", type=int, default=10, help="spread evenly from the first "
+                        "night to --spread days after it")  # fmt: skip
     parser.add_argument("--spread", type=int, default=29, help="days from the first night to "
                         "the last (2 with --nights 3: three nights in a row)")  # fmt: skip
     parser.add_argument("--profile", default="fast", choices=("paper", "fast", "quick"))
@@ -137,7 +159,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="settings fitted at once")
     parser.add_argument("--n-jobs", type=int, default=None, help="each fit's experts at once and "
                         "a lone fit's threads (default: one; -1: one per core, as "
-                        "train_cascade.py times a night)")  # fmt: skip
+                        "train_cascade.py's default)")  # fmt: skip
     parser.add_argument("--data", default="data")
     parser.add_argument("--warehouse", default="", help="a simulated warehouse of this scale "
                         "and seed to land the missing days in (default: the report's)")  # fmt: skip
@@ -150,9 +172,23 @@ def main() -> None:
         parser.error(f"--spread {args.spread} must be in {args.nights - 1}..29")
     settings = GROUPS[args.group]
     start = time.perf_counter()
-    warehouse = Path(args.warehouse or Path(args.data) / f"report-{args.scale}-{args.seed}.duckdb")
-    if discard_stale_warehouse(warehouse):
-        print(f"removed {warehouse}: built by other code; landing it again", file=sys.stderr)
+    if args.group == "levers" and not any(
+        profile_params(args.profile).get(lever, 1.0) < 1.0 for lever in SPEED_LEVERS
+    ):
+        parser.error(f"--profile {args.profile} samples no rows or features: the levers are "
+                     "the paper profile's (--profile paper)")  # fmt: skip
+    source = f"simulator:seed={args.seed},scale={args.scale}"
+    if args.warehouse:  # the caller's: checked, never removed
+        warehouse = Path(args.warehouse)
+        if warehouse.exists():
+            with open_warehouse(warehouse, read_only=True) as wh:
+                sources = set(wh.read("source_log", columns=["source"])["source"])
+            if sources - {source}:
+                parser.error(f"--warehouse {warehouse} holds {sorted(sources)}, not {source}")
+    else:
+        warehouse = Path(args.data) / f"report-{args.scale}-{args.seed}.duckdb"
+        if discard_stale_warehouse(warehouse):
+            print(f"removed {warehouse}: built by other code; landing it again", file=sys.stderr)
     first_night = SPAN_START + dt.timedelta(days=WINDOW_DAYS)
     nights = [
         first_night + dt.timedelta(days=int(i))
@@ -165,7 +201,6 @@ def main() -> None:
     days = [SPAN_START + dt.timedelta(days=i) for i in range((nights[-1] - SPAN_START).days + 1)]
     missing = [day for day in days if day not in landed]
     if missing:  # from the first day it lacks: a full-scale day takes minutes to land
-        source = f"simulator:seed={args.seed},scale={args.scale}"
         print(f"landing {source} from {missing[0]} to {nights[-1]}", file=sys.stderr)
         materialize_days(missing[0], nights[-1], source=source, warehouse=str(warehouse),
                          log_level="WARNING")  # fmt: skip
