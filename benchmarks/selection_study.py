@@ -47,6 +47,7 @@ from leap_pipeline.studies.crossval import (  # noqa: E402
     run_fold,
 )
 from leap_pipeline.studies.decisions import KINDS, RULES, TIE, WITHIN  # noqa: E402
+from leap_pipeline.studies.selection import per_type_difference  # noqa: E402
 from leap_serving.launch.families import with_family  # noqa: E402
 
 PUBLIC = PROJECT.parent / "shared" / "data" / "public"
@@ -109,7 +110,9 @@ def fold_regrets(name: str, split: str, profile: str, n_jobs: int, refresh: bool
     print(f"{name} {split}: {len(masks)} folds in {time.monotonic() - started:.0f} s",
           file=sys.stderr)  # fmt: skip
     CACHE.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps([_lists(fold) for fold in kept]))
+    partial = cached.with_suffix(".partial")
+    partial.write_text(json.dumps([_lists(fold) for fold in kept]))
+    partial.replace(cached)  # whole or absent: a stopped run leaves no cut-off cache
     return kept
 
 
@@ -125,14 +128,10 @@ def _by_type(values: np.ndarray, clusters: np.ndarray) -> float:
 def _differences(regrets: dict, kind: str, clusters: np.ndarray) -> dict | None:
     """Each candidate's mean regret difference from the rule per validation model type; None
     with fewer than two model types (the rule stands)."""
-    names = np.unique(clusters)
-    if len(names) < 2:
+    if len(np.unique(clusters)) < 2:
         return None
     base = regrets[INCUMBENT[kind]][kind]
-    return {
-        name: np.array([(by_kind[kind] - base)[clusters == c].mean() for c in names])
-        for name, by_kind in regrets.items()
-    }
+    return {name: per_type_difference(r[kind], base, clusters) for name, r in regrets.items()}
 
 
 def gated(z: float) -> Rule:

@@ -12,6 +12,12 @@ from leap_pipeline.studies.decisions import TIE
 INCUMBENT = {"fastest": "highest_fp16_peak", "per_cost": "best_fp16_peak_per_dollar"}
 
 
+def per_type_difference(values: np.ndarray, base: np.ndarray, clusters: np.ndarray) -> np.ndarray:
+    """A candidate's mean regret minus the rule's, per validation model type (in ``np.unique``
+    order): the unit a selection weighs, whatever a type's number of decisions."""
+    return np.array([(values - base)[clusters == c].mean() for c in np.unique(clusters)])
+
+
 def choose_ranking(
     regrets: dict[str, dict[str, np.ndarray]], kind: str, clusters: np.ndarray
 ) -> str:
@@ -40,7 +46,7 @@ def choose_ranking(
         values = by_kind.get(kind)
         if values is None or len(values) != len(base) or not np.isfinite(values).all():
             continue
-        per_type = np.array([(values - base)[clusters == c].mean() for c in names])
+        per_type = per_type_difference(values, base, clusters)
         net = int(np.sum(per_type < -TIE) - np.sum(per_type > TIE))
         key = (net, -float(per_type.mean()))
         if net > 0 and key > best_key:
