@@ -14,7 +14,11 @@ issue's bar: at most the best rule's mean regret and at most 1.25x the best sing
 is scored on the other set, and the other way round.
 
     python benchmarks/selection_study.py --jobs 2            # both public sets, every split
+    python benchmarks/selection_study.py --draws 3           # and on two more validation draws
     python benchmarks/selection_study.py --explain sia:partial-history
+
+Beside the rules, the combined candidates of ``studies.combinations`` (other blends, rank
+means) are offered to some, and some rules are scored with no selection at all ("always ...").
 
 The per-fold regrets are cached in ``data/selection-study/`` (a fold's fits do not change with
 the rule); ``--refresh`` runs them again.
@@ -38,16 +42,33 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
 from leap_pipeline.data.public_data import public_sources  # noqa: E402
+from leap_pipeline.studies.combinations import (  # noqa: E402
+    COMBINED,
+    GBDT_BLEND,
+    GBDT_PAIR,
+    combined_scores,
+    with_blends,
+)
 from leap_pipeline.studies.crossval import (  # noqa: E402
     CANDIDATES,
     INCUMBENT,
+    PREDICTORS,
     SPLITS,
+    _inner_selection,
     choose_ranking,
     folds,
     run_fold,
 )
-from leap_pipeline.studies.decisions import KINDS, RULES, TIE, WITHIN  # noqa: E402
+from leap_pipeline.studies.decisions import (  # noqa: E402
+    KINDS,
+    RULES,
+    TIE,
+    WITHIN,
+    cells,
+    decision_regrets,
+)
 from leap_pipeline.studies.selection import per_type_difference  # noqa: E402
+from leap_pipeline.studies.splits import validation_folds  # noqa: E402
 from leap_serving.launch.families import with_family  # noqa: E402
 
 PUBLIC = PROJECT.parent / "shared" / "data" / "public"
@@ -67,7 +88,7 @@ def _code_version() -> str:
     """A digest of the code a fold's regrets come from: a cache from other code is not reused."""
     studies = PROJECT / "leap_pipeline" / "studies"
     digest = hashlib.sha256()
-    for name in ("crossval.py", "splits.py", "decisions.py"):
+    for name in ("crossval.py", "splits.py", "decisions.py", "combinations.py"):
         digest.update((studies / name).read_bytes())
     return digest.hexdigest()[:12]
 
@@ -86,33 +107,137 @@ def _arrays(value):
     return np.asarray(value) if isinstance(value, list) else value
 
 
-def fold_regrets(name: str, split: str, profile: str, n_jobs: int, refresh: bool) -> list[dict]:
-    """Per fold: validation regrets and their model types, and test regrets, per candidate."""
-    cached = CACHE / f"{name}-{split}-{profile}-{_code_version()}.json"
-    if cached.exists() and not refresh:
-        return [_arrays(fold) for fold in json.loads(cached.read_text())]
+REPEATED = ("partial-history", "leave-model-hardware-out", "random")  # whose validation folds
+# are drawn at random (the others hold out each model or type once: a repeat is the same folds)
+REPEAT_SEED = 1000  # repeat r of fold k validates with seed k + r * REPEAT_SEED
+
+
+def _load(path: Path, compute: Callable[[], list[dict]], refresh: bool) -> list[dict]:
+    """The cached list at ``path``, or ``compute()``'s, written whole (a stopped run leaves no
+    cut-off file)."""
+    if path.exists() and not refresh:
+        return [_arrays(fold) for fold in json.loads(path.read_text())]
+    kept = compute()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps([_lists(fold) for fold in kept]))
+    partial.replace(path)
+    return kept
+
+
+def fold_regrets(
+    name: str,
+    split: str,
+    profile: str,
+    n_jobs: int,
+    refresh: bool,
+    repeats: int = 1,
+    draw: int = 0,
+) -> list[dict]:
+    """Per fold: validation regrets and their model types, and test regrets, per candidate.
+    With ``repeats`` > 1 (splits in ``REPEATED``), each fold is validated again on validation
+    folds drawn with other seeds, and ``validation``/``clusters`` pool every repeat's (each
+    repeat's model types voting apart). ``draw`` > 0 validates on that repeat's folds alone
+    instead of the fold's own: how much a choice hangs on one draw of validation folds."""
     attempts, _, specs = public_sources(name, SETS[name], HARDWARE)
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     masks = folds(rows, split)
-    started = time.monotonic()
-    jobs = (
-        joblib.delayed(run_fold)(rows, specs, split, mask, profile, seed)
-        for seed, mask in enumerate(masks, start=1)
-    )
-    kept = []
-    for fold in joblib.Parallel(n_jobs=n_jobs)(jobs):
-        kept.append({
+    stem = f"{name}-{split}-{profile}-{_code_version()}"
+
+    def outer() -> list[dict]:
+        started = time.monotonic()
+        jobs = (
+            joblib.delayed(run_fold)(rows, specs, split, mask, profile, seed)
+            for seed, mask in enumerate(masks, start=1)
+        )
+        kept = [{
             "validation": fold["choice"]["validation"],
             "clusters": fold["choice"]["clusters"],
             "published": fold["choice"]["ranking"],
             "test": {c: r for c, r in fold["regrets"].items() if c != "leap"},
-        })  # fmt: skip
-    print(f"{name} {split}: {len(masks)} folds in {time.monotonic() - started:.0f} s",
-          file=sys.stderr)  # fmt: skip
-    CACHE.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_suffix(".partial")
-    partial.write_text(json.dumps([_lists(fold) for fold in kept]))
-    partial.replace(cached)  # whole or absent: a stopped run leaves no cut-off cache
+            # what the combined candidates are built from (``with_combined``)
+            "validation_predictions": {
+                n: fold["choice"]["validation_predictions"][n] for n in PREDICTORS
+            },
+            "test_predictions": {n: fold["predicted"][n] for n in PREDICTORS},
+        } for fold in joblib.Parallel(n_jobs=n_jobs)(jobs)]  # fmt: skip
+        print(f"{name} {split}: {len(masks)} folds in {time.monotonic() - started:.0f} s",
+              file=sys.stderr)  # fmt: skip
+        return kept
+
+    def repeat(r: int) -> list[dict]:
+        started = time.monotonic()
+        jobs = (
+            joblib.delayed(_inner_selection)(
+                rows.filter(~mask), split, specs, profile, seed + r * REPEAT_SEED
+            )
+            for seed, mask in enumerate(masks, start=1)
+        )
+        kept = [{
+            "validation": choice["validation"],
+            "clusters": choice["clusters"],
+            "validation_predictions": {n: choice["validation_predictions"][n] for n in PREDICTORS},
+        } for choice in joblib.Parallel(n_jobs=n_jobs)(jobs)]  # fmt: skip
+        print(f"{name} {split}: repeat {r} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        return kept
+
+    kept = _load(CACHE / f"{stem}.json", outer, refresh)
+    with_combined(rows, specs, split, masks, kept)
+    if draw and split in REPEATED:
+        extra = _load(CACHE / f"{stem}-r{draw}.json", lambda: repeat(draw), refresh)
+        with_combined(rows, specs, split, masks, extra, seed_offset=draw * REPEAT_SEED)
+        for fold, other in zip(kept, extra, strict=True):
+            fold["validation"], fold["clusters"] = other["validation"], other["clusters"]
+    for r in range(1, repeats if split in REPEATED else 1):
+        extra = _load(CACHE / f"{stem}-r{r}.json", lambda r=r: repeat(r), refresh)
+        with_combined(rows, specs, split, masks, extra, seed_offset=r * REPEAT_SEED)
+        for fold, more in zip(kept, extra, strict=True):
+            # each repeat's model types vote apart: pooled into one mean per type, a heavy
+            # tail in one repeat would carry the type's vote
+            tagged = np.array([f"{c}#r{r}" for c in more["clusters"]], dtype=object)
+            fold["clusters"] = np.concatenate([fold["clusters"].astype(object), tagged])
+            fold["validation"] = {
+                c: {k: np.concatenate([v[k], more["validation"][c][k]]) for k in KINDS}
+                for c, v in fold["validation"].items()
+            }
+    return kept
+
+
+def _regrets(rows, specs, held, predicted: dict) -> tuple[dict, np.ndarray]:
+    """Every candidate's regrets, the combined ones too, on the decisions ``held`` touches."""
+    full = with_blends({n: np.where(held, p, np.nan) for n, p in predicted.items()})
+    table = cells(rows, specs, held, full)
+    return decision_regrets(table, list(full), scores=combined_scores(list(full)))
+
+
+def with_combined(
+    rows, specs, split: str, masks: list, kept: list[dict], seed_offset: int = 0
+) -> list[dict]:
+    """Each fold's validation (and, where kept, test) regrets of the combined candidates
+    (``studies.combinations``), from the predictions the fold kept, rebuilt as ``run_fold``
+    builds its own; the rebuilt regrets of the plain candidates must equal the fold's."""
+    for seed, (mask, fold) in enumerate(zip(masks, kept, strict=True), start=1):
+        train = rows.filter(~mask)
+        pieces = []
+        for held in validation_folds(train, split, seed=seed + seed_offset):
+            predicted = {n: np.where(held, p, np.nan)
+                         for n, p in fold["validation_predictions"].items()}  # fmt: skip
+            pieces.append(_regrets(train, specs, held, predicted)[0])
+        for name in COMBINED:
+            fold["validation"][name] = {
+                k: np.concatenate([r[name][k] for r in pieces] or [np.empty(0)]) for k in KINDS
+            }
+        rebuilt = fold["validation"]["single_gbdt"]["fastest"]
+        check = np.concatenate([r["single_gbdt"]["fastest"] for r in pieces] or [np.empty(0)])
+        if not np.allclose(check, rebuilt, equal_nan=True):
+            raise RuntimeError(f"{split} fold {seed}: rebuilt validation regrets differ")
+        if "test_predictions" in fold:
+            full = {}
+            for n, p in fold["test_predictions"].items():
+                full[n] = np.full(rows.height, np.nan)
+                full[n][mask] = p
+            test, _ = _regrets(rows, specs, mask, full)
+            fold["test"] |= {name: test[name] for name in COMBINED}
     return kept
 
 
@@ -210,16 +335,54 @@ def sign_majority(within: bool = False, positive_mean: bool = False) -> Rule:
     return rule
 
 
-RULES_COMPARED: dict[str, Rule] = {
+def pooled(rule: Rule, names: tuple[str, ...]) -> Rule:
+    """``rule`` offered only the candidates ``names``."""
+    return lambda regrets, kind, clusters: rule({n: regrets[n] for n in names}, kind, clusters)
+
+
+def blend_when_both_lead(regrets: dict, kind: str, clusters: np.ndarray) -> str:
+    """The shipped vote; but where it publishes a GBDT and the other GBDT also has a positive
+    net count over the rule, their blend: both leads are real, which is larger is not known."""
+    singles = {n: r for n, r in regrets.items() if n != GBDT_BLEND}
+    pick = choose_ranking(singles, kind, clusters)
+    if pick not in GBDT_PAIR:
+        return pick
+    other = GBDT_PAIR[1 - GBDT_PAIR.index(pick)]
+    alone = choose_ranking({n: singles[n] for n in singles if n != pick}, kind, clusters)
+    return GBDT_BLEND if alone == other else pick
+
+
+def gbdt_as_blend(regrets: dict, kind: str, clusters: np.ndarray) -> str:
+    """The shipped vote, but where it publishes either GBDT, their blend: the vote says a
+    learned ranking beats the rule, not which of the two."""
+    pick = choose_ranking({n: r for n, r in regrets.items() if n != GBDT_BLEND}, kind, clusters)
+    return GBDT_BLEND if pick in GBDT_PAIR else pick
+
+
+BASE_RULES: dict[str, Rule] = {
     "before (1 SE, sign, within 5%)": gated(1.0),
     "gated at 0.5 SE": gated(0.5),
     "gated at 0 SE": gated(0.0),
     "lowest mean": lowest_mean,
     "lower bound, 1 SE": lower_bound(1.0),
     "lower bound, 0.5 SE": lower_bound(0.5),
-    "sign majority (shipped)": sign_majority(),
+    "sign majority": sign_majority(),
     "sign majority, within 5% held": sign_majority(within=True),
     "sign majority, mean lead > 0": sign_majority(positive_mean=True),
+}
+# the candidates before the GBDTs' blend was one; the bar's "best single candidate" is theirs
+SINGLES = tuple(c for c in CANDIDATES if c != GBDT_BLEND)
+EVERY = (*CANDIDATES, *COMBINED)
+RULES_COMPARED: dict[str, Rule] = {
+    **{label: pooled(rule, SINGLES) for label, rule in BASE_RULES.items()},
+    "sign majority, GBDT blend offered (shipped)": pooled(choose_ranking, CANDIDATES),
+    "lowest mean, GBDT blend offered": pooled(lowest_mean, CANDIDATES),
+    "lower bound, 0.5 SE, GBDT blend offered": pooled(lower_bound(0.5), CANDIDATES),
+    "sign majority, every combination offered": pooled(choose_ranking, EVERY),
+    "lowest mean, every combination offered": pooled(lowest_mean, EVERY),
+    "sign majority, blend when both GBDTs lead": pooled(blend_when_both_lead, CANDIDATES),
+    "sign majority, a GBDT published as the blend": pooled(gbdt_as_blend, CANDIDATES),
+    **{f"always {name}": (lambda *_, name=name: name) for name in (GBDT_BLEND, *COMBINED)},
 }
 
 
@@ -229,8 +392,7 @@ RULES_COMPARED: dict[str, Rule] = {
 def split_scores(fold_list: list[dict], kind: str) -> dict:
     """Mean test regret of each candidate, of each rule's choice, over the split's decisions."""
     candidates = {
-        c: float(np.mean(np.concatenate([f["test"][c][kind] for f in fold_list])))
-        for c in CANDIDATES
+        c: float(np.mean(np.concatenate([f["test"][c][kind] for f in fold_list]))) for c in EVERY
     }
     chosen = {}
     for label, rule in RULES_COMPARED.items():
@@ -245,7 +407,7 @@ def misses(scores: dict, label: str) -> float:
     ``BAR`` x the best single candidate's (each as a ratio; 0 when within)."""
     mean = scores["rules"][label]["mean"]
     best_rule = min(scores["candidates"][r] for r in RULES)
-    best_single = min(scores["candidates"].values())
+    best_single = min(scores["candidates"][c] for c in SINGLES)
     return max(0.0, mean - best_rule) + max(0.0, mean - BAR * best_single - TIE)
 
 
@@ -287,24 +449,46 @@ def main() -> int:
     parser.add_argument("--profile", default="fast")
     parser.add_argument("--jobs", type=int, default=-1)
     parser.add_argument("--refresh", action="store_true", help="run the folds again")
+    parser.add_argument("--repeats", type=int, default=1, help="validate each fold this many "
+                        "times, on validation folds drawn with other seeds (splits whose "
+                        "validation folds are random), pooling them")  # fmt: skip
+    parser.add_argument("--draws", type=int, default=1, help="score every rule again on "
+                        "validation folds drawn with other seeds, each draw alone, and print "
+                        "its rows past the bar per draw")  # fmt: skip
     parser.add_argument("--explain", default="", help="SET:SPLIT[:KIND]: the shipped rule's "
                         "evidence fold by fold")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.explain:
         name, split, *kind = args.explain.split(":")
-        fold_list = fold_regrets(name, split, args.profile, args.jobs, args.refresh)
+        fold_list = fold_regrets(name, split, args.profile, args.jobs, args.refresh, args.repeats)
         for k in kind or KINDS:
             print(f"== {name} {split} {k}")
             explain(fold_list, k)
         return 0
-    table = {}
+    table, by_draw = {}, {}
     for name in args.sets.split(","):
         for split in SPLITS:
-            fold_list = fold_regrets(name, split, args.profile, args.jobs, args.refresh)
+            fold_list = fold_regrets(
+                name, split, args.profile, args.jobs, args.refresh, args.repeats
+            )
             for kind in KINDS:
                 table[(name, split, kind)] = split_scores(fold_list, kind)
+            for draw in range(1, args.draws):
+                fold_list = fold_regrets(
+                    name, split, args.profile, args.jobs, args.refresh, draw=draw
+                )
+                for kind in KINDS:
+                    by_draw[(name, split, kind, draw)] = split_scores(fold_list, kind)
     labels = list(RULES_COMPARED)
+    draws = {
+        lb: [sum(misses(v, lb) > 0 for v in table.values())]
+        + [
+            sum(misses(v, lb) > 0 for k, v in by_draw.items() if k[3] == d)
+            for d in range(1, args.draws)
+        ]
+        for lb in labels
+    }
     names = sorted({n for n, _, _ in table})
     # the rule for each set is the one with the fewest misses on the *other* sets
     transfer = {}
@@ -315,32 +499,34 @@ def main() -> int:
     out = []
     for (name, split, kind), scores in table.items():
         cands = scores["candidates"]
-        best_single = min(cands, key=cands.get)
+        best_single = min(SINGLES, key=cands.get)
         row = {
             "set": name, "split": split, "kind": kind,
             "best_rule": min(cands[r] for r in RULES),
             "best_single": best_single, "best_single_mean": cands[best_single],
+            **{f"candidate {c}": cands[c] for c in (GBDT_BLEND, *COMBINED)},
             **{lb: scores["rules"][lb]["mean"] for lb in labels},
             "chosen_elsewhere": transfer.get(name),
         }  # fmt: skip
         out.append(row)
     if args.json:
-        print(json.dumps({"rows": out, "transfer": transfer}))
+        print(json.dumps({"rows": out, "transfer": transfer, "rows_past_bar_by_draw": draws}))
         return 0
     print("| set | split | kind | best rule | best single (same folds) | "
           + " | ".join(labels) + " |")  # fmt: skip
     print("|" + "---|" * (5 + len(labels)))
     for r in out:
-        cells = [f"{r[lb]:.3f}" for lb in labels]
+        values = [f"{r[lb]:.3f}" for lb in labels]
         print(
             f"| {r['set']} | {r['split']} | {r['kind']} | {r['best_rule']:.3f} | "
-            f"{r['best_single_mean']:.3f} ({r['best_single']}) | " + " | ".join(cells) + " |"
+            f"{r['best_single_mean']:.3f} ({r['best_single']}) | " + " | ".join(values) + " |"
         )
     print()
     for lb in labels:
         total = sum(misses(v, lb) for v in table.values())
         bad = sum(misses(v, lb) > 0 for v in table.values())
-        print(f"{lb}: {bad} of {len(table)} rows past the bar, misses summed {total:.3f}")
+        other = f"; on other draws {draws[lb][1:]}" if args.draws > 1 else ""
+        print(f"{lb}: {bad} of {len(table)} rows past the bar, misses summed {total:.3f}{other}")
     print(f"chosen on the other set: {transfer}")
     return 0
 

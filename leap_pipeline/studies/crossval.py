@@ -7,7 +7,8 @@ rows are built the same way. The selection then compares every candidate on vali
 of the training rows (``splits.validation_folds``), each held out as the split holds out its
 test and built as a fold is: its features from the rows outside it, every model refitted
 without it (grouped cross-validation inside the fold). The GBDTs are compared by w20, and per
-decision kind every throughput predictor and rule by its decisions' regret (``decisions``), a
+decision kind every throughput predictor (the blend of the two GBDTs among them,
+``combinations``) and rule by its decisions' regret (``decisions``), a
 rule standing unless a candidate is lower than it on more validation model types than
 higher (``choose_ranking``). ``leap`` is what it
 publishes: the GBDT for predictions, the candidate it chose per kind for rankings.
@@ -30,6 +31,7 @@ import numpy as np
 import polars as pl
 
 from leap_pipeline.modeling.lookup_table import build_lookup_table
+from leap_pipeline.studies.combinations import GBDT_BLEND, GBDT_PAIR, geometric_blend
 from leap_pipeline.studies.decisions import (
     CONFIG,
     KINDS,
@@ -59,11 +61,13 @@ from leap_serving.model.small_data import MIN_FIT_ROWS, fit_to_rows
 
 __all__ = ["INCUMBENT", "SPLITS", "choose_ranking", "exclude_groups", "folds", "run_split"]
 
-GBDTS = ("single_gbdt", "single_gbdt_prior")
+GBDTS = GBDT_PAIR
 PRIORS = ("physics", "fleet_ratio", "roofline")
-PREDICTORS = (*GBDTS, *PRIORS)  # throughput predictors, offered to the selection
+# throughput predictors, offered to the selection; the blend of the two GBDTs too, as where
+# both lead the rule the validation folds seldom say which leads more (docs/decisions.md)
+PREDICTORS = (*GBDTS, *PRIORS, GBDT_BLEND)
 CANDIDATES = (*PREDICTORS, *RULES)  # what the selection may publish for a ranking
-MODELS = ("leap", *GBDTS, "lookup", *PRIORS)  # scored on their predictions
+MODELS = ("leap", *GBDTS, GBDT_BLEND, "lookup", *PRIORS)  # scored on their predictions
 SCORED = (*MODELS, *RULES)  # every row of a split's table
 _FLEET_RATIO = FEATURE_COLUMNS.index("hist_xfer_fleet_log_q")
 _INTENSITY = FEATURE_COLUMNS.index("arch_arithmetic_intensity")
@@ -200,6 +204,7 @@ def _inner_selection(
             predicted[name][held] = gbdt_predict(name, profile, X_rest, y_rest, X_out)
         for name, p in prior_predictions(rest, out, X_out, specs).items():
             predicted[name][held] = p
+        predicted[GBDT_BLEND][held] = geometric_blend(predicted, GBDTS)[held]
         table = cells(train, specs, held, {n: np.where(held, p, np.nan) for n, p in
                                            predicted.items()})  # fmt: skip
         by_candidate, decision_models = decision_regrets(table, list(PREDICTORS))
@@ -276,6 +281,7 @@ def run_fold(
     predicted = {
         name: gbdt_predict(name, profile, X_train, y, X_test) for name in GBDTS
     } | prior_predictions(train, test, X_test, specs)
+    predicted[GBDT_BLEND] = geometric_blend(predicted, GBDTS)
     lookup = build_lookup_table(train, top_model_types=10**6, min_support=1)
     predicted["lookup"] = lookup.predict(test).cast(pl.Float64).to_numpy()
     predicted["leap"] = predicted[choice["gbdt"]]

@@ -11,6 +11,7 @@ LABELS = {
     "leap": "**leap** (what a fold publishes)",
     "single_gbdt": "single GBDT",
     "single_gbdt_prior": "single GBDT on the prior",
+    "gbdt_blend": "blend of the two GBDTs (geometric mean)",
     "lookup": "lookup table",
     "physics": "physics (roofline-scaled other types)",
     "fleet_ratio": "fleet ratio",

@@ -91,12 +91,17 @@ def candidate_scores(predictors: list[str]) -> dict[str, dict[str, pl.Expr]]:
 
 
 def decision_regrets(
-    table: pl.DataFrame, predictors: list[str], keys: Sequence[str] = CONFIG
+    table: pl.DataFrame,
+    predictors: list[str],
+    keys: Sequence[str] = CONFIG,
+    scores: dict[str, dict[str, pl.Expr]] | None = None,
 ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """Per candidate and kind: the regret of each decision, and each decision's model type
     (one order for all). ``table`` has one row per (decision, type): the decision's ``keys``,
     ``model_type``, ``q`` (true throughput), ``cost`` (unit cost), ``peak``, ``held`` and a
-    column per predictor (``cells`` builds it)."""
+    column per predictor (``cells`` builds it). ``scores`` (default ``candidate_scores``) may
+    add candidates that combine others; an expression may use ``pl.Expr.over(keys)``, as it is
+    evaluated on the table of decisions."""
     by = list(keys)
     decisions = table.filter((pl.len().over(by) >= 2) & pl.col("held").any().over(by))
     decisions = decisions.with_columns(
@@ -104,7 +109,7 @@ def decision_regrets(
         per_cost=(pl.col("q") / pl.col("cost")).max().over(by) / (pl.col("q") / pl.col("cost")) - 1,
     )
     out: dict[str, dict[str, np.ndarray]] = {}
-    for name, by_kind in candidate_scores(predictors).items():
+    for name, by_kind in (scores or candidate_scores(predictors)).items():
         out[name] = {}
         for kind, score in by_kind.items():
             scored = decisions.with_columns(_s=score.fill_nan(None))
