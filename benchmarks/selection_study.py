@@ -93,6 +93,11 @@ def _code_version() -> str:
     return digest.hexdigest()[:12]
 
 
+def _stem(name: str, split: str, profile: str) -> str:
+    """The cache files' name for a set's split at this code (a draw's adds ``-r<draw>``)."""
+    return f"{name}-{split}-{profile}-{_code_version()}"
+
+
 def _lists(value):
     """A fold's regrets as JSON can hold them (the cache is data, never unpickled)."""
     if isinstance(value, dict):
@@ -107,8 +112,6 @@ def _arrays(value):
     return np.asarray(value) if isinstance(value, list) else value
 
 
-REPEATED = ("partial-history", "leave-model-hardware-out", "random")  # whose validation folds
-# are drawn at random (the others hold out each model or type once: a repeat is the same folds)
 REPEAT_SEED = 1000  # repeat r of fold k validates with seed k + r * REPEAT_SEED
 
 
@@ -135,14 +138,14 @@ def fold_regrets(
     draw: int = 0,
 ) -> list[dict]:
     """Per fold: validation regrets and their model types, and test regrets, per candidate.
-    With ``repeats`` > 1 (splits in ``REPEATED``), each fold is validated again on validation
+    With ``repeats`` > 1, each fold is validated again on validation
     folds drawn with other seeds, and ``validation``/``clusters`` pool every repeat's (each
     repeat's model types voting apart). ``draw`` > 0 validates on that repeat's folds alone
     instead of the fold's own: how much a choice hangs on one draw of validation folds."""
     attempts, _, specs = public_sources(name, SETS[name], HARDWARE)
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     masks = folds(rows, split)
-    stem = f"{name}-{split}-{profile}-{_code_version()}"
+    stem = _stem(name, split, profile)
 
     def outer() -> list[dict]:
         started = time.monotonic()
@@ -183,12 +186,12 @@ def fold_regrets(
 
     kept = _load(CACHE / f"{stem}.json", outer, refresh)
     with_combined(rows, specs, split, masks, kept)
-    if draw and split in REPEATED:
+    if draw and _draws_differ(rows, split, masks, draw):
         extra = _load(CACHE / f"{stem}-r{draw}.json", lambda: repeat(draw), refresh)
         with_combined(rows, specs, split, masks, extra, seed_offset=draw * REPEAT_SEED)
         for fold, other in zip(kept, extra, strict=True):
             fold["validation"], fold["clusters"] = other["validation"], other["clusters"]
-    for r in range(1, repeats if split in REPEATED else 1):
+    for r in (r for r in range(1, repeats) if _draws_differ(rows, split, masks, r)):
         extra = _load(CACHE / f"{stem}-r{r}.json", lambda r=r: repeat(r), refresh)
         with_combined(rows, specs, split, masks, extra, seed_offset=r * REPEAT_SEED)
         for fold, more in zip(kept, extra, strict=True):
@@ -203,11 +206,36 @@ def fold_regrets(
     return kept
 
 
+def _draws_differ(rows, split: str, masks: list, draw: int) -> bool:
+    """Whether draw ``draw``'s validation folds differ from the fold's own in any fold: one
+    model or type per validation fold (up to ``MAX_INNER_FOLDS`` of them) is the same in every
+    draw, and a repeat of it would only refit the same folds."""
+    for seed, mask in enumerate(masks, start=1):
+        train = rows.filter(~mask)
+        own = validation_folds(train, split, seed=seed)
+        other = validation_folds(train, split, seed=seed + draw * REPEAT_SEED)
+        if len(own) != len(other):
+            return True
+        key = lambda folds: sorted(np.flatnonzero(m).tobytes() for m in folds)  # noqa: E731
+        if key(own) != key(other):
+            return True
+    return False
+
+
 def _regrets(rows, specs, held, predicted: dict) -> tuple[dict, np.ndarray]:
     """Every candidate's regrets, the combined ones too, on the decisions ``held`` touches."""
     full = with_blends({n: np.where(held, p, np.nan) for n, p in predicted.items()})
     table = cells(rows, specs, held, full)
     return decision_regrets(table, list(full), scores=combined_scores(list(full)))
+
+
+def _same(rebuilt: dict, kept: dict, where: str) -> None:
+    """The regrets rebuilt from kept predictions must be those ``run_fold`` computed."""
+    for c in CANDIDATES:
+        for k in KINDS:
+            a, b = rebuilt[c][k], kept[c][k]
+            if a.shape != b.shape or not np.allclose(a, b, equal_nan=True):
+                raise RuntimeError(f"{where}: rebuilt regrets of {c} ({k}) differ from the fold's")
 
 
 def with_combined(
@@ -227,16 +255,18 @@ def with_combined(
             fold["validation"][name] = {
                 k: np.concatenate([r[name][k] for r in pieces] or [np.empty(0)]) for k in KINDS
             }
-        rebuilt = fold["validation"]["single_gbdt"]["fastest"]
-        check = np.concatenate([r["single_gbdt"]["fastest"] for r in pieces] or [np.empty(0)])
-        if not np.allclose(check, rebuilt, equal_nan=True):
-            raise RuntimeError(f"{split} fold {seed}: rebuilt validation regrets differ")
+        rebuilt = {
+            c: {k: np.concatenate([r[c][k] for r in pieces] or [np.empty(0)]) for k in KINDS}
+            for c in CANDIDATES
+        }
+        _same(rebuilt, fold["validation"], f"{split} fold {seed}, validation")
         if "test_predictions" in fold:
             full = {}
             for n, p in fold["test_predictions"].items():
                 full[n] = np.full(rows.height, np.nan)
                 full[n][mask] = p
             test, _ = _regrets(rows, specs, mask, full)
+            _same(test, fold["test"], f"{split} fold {seed}, test")
             fold["test"] |= {name: test[name] for name in COMBINED}
     return kept
 
@@ -326,7 +356,7 @@ def sign_majority(within: bool = False, positive_mean: bool = False) -> Rule:
         for name, by_kind in regrets.items():
             if within and np.mean(by_kind[kind] <= WITHIN) < np.mean(base <= WITHIN):
                 continue
-            per_type = [(by_kind[kind] - base)[clusters == c].mean() for c in np.unique(clusters)]
+            per_type = per_type_difference(by_kind[kind], base, clusters)
             if positive_mean and name != INCUMBENT[kind] and np.mean(per_type) >= 0:
                 continue
             kept[name] = by_kind
@@ -340,22 +370,28 @@ def pooled(rule: Rule, names: tuple[str, ...]) -> Rule:
     return lambda regrets, kind, clusters: rule({n: regrets[n] for n in names}, kind, clusters)
 
 
+def _net_count(values: np.ndarray, base: np.ndarray, clusters: np.ndarray) -> int:
+    """Validation model types on which ``values`` is lower than ``base``, less those higher."""
+    per_type = per_type_difference(values, base, clusters)
+    return int(np.sum(per_type < -TIE) - np.sum(per_type > TIE))
+
+
 def blend_when_both_lead(regrets: dict, kind: str, clusters: np.ndarray) -> str:
-    """The shipped vote; but where it publishes a GBDT and the other GBDT also has a positive
-    net count over the rule, their blend: both leads are real, which is larger is not known."""
-    singles = {n: r for n, r in regrets.items() if n != GBDT_BLEND}
-    pick = choose_ranking(singles, kind, clusters)
-    if pick not in GBDT_PAIR:
+    """The vote without the blend; but where it publishes a GBDT and the other GBDT also has a
+    positive net count over the rule, their blend: both leads are real, which is larger is not
+    known."""
+    pick = choose_ranking({n: regrets[n] for n in SINGLES}, kind, clusters)
+    if pick not in GBDT_PAIR or len(np.unique(clusters)) < 2:
         return pick
     other = GBDT_PAIR[1 - GBDT_PAIR.index(pick)]
-    alone = choose_ranking({n: singles[n] for n in singles if n != pick}, kind, clusters)
-    return GBDT_BLEND if alone == other else pick
+    base = regrets[INCUMBENT[kind]][kind]
+    return GBDT_BLEND if _net_count(regrets[other][kind], base, clusters) > 0 else pick
 
 
 def gbdt_as_blend(regrets: dict, kind: str, clusters: np.ndarray) -> str:
-    """The shipped vote, but where it publishes either GBDT, their blend: the vote says a
-    learned ranking beats the rule, not which of the two."""
-    pick = choose_ranking({n: r for n, r in regrets.items() if n != GBDT_BLEND}, kind, clusters)
+    """The vote without the blend, but where it publishes either GBDT, their blend: the vote
+    says a learned ranking beats the rule, not which of the two."""
+    pick = choose_ranking({n: regrets[n] for n in SINGLES}, kind, clusters)
     return GBDT_BLEND if pick in GBDT_PAIR else pick
 
 
@@ -430,8 +466,7 @@ def explain(fold_list: list[dict], kind: str) -> None:
         for name in CANDIDATES:
             if name == incumbent or len(names) < 2:
                 continue
-            diff = regrets[name][kind] - base
-            per_type = np.array([diff[clusters == c].mean() for c in names])
+            per_type = per_type_difference(regrets[name][kind], base, clusters)
             lead = -per_type.mean()
             se = per_type.std(ddof=1) / np.sqrt(len(names))
             lower = int(np.sum(per_type < -TIE))
@@ -469,15 +504,14 @@ def main() -> int:
     table, by_draw = {}, {}
     for name in args.sets.split(","):
         for split in SPLITS:
-            fold_list = fold_regrets(
-                name, split, args.profile, args.jobs, args.refresh, args.repeats
-            )
+            if args.refresh:  # every cache of the split, its draws too, run again once
+                for path in CACHE.glob(f"{_stem(name, split, args.profile)}*.json"):
+                    path.unlink()
+            fold_list = fold_regrets(name, split, args.profile, args.jobs, False, args.repeats)
             for kind in KINDS:
                 table[(name, split, kind)] = split_scores(fold_list, kind)
             for draw in range(1, args.draws):
-                fold_list = fold_regrets(
-                    name, split, args.profile, args.jobs, args.refresh, draw=draw
-                )
+                fold_list = fold_regrets(name, split, args.profile, args.jobs, False, draw=draw)
                 for kind in KINDS:
                     by_draw[(name, split, kind, draw)] = split_scores(fold_list, kind)
     labels = list(RULES_COMPARED)

@@ -33,7 +33,10 @@ COMBINED = tuple(name for name in (*BLENDS, *RANK_MEANS) if name != GBDT_BLEND)
 
 def geometric_blend(predicted: dict[str, np.ndarray], members: Sequence[str]) -> np.ndarray:
     """The geometric mean of ``members``' predictions per row, over the members with a finite
-    positive one (NaN where none has)."""
+    positive one (NaN where none has). The two GBDTs predict every row or none (a fit on too
+    few rows), so their blend always averages both; a blend with physics averages physics in
+    only where it has the configuration on another type. A prediction of 0 counts as none
+    here, as no GBDT (a log-throughput model) nor physics gives one."""
     with np.errstate(divide="ignore", invalid="ignore"):  # 0 or negative: no estimate
         logs = np.stack([np.log(np.asarray(predicted[m], dtype=float)) for m in members])
     finite = np.isfinite(logs)
@@ -66,6 +69,6 @@ def combined_scores(
                 .fill_null(pl.len().over(by).cast(pl.Float64))
                 for m in members
             ]
-            tie_break = scores["gbdt_blend"][kind].fill_nan(None).rank("average").over(by)
+            tie_break = scores[GBDT_BLEND][kind].fill_nan(None).rank("average").over(by)
             out[name][kind] = -pl.mean_horizontal(ranks) + 1e-3 * tie_break.fill_null(0.0)
     return out
