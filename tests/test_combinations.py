@@ -45,6 +45,6 @@ def test_a_rank_mean_picks_the_type_its_members_rank_best_on_average():
     # 0.4/40
     assert regrets["rank_mean_gbdts_rules"]["per_cost"] == pytest.approx([(8 / 300) / 0.01 - 1])
     assert regrets["single_gbdt"]["per_cost"] == pytest.approx([0.0])  # mid, alone
-    # a member with no estimate for a type ranks it last: physics, fleet ratio and roofline
-    # rank only the measured big, which the mean then favours
+    # physics, fleet ratio and roofline estimate only the measured big (its measurement): with
+    # them among the members the mean still picks big
     assert regrets["rank_mean_all"]["fastest"] == pytest.approx([0.0])

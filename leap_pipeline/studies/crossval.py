@@ -204,7 +204,7 @@ def _inner_selection(
             predicted[name][held] = gbdt_predict(name, profile, X_rest, y_rest, X_out)
         for name, p in prior_predictions(rest, out, X_out, specs).items():
             predicted[name][held] = p
-        predicted[GBDT_BLEND][held] = geometric_blend(predicted, GBDTS)[held]
+        predicted[GBDT_BLEND][held] = geometric_blend({n: predicted[n][held] for n in GBDTS}, GBDTS)
         table = cells(train, specs, held, {n: np.where(held, p, np.nan) for n, p in
                                            predicted.items()})  # fmt: skip
         by_candidate, decision_models = decision_regrets(table, list(PREDICTORS))

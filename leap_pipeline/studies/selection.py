@@ -35,8 +35,8 @@ def choose_ranking(
     split-kind rows, and on 4 with the GBDTs' blend among the candidates (6 and 7 on two more
     draws of the validation folds); the gate it replaced (a lead of one standard error, a sign
     test and no fewer decisions within 5%) on 13, keeping the rule where the lead was real but
-    its standard error over five or six model types large. A candidate whose regrets are missing, of
-    another length or not finite gets no vote (the rule stands against it)."""
+    its standard error over five or six model types large. A candidate whose regrets are
+    missing, of another length or not finite gets no vote (the rule stands against it)."""
     incumbent = INCUMBENT[kind]
     names = np.unique(clusters)
     base = regrets.get(incumbent, {}).get(kind)
