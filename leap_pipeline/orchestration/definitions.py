@@ -14,7 +14,7 @@ from leap_pipeline.data.warehouse import WarehouseError
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.dagster_private import own_definitions_state
 from leap_pipeline.orchestration.data_assets import DATA_ASSET_KEYS, data_assets
-from leap_pipeline.orchestration.liveness import PID_TAG, process_alive
+from leap_pipeline.orchestration.liveness import PID_TAG, run_worker_alive
 from leap_pipeline.orchestration.model_assets import model_assets
 from leap_pipeline.orchestration.night_records import NightRecords
 from leap_pipeline.orchestration.nightly_plan import (
@@ -52,7 +52,7 @@ def run_is_alive(run: dg.DagsterRun) -> bool:
     if run.status not in LIVE:
         return False
     worker = run.tags.get(PID_TAG)
-    return True if not worker else process_alive(worker)
+    return True if not worker else run_worker_alive(run.run_id, worker)
 
 
 def nightly_state(

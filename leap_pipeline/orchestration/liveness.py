@@ -4,11 +4,18 @@ A run's worker tags the run with its process identity as it starts (``PID_TAG``,
 ``record_worker`` from the first asset of each run); a tick of the nightly schedule asks
 ``process_alive`` of every live run's, so a worker killed outright (SIGKILL, an OOM kill: it never
 reports its end) does not keep its nights in flight forever. The identity is the process id and
-its start time, since an id is reused.
+its start time, since an id is reused, and the run's id, since a re-execution copies its parent's
+tags: a tag another run wrote says nothing of this one.
+
+The process recorded is the run's worker, the one that lives from the run's first step to its
+last, not the process an asset happens to run in: under Dagster's multiprocess executor
+(``$LEAP_MAX_CONCURRENT_STEPS`` > 1) each step runs in a child that exits when the step ends, so
+a child's id would name a dead process between two steps of a run that is still working.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 
@@ -35,6 +42,23 @@ def process_identity(pid: int) -> str:
     return f"{pid}:{started:.2f}"
 
 
+def worker_tag(run_id: str, pid: int) -> str:
+    """``PID:START@RUN_ID``: the process ``pid`` as ``process_identity`` names it, for the run
+    ``run_id`` (so a copy of the tag on another run is told apart)."""
+    return f"{process_identity(pid)}@{run_id}"
+
+
+def run_worker_alive(run_id: str, tag: str) -> bool:
+    """Whether the worker the run ``run_id``'s tag names still runs. A tag written for another
+    run (a re-execution copies its parent's tags) says nothing of this one: the run counts as
+    alive until its own worker records itself. A tag from before run ids were recorded (no
+    ``@``) is read as it was written."""
+    identity, at, recorded_run = tag.partition("@")
+    if at and recorded_run != run_id:
+        return True
+    return process_alive(identity)
+
+
 def process_alive(identity: str) -> bool:
     """Whether the process ``process_identity`` named still runs (the same one, not a zombie).
     An identity recorded before psutil kept the start in clock ticks since boot (no decimal
@@ -59,11 +83,28 @@ def process_alive(identity: str) -> bool:
     return abs(started - expected) < SAME_START_S
 
 
+def worker_pid(steps_in_children: bool) -> int:
+    """The process id of the run's worker, seen from the asset code running now: this process,
+    or, when the executor runs each step in a child of the worker (``steps_in_children``), the
+    process that started this one (multiprocessing's parent, which is the worker under both the
+    spawn and the forkserver start methods)."""
+    parent = multiprocessing.parent_process() if steps_in_children else None
+    return parent.pid if parent is not None and parent.pid is not None else os.getpid()
+
+
+def runs_steps_in_children(context: dg.AssetExecutionContext) -> bool:
+    """Whether the run executing ``context`` runs each step in a child process of its worker
+    (Dagster's multiprocess executor), rather than in the worker itself."""
+    executor = context.op_execution_context.job_def.executor_def
+    return executor.name == dg.multiprocess_executor.name
+
+
 def record_worker(context: dg.AssetExecutionContext) -> None:
     """Tag the run with the process running it (its id and start time, so a reused id is not
-    taken for it), so a tick can tell a run killed outright (which never reports its end) from
-    one still working."""
-    worker = process_identity(os.getpid())
+    taken for it, and the run's id, so a re-execution's copy is not), so a tick can tell a run
+    killed outright (which never reports its end) from one still working."""
+    run_id = context.run.run_id
+    worker = worker_tag(run_id, worker_pid(runs_steps_in_children(context)))
     if context.run.tags.get(PID_TAG) == worker:
         return
     # the instance's database may be restarting (a Postgres restart cuts every connection):
