@@ -26,7 +26,7 @@ import yaml
 
 from leap_pipeline.app.postgres import EmbeddedPostgres
 from leap_pipeline.app.ui import answers, free_port
-from leap_pipeline.app.up import holding_folder
+from leap_pipeline.app.up import MAX_RESTARTS, holding_folder, stop_retired, supervise
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.instance import DAGSTER_YAML, dagster_yaml, write_dagster_home
 from leap_pipeline.settings import environment
@@ -87,6 +87,36 @@ def test_one_leap_up_per_folder_and_the_servers_a_killed_one_left_are_stopped(tm
         assert not psutil.pid_exists(server.pid)  # stopped (and reaped) before anything else
     assert said == [f"stopping the sleeper server a killed leap up left running (pid {server.pid})"]
     assert (tmp_path / "locks" / "up.lock").read_text() == ""  # stopped cleanly: nothing to stop
+
+
+def test_a_restart_ends_only_what_it_restarts_and_a_stop_ends_the_rest(tmp_path):
+    """A server (the daemon, say) that started a child (a run worker) and then exited is started
+    again without touching that child, which carries on; the service's stop ends it. The server
+    here exits at once every time, so supervision gives up after ``MAX_RESTARTS``."""
+    children = tmp_path / "children"
+    script = (
+        "import subprocess, sys; "
+        "child = subprocess.Popen(['sleep', '600']); "
+        f"open({str(children)!r}, 'a').write(f'{{child.pid}}\\n'); sys.exit(3)"
+    )
+    commands = {"daemon": ([sys.executable, "-c", script], {**os.environ})}
+    from leap_pipeline.app.ui import start_group
+
+    processes = {"daemon": start_group(*commands["daemon"])}
+    retired, said, recorded = [], [], []
+    code = supervise(processes, commands, lambda *a: recorded.append(a), said.append, retired)
+    assert code == 1 and said[-1].startswith(f"the daemon server exited {MAX_RESTARTS + 1} times")
+    pids = [int(line) for line in children.read_text().split()]
+    assert len(pids) == MAX_RESTARTS + 1 and len(retired) == MAX_RESTARTS
+    # every restart left its predecessor's child running (the last one's group is not retired)
+    assert all(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
+    assert recorded[-1][1] == retired
+    stop_retired(retired, said.append)
+    from leap_pipeline.app.ui import stop_groups
+
+    stop_groups(processes)  # the last one's group: SIGTERM, not waited on past its leader
+    alive = [psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)]
+    assert all(p.status() == psutil.STATUS_ZOMBIE for p in psutil.wait_procs(alive, timeout=10)[1])
 
 
 def test_stopping_postgres_never_touches_a_process_a_stale_pid_file_names(tmp_path):

@@ -95,9 +95,40 @@ def _holder(text: str) -> dict:
         return {}
 
 
-def _stop_leftovers(servers: dict, log: Callable) -> None:
+def group_members(pgid: int, before: float) -> list[psutil.Process]:
+    """The processes of the process group ``pgid`` that started no later than ``before`` (a
+    group id is one of its members' process ids: a process started since cannot belong to the
+    group that was there)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if os.getpgid(process.pid) == pgid and process.create_time() <= before:
+                found.append(process)
+    return found
+
+
+def stop_retired(groups: list[tuple[int, float]], log: Callable) -> None:
+    """End what is left of the groups of servers that exited and were started again (their
+    run workers, their code servers): SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``. Only on a
+    stop of the whole service, never on a restart: a restart ends only what it restarts."""
+    for pgid, retired_at in groups:
+        members = group_members(pgid, retired_at)
+        if not members:
+            continue
+        log(f"stopping {len(members)} process(es) left by a server that was started again "
+            f"(group {pgid})")  # fmt: skip
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        for process in psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)[1]:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+
+def _stop_leftovers(servers: dict, log: Callable, retired: list | None = None) -> None:
     """Stop the servers a ``leap up`` that was killed (SIGKILL, a crash) left running: each
-    recorded group whose leader is still the process recorded (same start time)."""
+    recorded group whose leader is still the process recorded (same start time), and what is
+    left of the groups of servers it had started again."""
+    stop_retired([(int(pgid), float(at)) for pgid, at in retired or []], log)
     for name, (pid, started) in servers.items():
         with contextlib.suppress(psutil.NoSuchProcess):
             leader = psutil.Process(pid)
@@ -128,17 +159,19 @@ def holding_folder(data: Path, log: Callable = print) -> Iterator[Callable[[dict
                 f"{holder.get('since', '?')}; lock {path}): use that one, or stop it first "
                 "(Ctrl-C in its terminal, or kill -TERM its pid)"
             ) from None
-        _stop_leftovers(_holder(handle.read()).get("servers", {}), log)
+        left = _holder(handle.read())
+        _stop_leftovers(left.get("servers", {}), log, left.get("retired"))
         since = dt.datetime.now().isoformat(timespec="seconds")
 
-        def record(processes: dict[str, subprocess.Popen]) -> None:
+        def record(processes: dict[str, subprocess.Popen], retired: list | None = None) -> None:
             servers = {}
             for name, process in processes.items():
                 with contextlib.suppress(psutil.NoSuchProcess):  # exited at once: none to stop
                     servers[name] = [process.pid, psutil.Process(process.pid).create_time()]
             handle.seek(0)
             handle.truncate()
-            json.dump({"pid": os.getpid(), "since": since, "servers": servers}, handle)
+            holder = {"pid": os.getpid(), "since": since, "servers": servers}
+            json.dump({**holder, "retired": retired or []}, handle)
             handle.flush()
 
         record({})
@@ -236,11 +269,17 @@ def supervise(
     commands: dict[str, tuple[list[str], dict[str, str]]],
     record: Callable,
     log: Callable = print,
+    retired: list[tuple[int, float]] | None = None,
 ) -> int:
     """Until Ctrl-C: start again each server that exits (the MLflow server killed, the daemon
     crashed), saying so; after ``MAX_RESTARTS`` exits of one server within
-    ``RESTART_WINDOW_S``, stop everything (1). Work in flight rides the gap: MLflow's client
-    retries its requests, Dagster's run workers and storage reconnect."""
+    ``RESTART_WINDOW_S``, stop everything (1). A restart ends only the process it restarts,
+    which has exited already: what it started stays (the daemon's code server, and the run
+    workers that server started, which finish their nights, the code server exiting after its
+    last run), its group remembered in ``retired`` so that stopping the service ends it too.
+    Work in flight rides the gap: MLflow's client retries its requests, Dagster's run workers
+    and storage reconnect."""
+    retired = retired if retired is not None else []
     exits: dict[str, list[float]] = {name: [] for name in processes}
     while True:
         for name, process in list(processes.items()):
@@ -253,10 +292,11 @@ def supervise(
                 log(f"the {name} server exited {times} times within {RESTART_WINDOW_S:.0f} s "
                     f"(last code {code}): stopping")  # fmt: skip
                 return 1
-            stop_groups({name: process})  # what it started may outlive it
+            # its group outlives it: a daemon's run workers are in it, mid-night
+            retired.append((process.pid, time.time()))
             argv, env = commands[name]
             processes[name] = start_group(argv, env)
-            record(processes)
+            record(processes, retired)
             log(f"the {name} server exited with code {process.returncode}: started again "
                 f"(pid {processes[name].pid})")  # fmt: skip
         time.sleep(0.5)
@@ -321,6 +361,7 @@ def serve(
     check_installed(dask=dask_workers > 0)
     Calendar.load(data)  # a malformed calendar file stops here, naming the field
     processes: dict[str, subprocess.Popen] = {}
+    retired: list[tuple[int, float]] = []  # groups of servers that exited and were restarted
     with holding_folder(data, log) as record, interrupted_by_signals():
         postgres = EmbeddedPostgres(environment({DATA_ENV: str(data)}).postgres_folder)
         try:
@@ -342,12 +383,13 @@ def serve(
             if not _wait_ready(processes, ports, log):
                 return 1
             _announce(install, ports, dask_workers > 0, time.monotonic() - started, log)
-            return supervise(processes, servers, record, log)
+            return supervise(processes, servers, record, log, retired)
         except KeyboardInterrupt:
             log("stopping the service")
             return 0
         finally:
             stop_groups(processes)
+            stop_retired(retired, log)
             log("the servers stopped; stopping Postgres")
             how = postgres.stop()
             log("Postgres stopped" if how in ("fast", "not running") else
