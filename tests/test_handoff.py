@@ -10,6 +10,10 @@ import itertools
 import json
 import logging
 import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import jsonpatch
@@ -18,6 +22,7 @@ import polars as pl
 import pytest
 import yaml
 from http_model import tiny_model
+from test_docs import split_page
 
 from leap_pipeline.app.cli import main
 from leap_pipeline.simulation import SimulatedFleet
@@ -32,15 +37,19 @@ from leap_serving.handoff.config import (
     config_from_mapping,
     load_config,
 )
-from leap_serving.handoff.formats import render
-from leap_serving.handoff.kubernetes import admission_response, kubernetes_job
+from leap_serving.handoff.devices import LaunchDevices
+from leap_serving.handoff.formats import render, unmapped
+from leap_serving.handoff.kubernetes import DEFAULT_JOB, admission_response, kubernetes_job
 from leap_serving.handoff.ranked import HandoffError
 from leap_serving.handoff.skypilot import skypilot_task, skypilot_yaml
 from leap_serving.handoff.slurm import sbatch_flags, sbatch_line
 from leap_serving.launch.features import LAUNCH_COLUMNS
 
 K8S_VERSION = kubernetes_validate.utils.latest_version()
-FLEET_TYPES = set(SimulatedFleet(seed=0, scale=0.01).hardware_specs()["hardware_type"])
+FLEET_SPECS = SimulatedFleet(seed=0, scale=0.01).hardware_specs()
+FLEET_TYPES = set(FLEET_SPECS["hardware_type"])
+# the spec table's host sizes: 8 devices for the NVIDIA types, 16 for Trainium
+HOSTS = dict(FLEET_SPECS.select("hardware_type", "devices_per_host").iter_rows())
 
 
 def ranking_of(*types: str, version: str = "4") -> Ranking:
@@ -107,7 +116,7 @@ BASE_TASK = {
 
 def test_the_skypilot_task_orders_the_ranking_and_keeps_the_users_task():
     config = HandoffConfig(skypilot_task=BASE_TASK)
-    task = skypilot_task(RANKED, config, devices_per_node=8)
+    task = skypilot_task(RANKED, config, LaunchDevices(requested=8))
     assert [r["accelerators"] for r in task["resources"]["ordered"]] == [
         "L40S:8", "A100-80GB:8", "H100:8", "A10G:8", "L4:8"
     ]  # fmt: skip
@@ -138,7 +147,8 @@ def test_skypilot_itself_reads_the_tasks_resources_in_rank_order(tmp_path, monke
         import sky
     else:
         sky = pytest.importorskip("sky", reason="the skypilot extra is not installed")
-    text = skypilot_yaml(skypilot_task(RANKED, HandoffConfig(skypilot_task=BASE_TASK), 8))
+    text = skypilot_yaml(skypilot_task(RANKED, HandoffConfig(skypilot_task=BASE_TASK),
+                                       LaunchDevices(requested=8)))  # fmt: skip
     task = sky.Task.from_yaml_config(yaml.safe_load(text))
     assert isinstance(task.resources, list)  # ordered: tried in this order
     expected = [SKYPILOT_ACCELERATORS[t] for t in RANKED.preference_list]
@@ -186,7 +196,7 @@ def test_the_job_is_valid_kubernetes_and_carries_the_queue_and_the_ranking():
         }
     }
     del base["metadata"]["annotations"]  # fmt: skip
-    job = kubernetes_job(RANKED, HandoffConfig(kubernetes_job=base), gpus=8)
+    job = kubernetes_job(RANKED, HandoffConfig(kubernetes_job=base), LaunchDevices(requested=8))
     kubernetes_validate.validate(job, K8S_VERSION, strict=True)
     assert job["metadata"]["labels"] == {KUEUE_QUEUE_LABEL: "from-the-user", "team": "ads"}
     assert job["metadata"]["annotations"]["leap.dev/ranking"] == ",".join(RANKED.preference_list)
@@ -459,6 +469,92 @@ def test_render_gives_each_format_as_text():
         render("nomad", RANKED, HandoffConfig())
 
 
+def test_every_format_asks_for_the_launchs_nodes_and_devices_per_node():
+    """``num_trainers: 2`` without a request is two whole hosts of each type (the issue's case:
+    it rendered ``L4:1`` and a Job asking no GPU); a request is capped by the host."""
+    assert HOSTS["L4"] == HOSTS["L40S"] == 8 and HOSTS["Trn1"] == 16
+    whole = {"num_trainers": 2}
+    task = yaml.safe_load(render("skypilot", ranking_of("L4", "Trn1"), HandoffConfig(), whole,
+                                 HOSTS))  # fmt: skip
+    assert task["num_nodes"] == 2
+    assert [o["accelerators"] for o in task["resources"]["ordered"]] == ["L4:8", "Trainium:16"]
+    job = yaml.safe_load(render("k8s", RANKED, HandoffConfig(), whole, HOSTS))
+    kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+    assert {k: job["spec"][k] for k in ("parallelism", "completions", "completionMode")} == {
+        "parallelism": 2, "completions": 2, "completionMode": "Indexed"}  # fmt: skip
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    assert render("slurm", RANKED, HandoffConfig(), whole, HOSTS).endswith(
+        " --nodes=2 --gres=gpu:8"
+    )
+    # a request of 12: all 12 of Trainium's 16, capped at 8 on an L4 host
+    capped = {"num_trainers": "3", "requested_devices_per_host": 12}  # text, as the ranker reads
+    task = skypilot_task(ranking_of("L4", "Trn1"), HandoffConfig(),
+                         LaunchDevices(3, 12, HOSTS))  # fmt: skip
+    assert yaml.safe_load(render("skypilot", ranking_of("L4", "Trn1"), HandoffConfig(), capped,
+                                 HOSTS)) == task  # fmt: skip
+    assert [o["accelerators"] for o in task["resources"]["ordered"]] == ["L4:8", "Trainium:12"]
+    # one node: a plain Job, the resource the config names
+    config = HandoffConfig(gpu_resource="example.com/gpu", slurm_gres="tesla")
+    one = yaml.safe_load(render("k8s", RANKED, config, {"num_trainers": 1}, HOSTS))
+    assert "parallelism" not in one["spec"] and "completionMode" not in one["spec"]
+    limits = one["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"example.com/gpu": 8}
+    assert render("slurm", RANKED, config, {"num_trainers": 1, "requested_devices_per_host": 2},
+                  HOSTS).endswith(" --nodes=1 --gres=tesla:2")  # fmt: skip
+
+
+def test_a_count_the_launch_cannot_give_is_refused_naming_why():
+    hosts_differ = ranking_of("L4", "Trn1")
+    with pytest.raises(HandoffError, match=r"slurm: .*different devices per node \(L4: 8, Trn1: "
+                       r"16\).*requested_devices_per_host"):  # fmt: skip
+        sbatch_flags(hosts_differ, HandoffConfig(), LaunchDevices(2, None, HOSTS))
+    # a request both hosts hold is one count
+    assert sbatch_flags(hosts_differ, HandoffConfig(), LaunchDevices(2, 4, HOSTS))[-1] == "gpu:4"
+    # whole hosts of a type whose host size is not known: no guess of one device
+    for fmt in ("skypilot", "k8s", "slurm"):
+        with pytest.raises(HandoffError, match="host size of L40S is unknown"):
+            render(fmt, RANKED, HandoffConfig(), {"num_trainers": 2})
+    for bad in ({"num_trainers": 0}, {"num_trainers": True}, {"num_trainers": "two"}):
+        with pytest.raises(HandoffError, match=r"num_trainers=.* is not a positive whole count"):
+            render("slurm", RANKED, HandoffConfig(), bad, HOSTS)
+
+
+def test_a_base_that_disagrees_with_the_launchs_nodes_is_refused_not_overridden():
+    with pytest.raises(HandoffError, match=r"num_nodes=2 but the launch's num_trainers=4"):
+        skypilot_task(RANKED, HandoffConfig(skypilot_task=BASE_TASK), LaunchDevices(4, 8))
+    task = skypilot_task(RANKED, HandoffConfig(skypilot_task=BASE_TASK), LaunchDevices(2, 8))
+    assert task["num_nodes"] == 2
+    base = copy.deepcopy(DEFAULT_JOB)
+    base["spec"]["parallelism"] = 3
+    with pytest.raises(HandoffError, match=r"spec\.parallelism=3 but the launch's num_trainers=2"):
+        kubernetes_job(RANKED, HandoffConfig(kubernetes_job=base), LaunchDevices(2, 8))
+    # the base's own GPU request follows the launch too (an extended resource's request must
+    # equal its limit), and a sidecar asks for none
+    base = copy.deepcopy(DEFAULT_JOB)
+    trainer, sidecar = (
+        base["spec"]["template"]["spec"]["containers"][0],
+        {"name": "log", "image": "busybox"},
+    )
+    trainer["resources"] = {"requests": {"nvidia.com/gpu": 1, "cpu": "4"}}
+    base["spec"]["template"]["spec"]["containers"].append(sidecar)
+    job = kubernetes_job(RANKED, HandoffConfig(kubernetes_job=base), LaunchDevices(1, 4))
+    kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+    trainer, sidecar = job["spec"]["template"]["spec"]["containers"]
+    assert trainer["resources"] == {"requests": {"nvidia.com/gpu": 4, "cpu": "4"},
+                                    "limits": {"nvidia.com/gpu": 4}}  # fmt: skip
+    assert "resources" not in sidecar
+
+
+def test_only_kubernetes_leaves_unmapped_types_out_and_says_which():
+    ranking = ranking_of("MI300X", "L40S", "Gaudi3", "H100-SXM")
+    assert unmapped("k8s", ranking, HandoffConfig()) == ["MI300X", "Gaudi3"]
+    mapped = HandoffConfig(gpu_products={**GPU_PRODUCTS, "MI300X": "AMD-Instinct-MI300X"})
+    assert unmapped("k8s", ranking, mapped) == ["Gaudi3"]
+    assert unmapped("skypilot", ranking, HandoffConfig()) == []  # handed on under its own name
+    assert unmapped("slurm", ranking, HandoffConfig()) == []
+
+
 @pytest.fixture
 def leap_rank(tiny, tmp_path, monkeypatch, capsys, request):
     """``leap rank --format F`` on the tiny model's folder: (exit code, stdout, stderr)."""
@@ -484,21 +580,28 @@ def leap_rank(tiny, tmp_path, monkeypatch, capsys, request):
 
 def test_leap_rank_prints_each_format_of_the_models_ranking(tiny, tmp_path, leap_rank):
     expected = tiny["ranking"].preference_list
+    nodes, per_node = tiny["launch"]["num_trainers"], tiny["launch"]["requested_devices_per_host"]
+    assert nodes > 1 and per_node <= 8  # several nodes, a request every 8-device host holds
     code, out, _ = leap_rank("--format", "slurm")
     assert code == 0
     features = [t.lower() for t in expected[:3]]
-    assert out == f"--constraint={'|'.join(features)} --prefer={features[0]}\n"
+    assert out == (f"--constraint={'|'.join(features)} --prefer={features[0]} "
+                   f"--nodes={nodes} --gres=gpu:{per_node}\n")  # fmt: skip
     code, out, _ = leap_rank("--format", "skypilot")
-    ordered = yaml.safe_load(out)["resources"]["ordered"]
-    assert code == 0 and [o["accelerators"].split(":")[0] for o in ordered] == [
-        SKYPILOT_ACCELERATORS[t] for t in expected
+    task = yaml.safe_load(out)
+    assert code == 0 and [o["accelerators"] for o in task["resources"]["ordered"]] == [
+        f"{SKYPILOT_ACCELERATORS[t]}:{per_node}" for t in expected
     ]
+    assert task["num_nodes"] == nodes
     config = tmp_path / "handoff.yaml"
     config.write_text("top_k: 2\nkubernetes: {queue: team-a}\n")
     code, out, _ = leap_rank("--format", "k8s", "--handoff-config", str(config))
     job = yaml.safe_load(out)
     kubernetes_validate.validate(job, K8S_VERSION, strict=True)
     assert job["metadata"]["labels"] == {KUEUE_QUEUE_LABEL: "team-a"}
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == nodes
+    limits = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": per_node}
     required = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]  # fmt: skip
     assert required["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
@@ -509,7 +612,143 @@ def test_leap_rank_prints_each_format_of_the_models_ranking(tiny, tmp_path, leap
 def test_leap_rank_names_the_reason_when_there_is_nothing_to_hand_on(tmp_path, leap_rank):
     code, out, err = leap_rank("--format", "slurm", "--candidates", "NoSuchType")
     assert code == 2 and out == "" and "no ranking to hand on" in err
+    assert leap_rank("--format", "slurm", "--candidates", "NoSuchType", "--fail-empty")[:2] == (
+        2, "")  # fmt: skip
+    # opted out: still nothing on stdout, the reason on stderr, and a status that lets it through
+    code, out, err = leap_rank("--format", "slurm", "--candidates", "NoSuchType",
+                               "--no-fail-empty")  # fmt: skip
+    assert code == 0 and out == "" and "NoSuchType" in err and "--no-fail-empty" in err
     config = tmp_path / "bad.yaml"
     config.write_text("slurm: {featurs: {}}\n")
     code, out, err = leap_rank("--format", "slurm", "--handoff-config", str(config))
     assert code == 2 and "featurs" in err
+
+
+def test_leap_rank_names_on_stderr_the_ranked_types_kubernetes_leaves_out(tiny, leap_rank):
+    candidates = [*tiny["candidates"], "MI300X", "Gaudi3"]
+    code, out, err = leap_rank("--format", "k8s", "--candidates", ",".join(candidates))
+    ranked = tiny["ranker"].rank(tiny["launch"], candidates).preference_list
+    left_out = [t for t in ranked if t not in GPU_PRODUCTS]
+    assert code == 0 and left_out, ranked  # the model ranks at least one of them
+    assert f"kubernetes.products: {', '.join(left_out)}" in err
+    values = yaml.safe_load(out)["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"][0]["values"]  # fmt: skip
+    assert values == [GPU_PRODUCTS[t] for t in ranked if t in GPU_PRODUCTS][:3]
+    _, _, err = leap_rank("--format", "k8s")  # every candidate mapped: nothing said
+    assert "left out" not in err
+
+
+# --- the docs' hand-off section, run as written ---
+
+SERVING_DOCS = Path(__file__).resolve().parents[1] / "docs" / "serving.md"
+
+
+def handoff_docs() -> tuple[str, list[str]]:
+    """The hand-off section's config (its YAML block) and command lines (its shell block)."""
+    text = SERVING_DOCS.read_text()
+    section = text.split("## Handing the ranking to the scheduler", 1)[1].split("\n## ", 1)[0]
+    blocks, _ = split_page(section)
+    (config,) = [body for info, body in blocks if info == "yaml"]
+    (commands,) = [body for info, body in blocks if info == "bash"]
+    return config, [line for line in commands.splitlines() if line.strip()]
+
+
+def scheduler_stand_ins(folder: Path, job: Path, model: Path) -> dict[str, str]:
+    """A PATH whose ``sky``, ``kubectl`` and ``sbatch`` record what they are given under
+    ``folder/calls``, and whose ``leap`` is this checkout's, on the test's launch and model."""
+    bin_, calls = folder / "bin", folder / "calls"
+    bin_.mkdir()
+    calls.mkdir()
+    scripts = {
+        "leap": f'exec {sys.executable} -m leap_pipeline.app.cli "$@" --job {job} --model {model}',
+        "sky": f'printf "%s\\n" "$@" > {calls}/sky.args && cp "$2" {calls}/sky.task.yaml',
+        "kubectl": f'printf "%s\\n" "$@" > {calls}/kubectl.args && cat > {calls}/kubectl.stdin',
+        "sbatch": f'printf "%s\\n" "$@" > {calls}/sbatch.args',
+    }
+    for name, body in scripts.items():
+        (bin_ / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}",
+            "MLFLOW_TRACKING_URI": (folder / "mlruns").as_uri(),
+            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}  # fmt: skip
+
+
+def run_lines(lines: list[str], folder: Path, env: dict[str, str]) -> list:
+    """Each line in its own bash, side by side (each loads the model: about 2 s)."""
+
+    def run(line: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", line], cwd=folder, env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=len(lines)) as pool:
+        return list(pool.map(run, lines))
+
+
+def test_the_docs_handoff_config_and_commands_run_as_written(tiny, tmp_path):
+    """The section's YAML saved as handoff.yaml and its three lines run in bash, on a launch of
+    two trainers taking whole hosts: SkyPilot, kubectl and sbatch each receive the ranking and
+    the launch's two nodes of 8 devices (the docs' Job once failed: "the Job has no
+    spec.template.spec.containers")."""
+    config, lines = handoff_docs()
+    assert len(lines) == 3 and all("leap rank" in line for line in lines), lines
+    (tmp_path / "handoff.yaml").write_text(config)
+    launch = {k: v for k, v in tiny["launch"].items() if k != "requested_devices_per_host"}
+    launch["num_trainers"] = 2
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({**launch, "candidates": tiny["candidates"]}))
+    env = scheduler_stand_ins(tmp_path, job, tiny["folder"])
+    results = run_lines(lines, tmp_path, env)
+    assert [r.returncode for r in results] == [0, 0, 0], [r.stderr[-2000:] for r in results]
+    ranked = tiny["ranker"].rank(launch, tiny["candidates"]).preference_list
+    assert {HOSTS[t] for t in ranked} == {8}
+    calls = tmp_path / "calls"
+    handoff = load_config(tmp_path / "handoff.yaml")
+    # SkyPilot: sky launch task.yaml, the task in rank order on two whole 8-device hosts
+    assert (calls / "sky.args").read_text().split() == ["launch", "task.yaml"]
+    task = yaml.safe_load((calls / "sky.task.yaml").read_text())
+    assert task["name"] == "train" and task["num_nodes"] == 2
+    assert [o["accelerators"] for o in task["resources"]["ordered"]] == [
+        f"{handoff.skypilot_name(t)}:8" for t in ranked]  # fmt: skip
+    # Kubernetes: kubectl apply -f - reads the docs' Job, ranked, one pod per trainer host
+    assert (calls / "kubectl.args").read_text().split() == ["apply", "-f", "-"]
+    k8s = yaml.safe_load((calls / "kubectl.stdin").read_text())
+    kubernetes_validate.validate(k8s, K8S_VERSION, strict=True)
+    assert k8s["metadata"]["name"] == "train"
+    assert k8s["metadata"]["labels"] == {KUEUE_QUEUE_LABEL: "team-a"}
+    assert k8s["spec"]["parallelism"] == k8s["spec"]["completions"] == 2
+    (trainer,) = k8s["spec"]["template"]["spec"]["containers"]
+    assert trainer["command"] == ["python", "train.py"]
+    assert trainer["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    # Slurm: the flags, then the script
+    features = [handoff.slurm_feature(t) for t in ranked[: handoff.top_k]]
+    assert (calls / "sbatch.args").read_text().split("\n")[:-1] == [
+        f"--constraint={'|'.join(features)}", f"--prefer={features[0]}", "--nodes=2",
+        "--gres=gpu:8", "train.sh"]  # fmt: skip
+
+
+def test_the_documented_sbatch_idiom_does_not_submit_an_empty_ranking(tiny, tmp_path):
+    """The docs' sbatch line with a ranking that comes back empty: leap exits non-zero and
+    sbatch is never called. Beside it, the plain ``sbatch $(leap rank ...)`` the docs warn
+    against: the substitution's status is lost and sbatch runs unconstrained."""
+    _, lines = handoff_docs()
+    (idiom,) = [line for line in lines if "sbatch" in line]
+    (tmp_path / "handoff.yaml").write_text(handoff_docs()[0])
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({**tiny["launch"], "candidates": ["NoSuchType"]}))
+    env = scheduler_stand_ins(tmp_path, job, tiny["folder"])
+    (result,) = run_lines([idiom], tmp_path, env)
+    assert result.returncode != 0 and "no ranking to hand on" in result.stderr, result.stderr
+    assert not (tmp_path / "calls" / "sbatch.args").exists()  # never submitted
+    # the plain form, with a leap that fails as the real one just did: sbatch still runs
+    (tmp_path / "bin" / "leap").write_text("#!/bin/bash\nexit 2\n")
+    plain = subprocess.run(
+        ["bash", "-c", "sbatch $(leap rank --format slurm) train.sh"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert plain.returncode == 0
+    assert (tmp_path / "calls" / "sbatch.args").read_text() == "train.sh\n"

@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "Job (YAML), or sbatch flags (docs/serving.md)")  # fmt: skip
     ranking.add_argument("--handoff-config", default="", help="YAML or JSON file: the hardware "
                          "type -> scheduler name maps, top_k, the base task or Job")  # fmt: skip
+    ranking.add_argument("--fail-empty", action=argparse.BooleanOptionalAction, default=True,
+                         help="with --format: an empty ranking exits 2 and prints nothing on "
+                         "stdout, so args=$(leap rank ...) && sbatch $args fails instead of "
+                         "submitting unconstrained; --no-fail-empty exits 0, still printing "
+                         "nothing (the reason on stderr)")  # fmt: skip
     ranking.set_defaults(handler=command.rank)
 
     server = commands.add_parser("serve", help="the Ranker over HTTP (docs/serving.md)")

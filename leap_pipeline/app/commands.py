@@ -303,9 +303,18 @@ def rank(args: argparse.Namespace) -> int:
     ranker = Ranker(args.model or None, check_interval_s=float("inf"), wait=True)
     result: Ranking = ranker.rank(job, candidates if candidates is not None else [])
     if args.format:  # an empty ranking: HandoffError, a ValueError, exits 2 with the reason
-        from leap_serving.handoff.formats import render
+        from leap_serving.handoff.formats import render, unmapped
 
-        print(render(args.format, result, handoff, job).rstrip("\n"))
+        if not result.ranking and not args.fail_empty:
+            print(f"leap: no ranking ({result.reason}): nothing printed (--no-fail-empty)",
+                  file=sys.stderr)  # fmt: skip
+            return 0
+        text = render(args.format, result, handoff, job, _host_sizes(ranker))
+        left_out = unmapped(args.format, result, handoff)
+        if left_out:  # ranked, but the scheduler cannot be told: the user must hear of it
+            print(f"leap: {args.format}: left out, no label value in the hand-off config's "
+                  f"kubernetes.products: {', '.join(left_out)}", file=sys.stderr)  # fmt: skip
+        print(text.rstrip("\n"))
         return 0
     if args.json:
         print(json.dumps(result.to_dict()))
@@ -330,6 +339,14 @@ def rank(args: argparse.Namespace) -> int:
     if result.ignored_fields:
         print(f"ignored fields: {', '.join(result.ignored_fields)}")
     return 0
+
+
+def _host_sizes(ranker) -> dict[str, float]:
+    """The serving model's ``devices_per_host`` by type: what a launch taking whole hosts asks
+    each scheduler for. Read from the model the Ranker loaded (it has no public accessor for its
+    spec table), so the hand-off and the ranking's prices read the same table."""
+    loaded = ranker._loaded
+    return {t: spec["devices_per_host"] for t, spec in loaded.specs.items()} if loaded else {}
 
 
 def _handoff_config(path: str):

@@ -34,6 +34,19 @@ def products(ranking: Ranking, config: HandoffConfig) -> list[str]:
     return values[: config.top_k]
 
 
+def admitted_types(ranking: Ranking, config: HandoffConfig) -> list[str]:
+    """The ranked types the required term admits (their label value among ``products``), best
+    first: the types a pod may land on, so the ones its device count must fit."""
+    values = set(products(ranking, config))
+    return [t for t in ranked_types(ranking) if config.gpu_products.get(t) in values]
+
+
+def unmapped_types(ranking: Ranking, config: HandoffConfig) -> list[str]:
+    """The ranked types the affinity leaves out because the map gives them no label value, best
+    first; returned, not printed, so the caller (``leap rank``) says so where a user reads it."""
+    return [t for t in ranking.preference_list if t not in config.gpu_products]
+
+
 def node_affinity(ranking: Ranking, config: HandoffConfig | None = None) -> dict[str, Any]:
     """The ``nodeAffinity``: required ``In`` the top-k, preferred by rank."""
     config = config or HandoffConfig()

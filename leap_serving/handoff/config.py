@@ -37,11 +37,18 @@ GPU_PRODUCTS: dict[str, str] = {
 }  # fmt: skip
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# the extended resource a pod asks devices by (NVIDIA's device plugin; AMD's is amd.com/gpu)
+GPU_RESOURCE = "nvidia.com/gpu"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # a label value: at most 63 characters, alphanumeric at both ends, - _ . inside
 LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?")
 # a Slurm feature as the flags print it: no character a shell or a constraint expression reads
 FEATURE = re.compile(r"[A-Za-z0-9_.:+-]+")
+# an extended resource name: a DNS subdomain prefix, a slash, a name
+RESOURCE = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}"
+                      r"[A-Za-z0-9])?")  # fmt: skip
+# a Slurm GRES name (gres.conf ``Name=``): ``--gres=NAME:COUNT`` reads a colon as a separator
+GRES = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
 @dataclass(frozen=True)
@@ -58,8 +65,10 @@ class HandoffConfig:
     )
     gpu_products: Mapping[str, str] = field(default_factory=lambda: dict(GPU_PRODUCTS))
     gpu_label: str = GPU_PRODUCT_LABEL
+    gpu_resource: str = GPU_RESOURCE  # the resource each pod's limit names (devices per node)
     # type -> Slurm node feature; a type not here is its name in lower case
     slurm_features: Mapping[str, str] = field(default_factory=dict)
+    slurm_gres: str = "gpu"  # the GRES ``--gres=NAME:COUNT`` asks devices per node by
     top_k: int = 3
     kueue_queue: str | None = None  # the LocalQueue a Kubernetes Job is submitted to
     skypilot_task: Mapping[str, Any] | None = None  # the user's base task (name, run, setup...)
@@ -84,6 +93,12 @@ class HandoffConfig:
         for key, value in self.slurm_features.items():
             if not FEATURE.fullmatch(value):
                 raise ValueError(f"slurm_features[{key!r}]={value!r}: letters, digits, _.:+- only")
+        if not (isinstance(self.gpu_resource, str) and RESOURCE.fullmatch(self.gpu_resource)):
+            raise ValueError(f"gpu_resource={self.gpu_resource!r}: not a resource name "
+                             "(domain/name, e.g. nvidia.com/gpu)")  # fmt: skip
+        if not (isinstance(self.slurm_gres, str) and GRES.fullmatch(self.slurm_gres)):
+            raise ValueError(f"slurm_gres={self.slurm_gres!r}: a GRES name, letters, digits, "
+                             "_.+- only")  # fmt: skip
         if self.kueue_queue is not None and not (
             isinstance(self.kueue_queue, str) and LABEL_VALUE.fullmatch(self.kueue_queue)
         ):
@@ -106,10 +121,11 @@ FILE_KEYS: dict[str, dict[str, str]] = {
     "kubernetes": {
         "products": "gpu_products",
         "label": "gpu_label",
+        "resource": "gpu_resource",
         "queue": "kueue_queue",
         "job": "kubernetes_job",
     },
-    "slurm": {"features": "slurm_features"},
+    "slurm": {"features": "slurm_features", "gres": "slurm_gres"},
 }
 MAPS = ("skypilot_accelerators", "gpu_products", "slurm_features")
 

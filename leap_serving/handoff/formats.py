@@ -8,32 +8,39 @@ from typing import Any
 import yaml
 
 from ..decide.results import Ranking
+from .affinity import unmapped_types
 from .config import HandoffConfig
+from .devices import launch_devices
 from .kubernetes import kubernetes_job
-from .ranked import HandoffError
 from .skypilot import skypilot_task, skypilot_yaml
 from .slurm import sbatch_flags, sbatch_line
 
 FORMATS = ("skypilot", "k8s", "slurm")
 
 
-def devices_per_host(job: Any) -> int | None:
-    """The launch's ``requested_devices_per_host`` as a count, or None when it does not say."""
-    value = job.get("requested_devices_per_host") if isinstance(job, Mapping) else None
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int | float) and value == int(value) and value >= 1:
-        return int(value)
-    raise HandoffError(f"requested_devices_per_host={value!r} is not a positive count")
-
-
-def render(fmt: str, ranking: Ranking, config: HandoffConfig, job: Any = None) -> str:
-    """The ranking in ``fmt`` (one of ``FORMATS``); ``HandoffError`` when there is none."""
+def render(
+    fmt: str,
+    ranking: Ranking,
+    config: HandoffConfig,
+    job: Any = None,
+    host_sizes: Mapping[str, float] | None = None,
+) -> str:
+    """The ranking in ``fmt`` (one of ``FORMATS``) asking for the launch's nodes and devices
+    (``job``: the launch; ``host_sizes``: the spec table's ``devices_per_host`` by type, for a
+    launch that takes whole hosts); ``HandoffError`` when there is nothing to hand on."""
+    devices = launch_devices(job, host_sizes)
     if fmt == "skypilot":
-        return skypilot_yaml(skypilot_task(ranking, config, devices_per_host(job)))
+        return skypilot_yaml(skypilot_task(ranking, config, devices))
     if fmt == "k8s":
-        return yaml.safe_dump(kubernetes_job(ranking, config, devices_per_host(job)),
-                              sort_keys=False)  # fmt: skip
+        return yaml.safe_dump(kubernetes_job(ranking, config, devices), sort_keys=False)
     if fmt == "slurm":
-        return sbatch_line(sbatch_flags(ranking, config))
+        return sbatch_line(sbatch_flags(ranking, config, devices))
     raise ValueError(f"format={fmt!r} is not one of {', '.join(FORMATS)}")
+
+
+def unmapped(fmt: str, ranking: Ranking, config: HandoffConfig) -> list[str]:
+    """The ranked types ``fmt`` leaves out for want of a map entry, best first: Kubernetes
+    drops a type without a label value from its affinity (SkyPilot and Slurm hand every type on,
+    under its own name when the map has none). Returned so ``leap rank`` can say so on stderr
+    instead of dropping them without a word."""
+    return unmapped_types(ranking, config) if fmt == "k8s" else []

@@ -28,8 +28,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ..decide.results import Ranking
-from .affinity import merged_affinity, node_affinity, ranking_annotations
+from .affinity import admitted_types, merged_affinity, node_affinity, ranking_annotations
 from .config import KUEUE_QUEUE_LABEL, HandoffConfig
+from .devices import LaunchDevices
 from .ranked import HandoffError
 
 log = logging.getLogger("leap_serving")
@@ -63,20 +64,29 @@ DEFAULT_JOB: dict[str, Any] = {
 
 
 def kubernetes_job(
-    ranking: Ranking, config: HandoffConfig | None = None, gpus: int | None = None
+    ranking: Ranking, config: HandoffConfig | None = None, devices: LaunchDevices | None = None
 ) -> dict[str, Any]:
     """The base Job (``config.kubernetes_job``, else a placeholder) with the affinity on its pod
     template, the ranking's annotations, the Kueue queue label when the config names a queue,
-    and ``gpus`` (the launch's devices per host) as each container's ``nvidia.com/gpu`` limit."""
+    and the launch's devices: one pod per node (``num_trainers``; more than one as an Indexed
+    Job, so each pod knows its rank) and the devices per node as the first container's
+    ``config.gpu_resource`` limit. One pod template asks one count, so the admitted types must
+    agree on it (``LaunchDevices.shared_per_node``). A base Job whose parallelism or
+    completions disagree with the launch is refused rather than overridden."""
     config = config or HandoffConfig()
+    devices = devices or LaunchDevices()
     job = copy.deepcopy(dict(config.kubernetes_job or DEFAULT_JOB))
     if job.get("kind") != "Job":
         raise HandoffError(f"kubernetes: kind={job.get('kind')!r}: the base object is a Job")
     try:
-        pod = job["spec"]["template"]["spec"]
+        spec = job["spec"]
+        pod = spec["template"]["spec"]
         containers = pod["containers"]
     except (KeyError, TypeError):
         raise HandoffError("kubernetes: the Job has no spec.template.spec.containers") from None
+    if not isinstance(containers, list) or not containers or not isinstance(containers[0], dict):
+        raise HandoffError(f"kubernetes: spec.template.spec.containers={containers!r} is not a "
+                           "list of containers")  # fmt: skip
     pod["affinity"] = merged_affinity(pod.get("affinity"), node_affinity(ranking, config))
     metadata = job.setdefault("metadata", {})
     metadata["annotations"] = {**(metadata.get("annotations") or {}),
@@ -84,10 +94,21 @@ def kubernetes_job(
     if config.kueue_queue is not None:
         metadata["labels"] = {**(metadata.get("labels") or {}),
                               KUEUE_QUEUE_LABEL: config.kueue_queue}  # fmt: skip
-    if gpus is not None:
-        for container in containers:
-            resources = container.setdefault("resources", {})
-            resources["limits"] = {**(resources.get("limits") or {}), "nvidia.com/gpu": gpus}
+    if devices.nodes is not None:
+        for key in ("parallelism", "completions"):
+            if spec.get(key, devices.nodes) != devices.nodes:
+                raise HandoffError(f"kubernetes: the Job's spec.{key}={spec[key]!r} but the "
+                                   f"launch's num_trainers={devices.nodes}: one pod per trainer "
+                                   "host; make them agree (or leave it out)")  # fmt: skip
+        if devices.nodes > 1:
+            spec["parallelism"] = spec["completions"] = devices.nodes
+            spec.setdefault("completionMode", "Indexed")
+    gpus = devices.shared_per_node(admitted_types(ranking, config), "kubernetes")
+    if gpus is not None:  # the trainer: a sidecar asking too would double the pod's request
+        resources = containers[0].setdefault("resources", {})
+        resources["limits"] = {**(resources.get("limits") or {}), config.gpu_resource: gpus}
+        if config.gpu_resource in (resources.get("requests") or {}):  # must equal the limit
+            resources["requests"] = {**resources["requests"], config.gpu_resource: gpus}
     return job
 
 
