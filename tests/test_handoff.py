@@ -656,7 +656,8 @@ def handoff_docs() -> tuple[str, list[str]]:
 
 def scheduler_stand_ins(folder: Path, job: Path, model: Path) -> dict[str, str]:
     """A PATH whose ``sky``, ``kubectl`` and ``sbatch`` record what they are given under
-    ``folder/calls``, and whose ``leap`` is this checkout's, on the test's launch and model."""
+    ``folder/calls``, and whose ``leap`` is this checkout's (first on PYTHONPATH, whatever the
+    venv installed), on the test's launch and model."""
     bin_, calls = folder / "bin", folder / "calls"
     bin_.mkdir()
     calls.mkdir()
@@ -669,7 +670,9 @@ def scheduler_stand_ins(folder: Path, job: Path, model: Path) -> dict[str, str]:
     for name, body in scripts.items():
         (bin_ / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_ / name).chmod(0o755)
+    paths = [str(SERVING_DOCS.parents[1]), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}",
+            "PYTHONPATH": os.pathsep.join(p for p in paths if p),
             "MLFLOW_TRACKING_URI": (folder / "mlruns").as_uri(),
             "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}  # fmt: skip
 
