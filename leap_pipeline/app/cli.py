@@ -175,6 +175,20 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--data", default="", help="data folder (default: $MLFLOW_TRACKING_URI "
                        "or $LEAP_DATA/mlflow)")  # fmt: skip
     model.set_defaults(handler=command.model_command)
+
+    saved = commands.add_parser("backup", help="a consistent copy of an install's data folder: "
+                                "warehouse, records, MLflow, Dagster, Postgres")  # fmt: skip
+    saved.add_argument("dest", help="a new (or empty) folder, outside the data folder")
+    saved.add_argument("--data", default="", help="the install's folder (default: $LEAP_DATA, "
+                       "else data)")  # fmt: skip
+    saved.add_argument("--json", action="store_true", help="print one JSON object")
+    saved.set_defaults(handler=command.backup)
+    back = commands.add_parser("restore", help="a backup into a new data folder, checked first")
+    back.add_argument("src", help="a folder `leap backup` wrote")
+    back.add_argument("--data", required=True, help="the new data folder (must not exist or be "
+                      "empty)")  # fmt: skip
+    back.add_argument("--json", action="store_true", help="print one JSON object")
+    back.set_defaults(handler=command.restore)
     return parser
 
 

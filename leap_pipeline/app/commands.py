@@ -125,6 +125,30 @@ def model_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def backup(args: argparse.Namespace) -> int:
+    from leap_pipeline.app import backup as saving
+
+    where = install(args)
+    outcome = saving.backup(where.data, Path(args.dest), where.warehouse_path)
+    outcome.notes[:0] = saving.uncovered(where)
+    return _saved(outcome, args.json, f"backed up {where.data.resolve()}")
+
+
+def restore(args: argparse.Namespace) -> int:
+    from leap_pipeline.app import backup as saving
+
+    outcome = saving.restore(Path(args.src), Path(args.data))
+    outcome.notes.append(f"use it with --data {outcome.folder} or LEAP_DATA={outcome.folder}")
+    return _saved(outcome, args.json, f"restored {Path(args.src).resolve()}")
+
+
+def _saved(outcome, as_json: bool, what: str) -> int:
+    summary = (f"{what} to {outcome.folder}: {outcome.files} files, "
+               f"{outcome.bytes / 1e6:,.1f} MB, {outcome.seconds:.1f} s")  # fmt: skip
+    print(json.dumps(outcome.to_dict()) if as_json else "\n".join([summary, *outcome.notes]))
+    return 0
+
+
 def report(args: argparse.Namespace) -> int:
     from leap_pipeline.orchestration.runs import land_days
     from leap_pipeline.studies.report import ReportSettings, build_report
