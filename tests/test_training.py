@@ -15,7 +15,7 @@ from leap_pipeline.modeling import registry
 from leap_pipeline.modeling.evaluation import evaluate, frequency_band
 from leap_pipeline.modeling.night_store import load_trained, models_folder
 from leap_pipeline.modeling.selection import check_window, fit_models, training_window
-from leap_pipeline.modeling.training import run_night
+from leap_pipeline.modeling.training import IncompleteWindow, night_inputs, run_night, window_gaps
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.orchestration.runs import night_record
 from leap_pipeline.settings import GateSettings, RegistrySettings, TrainingSettings
@@ -85,6 +85,42 @@ def test_a_window_reaching_the_day_or_too_short_is_refused(fleet):
         check_window(rows, NIGHT)
     with pytest.raises(ValueError, match="at least 7"):
         fit_models(rows.filter(pl.col("ds") < FIRST + dt.timedelta(days=3)), NIGHT)
+
+
+def test_a_night_whose_window_is_still_landing_is_refused_and_registers_nothing(fleet, tmp_path):
+    """Runs overlap: a night may start while another run still lands its window. The night
+    checks its window when it reads it: a day with no feature table (and not a day landed
+    with no attempt) makes it wait, then fail having registered nothing."""
+    import shutil
+
+    path = tmp_path / "leap.duckdb"
+    shutil.copy(fleet["warehouse"], path)
+    gap = FIRST + dt.timedelta(days=4)
+    settings = TrainingSettings(profile="quick")
+    with open_warehouse(path) as wh:
+        assert window_gaps(wh, FIRST, NIGHT - dt.timedelta(days=1)) == []
+        wh.replace_partition("feature_table", gap, wh.read("feature_table", gap, gap).head(0))
+        assert window_gaps(wh, FIRST, NIGHT - dt.timedelta(days=1)) == [gap]
+        with pytest.raises(IncompleteWindow, match=f"1 day\\(s\\) of its window .*{gap}"):
+            night_inputs(wh, NIGHT, settings, first_day=FIRST)
+        # the days before the calendar's first are no part of the window
+        assert night_inputs(wh, NIGHT, settings, first_day=gap + dt.timedelta(days=1)).rows.height
+    store = tmp_path / "mlflow"
+    result = materialize_days(
+        NIGHT, NIGHT, job_name="training", warehouse=str(path), mlflow_store=str(store),
+        training={"profile": "quick", "window_wait_s": 0, "promote": True},
+        log_level="CRITICAL", raise_on_error=False,
+    )  # fmt: skip
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert f"({gap})" in str(failure.event_specific_data.error) and "nothing registered" in str(
+        failure.event_specific_data.error
+    )
+    registry.configure_tracking(store)
+    try:
+        assert registry.registered_nights() == {}
+    finally:
+        registry.configure_tracking(fleet["store"])
 
 
 def test_the_gate():

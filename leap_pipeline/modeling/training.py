@@ -90,14 +90,45 @@ class NightInputs:
     fingerprint: str
 
 
-def night_inputs(wh: Warehouse, day: dt.date, settings: TrainingSettings) -> NightInputs:
+class IncompleteWindow(ValueError):
+    """Days of a night's window have no features in the warehouse yet (another run may be
+    landing them): a night trained now would learn from part of its window, be registered, and
+    never be trained again."""
+
+    def __init__(self, day: dt.date, missing: list[dt.date]) -> None:
+        self.day, self.missing = day, missing
+        shown = ", ".join(d.isoformat() for d in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        super().__init__(
+            f"night {day}: {len(missing)} day(s) of its window have no feature table yet ({shown})"
+        )
+
+
+def window_gaps(wh: Warehouse, first: dt.date, last: dt.date) -> list[dt.date]:
+    """Days ``first`` .. ``last`` with no feature rows that are not days landed with no measured
+    attempt (those have no rows to have): the days a night's window still lacks."""
+    built = set(wh.partitions("feature_table"))
+    landed = wh.read("source_log", first, last) if wh.has("source_log") else pl.DataFrame()
+    empty = set(landed.filter(pl.col("kept") == 0)["ds"]) if "kept" in landed.columns else set()
+    days = (first + dt.timedelta(days=i) for i in range((last - first).days + 1))
+    return [d for d in days if d not in built and d not in empty]
+
+
+def night_inputs(
+    wh: Warehouse, day: dt.date, settings: TrainingSettings, first_day: dt.date | None = None
+) -> NightInputs:
     """Read night ``day``'s rows, the window and the day from one state of the warehouse (a
     short read session: the night trains after it, holding nothing). A night needs its day's
-    features: an error names the day."""
+    features: an error names the day. With ``first_day`` (the calendar's first), every day of
+    the window from then on must have its features too, else ``IncompleteWindow`` names them:
+    checked when the night reads them, whatever the plan saw when it asked for the night."""
     first, last = training_window(day, settings.window_days)
     with wh.session():
         if wh.count("source_log", day) == 0:
             raise ValueError(f"day={day}: its sources have not landed, so it has no feature rows")
+        if first_day is not None and max(first, first_day) <= last:
+            missing = window_gaps(wh, max(first, first_day), last)
+            if missing:
+                raise IncompleteWindow(day, missing)
         window = wh.read("feature_table", first, last)
         rows = wh.read("feature_table", day, day)
     return NightInputs(day, window, rows, night_fingerprint(settings, window, rows))

@@ -155,10 +155,11 @@ def build_snapshots(
     per_day, refused = [], []
     with warehouse.open() as wh:
         for day in partition_days(context):
-            if wh.count("source_log", day) == 0:
-                raise dg.Failure(f"the sources of {day} have not landed: materialize them first")
             first = day - dt.timedelta(days=HISTORY_LOOKBACK_DAYS - 1)
-            rows = wh.read("job_attempts", first, day, columns=SNAPSHOT_INPUT_COLUMNS)
+            with wh.session():  # the landing checked and the attempts read in one state
+                if wh.count("source_log", day) == 0:
+                    raise dg.Failure(f"the sources of {day} have not landed: materialize them")
+                rows = wh.read("job_attempts", first, day, columns=SNAPSHOT_INPUT_COLUMNS)
             snapshot = history_snapshot(rows, as_of=day)
             found = refusals(day, snapshot_audit(snapshot, day))
             if found:  # audited before publishing: the day keeps its old rows
@@ -194,14 +195,14 @@ def publish_feature_tables(
     per_day, skewed, refused = [], [], []
     with warehouse.open() as wh:
         for day in partition_days(context):
-            if wh.count("source_log", day) == 0:
-                raise dg.Failure(f"the sources of {day} have not landed: materialize them first")
-            attempts = wh.read("job_attempts", day, day)
-            specs, snapshot = (
-                wh.read("hardware_specs", day, day).drop("ds"),
-                _snapshot_before(wh, day),
-            )
-            table = build_feature_table(attempts, wh.read("allocations", day, day), specs, snapshot)
+            with wh.session():  # one state of the day: a re-landing waits, never mixes in
+                if wh.count("source_log", day) == 0:
+                    raise dg.Failure(f"the sources of {day} have not landed: materialize them")
+                attempts = wh.read("job_attempts", day, day)
+                allocations = wh.read("allocations", day, day)
+                specs = wh.read("hardware_specs", day, day).drop("ds")
+                snapshot = _snapshot_before(wh, day)
+            table = build_feature_table(attempts, allocations, specs, snapshot)
             # the serving path's features for a sample of the day's launches: reported, not
             # blocking (the rows are right; it is serving that would differ)
             try:

@@ -18,16 +18,18 @@ The partitioned assets are built by ``model_assets(partitions)``, as the data as
 """
 
 import datetime as dt
+import time
 from collections.abc import Iterator
 
 import dagster as dg
 import numpy as np
 
 from leap_pipeline.data.sources import Oracle, logged_source
+from leap_pipeline.data.warehouse import Warehouse
 from leap_pipeline.modeling.drift import PSI_WARN
 from leap_pipeline.modeling.evaluation import SLICE_MAX_GAP, SLICE_MIN_ATTEMPTS
 from leap_pipeline.modeling.night_store import models_folder, reusable_night, save_trained
-from leap_pipeline.modeling.training import night_inputs, run_night
+from leap_pipeline.modeling.training import IncompleteWindow, NightInputs, night_inputs, run_night
 from leap_pipeline.orchestration.dagster_beta import beta_parameters_accepted
 from leap_pipeline.orchestration.data_assets import SINGLE_RUN, partition_days
 from leap_pipeline.orchestration.liveness import record_worker
@@ -40,7 +42,9 @@ from leap_pipeline.orchestration.resources import (
     TrainingResource,
     WarehouseResource,
 )
-from leap_pipeline.settings import WINDOW_DAYS
+from leap_pipeline.settings import WINDOW_DAYS, TrainingSettings
+
+WINDOW_POLL_S = 15.0  # how often a night waiting for its window looks again
 
 
 def train_nights(
@@ -56,10 +60,7 @@ def train_nights(
     settings = training.training_settings()
     with warehouse.open() as wh:
         for day in partition_days(context):
-            try:
-                inputs = night_inputs(wh, day, settings)
-            except ValueError as exc:
-                raise dg.Failure(f"{exc}: materialize the data assets for {day} first") from exc
+            inputs = _complete_inputs(context, wh, day, settings, training.window_wait_s)
             if inputs.rows.height == 0:
                 records[day.isoformat()] = {"skipped": f"{day} has no measured attempt to score"}
                 context.log.warning(f"{day}: no measured attempt, so no night to score: skipped")
@@ -107,6 +108,34 @@ def train_nights(
             "per_day": table_metadata([{k: r.get(k) for k in columns} for r in per_day]),
         },
     )
+
+
+def _complete_inputs(
+    context: dg.AssetExecutionContext,
+    wh: Warehouse,
+    day: dt.date,
+    settings: TrainingSettings,
+    wait_s: float,
+) -> NightInputs:
+    """Night ``day``'s inputs, once every day of its window has its features: runs overlap (a
+    landing run beside a nightly one), so a night may start while its window still lands. It
+    waits up to ``wait_s`` for them, saying which days it waits for, then fails having trained
+    and registered nothing; the next tick asks for the night again."""
+    first_day = dt.date.fromisoformat(context.assets_def.partitions_def.get_first_partition_key())
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return night_inputs(wh, day, settings, first_day=first_day)
+        except IncompleteWindow as exc:
+            if time.monotonic() >= deadline:
+                raise dg.Failure(
+                    f"{exc}, still after {wait_s:g} s of waiting: not trained, nothing registered"
+                    f"; materialize those days (or wait for the run landing them), then the night"
+                ) from exc
+            context.log.warning(f"{exc}: waiting for them (up to {wait_s:g} s)")
+            time.sleep(min(WINDOW_POLL_S, max(0.0, deadline - time.monotonic())))
+        except ValueError as exc:
+            raise dg.Failure(f"{exc}: materialize the data assets for {day} first") from exc
 
 
 def _night_row(record: dict) -> dict:

@@ -84,6 +84,8 @@ class TrainingResource(dg.ConfigurableResource):
     run_kind: str = RegistrySettings.run_kind
     promote: bool = RegistrySettings.promote
     keep_versions: int = RegistrySettings.keep_versions
+    # how long a night whose window is still landing (another run's) waits before it fails
+    window_wait_s: float = 900.0
 
     def training_settings(self) -> TrainingSettings:
         return TrainingSettings(
