@@ -48,6 +48,7 @@ MODEL_NAME_ENV = "LEAP_MODEL_NAME"
 DATABASE_URL_ENV = "LEAP_DATABASE_URL"
 MAX_CONCURRENT_RUNS_ENV = "LEAP_MAX_CONCURRENT_RUNS"
 MAX_CONCURRENT_STEPS_ENV = "LEAP_MAX_CONCURRENT_STEPS"
+ALERT_WEBHOOK_ENV = "LEAP_ALERT_WEBHOOK_URL"
 # the drivers the service extra installs: SQLAlchemy 2.1 reads a bare postgresql:// as psycopg
 # (version 3), which nothing here installs, so the Dagster and MLflow stores name psycopg2
 POSTGRES_SCHEMES = ("postgresql://", "postgresql+psycopg2://")
@@ -76,6 +77,7 @@ class Environment(BaseModel):
     database_url: str = Field("", pattern=r"^postgresql(\+psycopg2)?://", alias=DATABASE_URL_ENV)
     max_concurrent_runs: int = Field(1, ge=1, le=64, alias=MAX_CONCURRENT_RUNS_ENV)
     max_concurrent_steps: int = Field(1, ge=1, le=64, alias=MAX_CONCURRENT_STEPS_ENV)
+    alert_webhook_url: str = Field("", pattern=r"^https?://\S+$", alias=ALERT_WEBHOOK_ENV)
 
     @property
     def warehouse_path(self) -> Path:
@@ -136,12 +138,18 @@ VARIABLES: dict[str, tuple[str, str]] = {
         "1",
         "a run's steps at once: 1 in the run's process, more in a process each",
     ),
+    ALERT_WEBHOOK_ENV: ("(none)", "a URL each failed run is posted to (Slack-compatible JSON)"),
     "LEAP_MODEL_URI": ("models:/leap-throughput@production", "the model the Ranker loads"),
     "LEAP_ROUTING_SWITCHES": ("(none)", "a JSON file of switches the Ranker re-reads"),
     # `leap serve`'s, read by ``leap_serving.http.config`` (``serve_config`` below)
     "LEAP_SERVE_HOST": ("127.0.0.1", "the address `leap serve` listens on"),
     "LEAP_SERVE_PORT": ("8765", "the port `leap serve` listens on"),
     "LEAP_SERVE_TOKEN": ("(none)", "the bearer token `leap serve` asks for (none: no token)"),
+    "LEAP_SERVE_TOKEN_FILE": ("(none)", "a file of bearer tokens, one a line, re-read on change"),
+    "LEAP_SERVE_TLS_CERT": ("(none)", "PEM certificate: `leap serve` listens on https"),
+    "LEAP_SERVE_TLS_KEY": ("(none)", "the certificate's PEM private key"),
+    "LEAP_SERVE_WEBHOOK_PORT": ("(none)", "the admission webhook's own https port"),
+    "LEAP_SERVE_WEBHOOK_HOST": ("$LEAP_SERVE_HOST", "the admission webhook's address"),
     "LEAP_SERVE_MAX_BODY_BYTES": ("1048576", "the largest request body `leap serve` reads"),
     "LEAP_SERVE_DEADLINE_S": ("2", "seconds a ranking may take before a 504 (0-600]"),
     "LEAP_SERVE_HANDOFF_CONFIG": ("(none)", "the admission webhook's hand-off config file"),

@@ -385,12 +385,12 @@ def _post(app, body: bytes) -> httpx.Response:
 def test_leap_serves_the_webhook_over_http_with_a_real_ranking(tiny):
     """A real AdmissionReview POSTed to ``leap serve``'s app: the patch applies, the result is a
     valid Pod, and its required affinity is the model's own top three."""
-    from leap_serving.http.app import create_app
+    from leap_serving.http.webhook import create_webhook_app
 
     expected = tiny["ranking"].preference_list
     obj = pod({"leap.dev/launch": json.dumps(tiny["launch"]),
                "leap.dev/candidates": ",".join(tiny["candidates"])})  # fmt: skip
-    answer = _post(create_app(tiny["ranker"]), json.dumps(review(obj)).encode())
+    answer = _post(create_webhook_app(tiny["ranker"]), json.dumps(review(obj)).encode())
     assert answer.status_code == 200, answer.text
     result = patched(obj, answer.json())
     kubernetes_validate.validate(result, K8S_VERSION, strict=True)
@@ -417,15 +417,15 @@ def test_the_webhook_leaves_a_pod_pinned_to_a_gpu_as_it_is_and_asks_only_known_t
 def test_leap_serve_reads_the_webhooks_maps_from_its_setting(tiny, tmp_path):
     """``LEAP_SERVE_HANDOFF_CONFIG``'s file reaches the webhook: top_k 2 narrows the affinity
     to the best two; a file it cannot read stops the app at start, naming it."""
-    from leap_serving.http.app import create_app
     from leap_serving.http.config import config_from_environment
+    from leap_serving.http.webhook import create_webhook_app
 
     path = tmp_path / "handoff.yaml"
     path.write_text("top_k: 2\n")
     config = config_from_environment({"LEAP_SERVE_HANDOFF_CONFIG": str(path)})
     obj = pod({"leap.dev/launch": json.dumps(tiny["launch"]),
                "leap.dev/candidates": ",".join(tiny["candidates"])})  # fmt: skip
-    answer = _post(create_app(tiny["ranker"], config), json.dumps(review(obj)).encode())
+    answer = _post(create_webhook_app(tiny["ranker"], config), json.dumps(review(obj)).encode())
     result = patched(obj, answer.json())
     (term,) = result["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
@@ -433,7 +433,7 @@ def test_leap_serve_reads_the_webhooks_maps_from_its_setting(tiny, tmp_path):
     assert term["matchExpressions"][0]["values"] == [GPU_PRODUCTS[t] for t in expected]
     path.write_text("top_k: many\n")
     with pytest.raises(ValueError, match="top_k"):
-        create_app(tiny["ranker"], config)
+        create_webhook_app(tiny["ranker"], config)
 
 
 # --- Slurm ---

@@ -20,6 +20,7 @@ from leap_serving.decide.results import Ranking
 from leap_serving.http.app import create_app
 from leap_serving.http.config import MAX_BATCH, ServeConfig, config_from_environment
 from leap_serving.http.openapi import document
+from leap_serving.http.webhook import MUTATE_PATH, create_webhook_app
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -101,7 +102,8 @@ def test_a_batch_is_each_launch_ranked(served):
     ],
 )  # fmt: skip
 def test_a_callers_mistake_is_a_4xx_naming_the_field(served, path, body, status, field):
-    answer = _call(create_app(served["ranker"]), "POST", path, content=body,
+    app = (create_webhook_app if path == MUTATE_PATH else create_app)(served["ranker"])
+    answer = _call(app, "POST", path, content=body,
                    headers={"content-type": "application/json"})  # fmt: skip
     assert answer.status_code == status, answer.text
     assert answer.json()["field"] == field and answer.json()["reason"], answer.json()
@@ -166,13 +168,16 @@ def test_a_token_guards_every_route_but_the_probes(served):
     good = {"authorization": f"Bearer {TOKEN}"}
     for headers in ({}, {"authorization": "Bearer nope"}, {"authorization": TOKEN},
                     {"authorization": "Basic " + TOKEN}):  # fmt: skip
-        for method, path in (("POST", "/v1/rank"), ("GET", "/v1/model"), ("GET", "/metrics"),
-                             ("GET", "/openapi.json"), ("POST", "/v1/k8s/mutate")):  # fmt: skip
+        for method, path in (("POST", "/v1/rank"), ("POST", "/v1/rank/batch"),
+                             ("GET", "/v1/model"), ("GET", "/metrics"),
+                             ("GET", "/openapi.json")):  # fmt: skip
             answer = _call(app, method, path, json=launch_body(served), headers=headers)
             assert answer.status_code == 401 and answer.json()["field"] == "authorization"
     assert _call(app, "POST", "/v1/rank", json=launch_body(served), headers=good).status_code == 200
     assert _call(app, "GET", "/healthz").status_code == 200
     assert _call(app, "GET", "/readyz").status_code == 200
+    # the webhook is no longer a route here: its own listener (tests/test_http_security.py)
+    assert _call(app, "POST", MUTATE_PATH, json={}, headers=good).status_code == 404
 
 
 def test_no_model_yet_is_503_and_the_probes_say_so(served, tmp_path):

@@ -12,6 +12,7 @@ from leap_pipeline.app import commands as command
 from leap_pipeline.data.warehouse import WarehouseError
 from leap_pipeline.simulation import FleetArgumentError
 from leap_pipeline.studies.splits import SPLITS
+from leap_serving.http.config import add_listener_flags
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--data", default="", help="where the demo's MLflow store lives, "
                         "used unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
                         "data)")  # fmt: skip
+    add_listener_flags(server)  # --token-file, --tls-cert/--tls-key, --webhook-port, ...
     server.set_defaults(handler=command.serve)
 
     imports = commands.add_parser("import", help="land your own logs as daily partitions")

@@ -383,9 +383,10 @@ def _handoff_config(path: str):
 def serve(args: argparse.Namespace) -> int:
     """Serve the Ranker over HTTP until stopped (``leap_serving.http``)."""
     from leap_pipeline.settings import serve_config
+    from leap_serving.http.config import listener_settings
     from leap_serving.http.server import serve as run_server
 
-    config = serve_config(host=args.host or None, port=args.port)
+    config = serve_config(host=args.host or None, port=args.port, **listener_settings(args))
     set_environment(overwrite=False, MLFLOW_TRACKING_URI=install(args).tracking_uri,
                     MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")  # fmt: skip
     run_server(config, args.model or None)

@@ -8,7 +8,9 @@ The webhook sits in the path of every object it is configured for, so it never d
 raises: an object without a launch, a launch that cannot be ranked, or anything unexpected is
 allowed unchanged with a warning (``kubectl`` prints it), and the job is scheduled as it would
 have been without LEAP. An ``admission.k8s.io/v1`` AdmissionReview of a Pod or Job is answered
-with a JSONPatch; the annotations it reads (on the object, for a Job also on its pod template):
+with a JSONPatch; the annotations it reads (on the object; for a Job whose own metadata has no
+launch, on its pod template, where ``kubectl create job`` templates and most Job generators put
+them):
 
 - ``leap.dev/launch``: the launch config as JSON, as ``leap rank --job`` reads it;
 - ``leap.dev/candidates`` (optional): ``A,B,C``; else the launch's ``candidates``, else every
@@ -16,6 +18,11 @@ with a JSONPatch; the annotations it reads (on the object, for a Job also on its
 - written back: ``leap.dev/ranking`` (the preference list) and ``leap.dev/model-version``. An
   object that already carries ``leap.dev/ranking`` (a Job's pod, or a re-invocation) is left
   alone.
+
+Opting in is a label, ``leap.dev/rank: "true"`` (``OPT_IN_LABEL``), not the annotation: the
+MutatingWebhookConfiguration's ``objectSelector`` matches labels only, so with the label the
+kube-apiserver sends the webhook only the objects that asked, and every other Pod CREATE in the
+namespace never waits on it (examples/mutating-webhook.yaml).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ log = logging.getLogger("leap_serving")
 LAUNCH = "leap.dev/launch"
 CANDIDATES = "leap.dev/candidates"
 RANKED = "leap.dev/ranking"
+OPT_IN_LABEL = "leap.dev/rank"  # value "true": the objectSelector sends the object to the webhook
 # kind -> (where its pod spec is, where its pod template's metadata is)
 POD_SPECS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "Pod": (("spec",), None),
@@ -139,6 +147,15 @@ def _annotate(obj: Mapping[str, Any], metadata: tuple[str, ...], values: Mapping
     ]
 
 
+def unranked(review: Any, warning: str) -> dict[str, Any]:
+    """The AdmissionReview allowing ``review``'s object unchanged with ``warning``: what the
+    webhook's listener answers when no ranking came in time, rather than an HTTP error the
+    kube-apiserver would treat as the webhook failing."""
+    request = review.get("request") if isinstance(review, Mapping) else None
+    uid = request.get("uid") if isinstance(request, Mapping) else None
+    return _allowed(uid if isinstance(uid, str) else "", warning)
+
+
 def _allowed(uid: str, warning: str | None = None, patch: list | None = None) -> dict[str, Any]:
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch:
@@ -201,12 +218,17 @@ def admission_response(
         kind = obj.get("kind")
         if kind not in POD_SPECS:
             return _allowed(uid, f"kind {kind!r} is not ranked (only Pod and Job)")
-        annotations = _at(obj, ("metadata", "annotations"))
-        annotations = annotations if isinstance(annotations, Mapping) else {}
-        if RANKED in annotations:
+        spec_path, template_metadata = POD_SPECS[kind]
+        places = [("metadata",)] + ([template_metadata] if template_metadata else [])
+        found = [_at(obj, (*place, "annotations")) for place in places]
+        found = [a if isinstance(a, Mapping) else {} for a in found]
+        if any(RANKED in a for a in found):
             return _allowed(uid)  # ranked already: a Job's pod, or a re-invocation
-        if LAUNCH not in annotations:
-            return _allowed(uid, f"no {LAUNCH} annotation: not ranked")
+        # the object's own launch, else its pod template's: each place read whole, never mixed
+        annotations = next((a for a in found if LAUNCH in a), None)
+        if annotations is None:
+            where = " (nor on its pod template)" if template_metadata else ""
+            return _allowed(uid, f"no {LAUNCH} annotation{where}: not ranked")
         config = config or HandoffConfig()
         job, candidates = _launch(annotations, config)
         if candidates is None:  # none listed: the map's types the model knows stand in
@@ -216,7 +238,6 @@ def admission_response(
         ranking = ranker.rank(job, candidates)
         if not ranking.ranking:
             return _allowed(uid, f"not ranked: {ranking.reason} ({ranking.reason_code})")
-        spec_path, template_metadata = POD_SPECS[kind]
         if not isinstance(_at(obj, spec_path), Mapping):
             return _allowed(uid, f"{kind} has no {'.'.join(spec_path)}")
         if pinned(_at(obj, spec_path), config.gpu_label):

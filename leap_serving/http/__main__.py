@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from .config import config_from_environment
+from .config import add_listener_flags, config_from_environment, listener_settings
 from .openapi import document
 
 
@@ -31,19 +31,20 @@ def main(argv: list[str] | None = None) -> int:
         default=60.0,
         help="seconds between checks of the model pointer",
     )
+    add_listener_flags(parser)
     parser.add_argument("--openapi", action="store_true", help="print the OpenAPI document")
     args = parser.parse_args(argv)
     if args.openapi:
         print(json.dumps(document(), indent=2, sort_keys=True))
         return 0
     try:
-        config = config_from_environment(host=args.host, port=args.port)
+        config = config_from_environment(host=args.host, port=args.port, **listener_settings(args))
+        from .server import serve
+
+        serve(config, args.model, check_interval_s=args.check_interval)
     except ValueError as exc:
         print(f"python -m leap_serving.http: {exc}", file=sys.stderr)
         return 2
-    from .server import serve
-
-    serve(config, args.model, check_interval_s=args.check_interval)
     return 0
 
 

@@ -2,10 +2,12 @@
 
 ``POST /v1/rank`` ranks one launch (``Ranking.to_dict()``), ``POST /v1/rank/batch`` many in one
 ``rank_many`` call (one model for the whole batch), ``GET /v1/model`` says which model answers,
-``/healthz`` and ``/readyz`` are the probes, ``/metrics`` is Prometheus's, ``GET /openapi.json``
-the document ``openapi`` holds, and ``POST /v1/k8s/mutate`` the Kubernetes admission webhook
-(``handoff.kubernetes``). Every answer is JSON but ``/metrics``; a caller's mistake is a 4xx
-naming the field (``bodies``), the status of a ranking follows its reason code (``ranking``).
+``/healthz`` and ``/readyz`` are the probes, ``/metrics`` is Prometheus's, and ``GET
+/openapi.json`` the document ``openapi`` holds. The Kubernetes admission webhook is not here: it
+has a listener of its own (``webhook``), since the kube-apiserver sends no bearer token and its
+Pod CREATEs must not queue behind these routes. Every answer is JSON but ``/metrics``; a caller's
+mistake is a 4xx naming the field (``bodies``), the status of a ranking follows its reason code
+(``ranking``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..handoff.config import load_config
 from .bodies import (
     RequestError,
     check_content_type,
@@ -39,6 +40,7 @@ from .metrics import CONTENT_TYPE, ServeMetrics
 from .model_info import ModelDescriber
 from .openapi import document
 from .ranking import RankingPool, status_of
+from .tokens import Tokens
 
 log = logging.getLogger("leap_serving")
 
@@ -66,54 +68,80 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def is_admission_review(body: dict[str, Any]) -> str | None:
-    """None when ``body`` has an AdmissionReview's shape, else what is wrong with it."""
-    if body.get("kind") != "AdmissionReview":
-        return "kind must be AdmissionReview"
-    if not isinstance(body.get("apiVersion"), str) or not body["apiVersion"].startswith(
-        "admission.k8s.io/"
-    ):
-        return "apiVersion must be admission.k8s.io/v1"
-    request = body.get("request")
-    if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
-        return "request must be an object with a uid"
-    return None
+async def read_json(request: Request, max_body_bytes: int) -> dict[str, Any]:
+    """The request's body as a JSON object, read up to ``max_body_bytes`` (``RequestError``
+    naming the field otherwise)."""
+    check_content_type(request.headers.get("content-type"))
+    try:
+        body = await read_capped(
+            request.stream(), request.headers.get("content-length"), max_body_bytes
+        )
+    except ClientDisconnect:
+        raise RequestError(
+            400, "body", "the client left before sending the whole body", "client_disconnected"
+        ) from None
+    return parse_object(body)
+
+
+async def request_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestError)
+    return json_response(exc.status, exc.body())
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    reason = f"{request.method} {request.url.path[:200]}: {exc.detail}"
+    return json_response(exc.status_code, {"error": "http", "field": None, "reason": reason})
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    # logged with its traceback by the guard, which the exception reaches next
+    return json_response(
+        500,
+        {
+            "error": "internal_error",
+            "field": None,
+            "reason": f"{type(exc).__name__}: {str(exc)[:200]}",
+        },
+    )
+
+
+# every listener's: a caller's mistake names its field, anything else is a 500 with a reason
+EXCEPTION_HANDLERS = {
+    RequestError: request_error,
+    HTTPException: http_error,
+    Exception: internal_error,
+}
+
+
+def tokens_of(config: ServeConfig) -> Tokens | None:
+    """The tokens ``config`` names (the file read now: a bad one stops the start), or None."""
+    if not config.authenticated:
+        return None
+    return Tokens(config.token, config.token_file)
 
 
 def create_app(ranker: Any, config: ServeConfig | None = None) -> Any:
-    """The service over ``ranker``: a Starlette app inside the guard (token, metrics, errors)."""
+    """The service over ``ranker``: a Starlette app inside the guard (tokens, metrics, errors)."""
     config = config or ServeConfig()
+    tokens = tokens_of(config)  # first: a bad token file stops the start before threads start
     metrics = ServeMetrics(ranker)
     pool = RankingPool(ranker, config.ranking_threads, config.deadline_s)
     describer = ModelDescriber(ranker)
     # /v1/model may wait on the registry (a version's first ask): a thread of its own, so a
     # registry that does not answer never holds the threads rankings need
     info_pool = RankingPool(ranker, 1, config.deadline_s)
-    # read at start: a bad hand-off file stops the service with its reason, not each webhook call
-    handoff = load_config(config.handoff_config) if config.handoff_config else None
     settling = threading.Event()  # set while a served process settles its first model
 
-    async def read_json(request: Request) -> dict[str, Any]:
-        check_content_type(request.headers.get("content-type"))
-        try:
-            body = await read_capped(
-                request.stream(), request.headers.get("content-length"), config.max_body_bytes
-            )
-        except ClientDisconnect:
-            raise RequestError(
-                400, "body", "the client left before sending the whole body", "client_disconnected"
-            ) from None
-        return parse_object(body)
-
     async def rank(request: Request) -> Response:
-        launch = parse_launch(await read_json(request))
+        launch = parse_launch(await read_json(request, config.max_body_bytes))
         pool.check_budgets([launch])
         ranking = await pool.run(pool.rank_one, launch)
         metrics.count_empty([ranking])
         return json_response(status_of(ranking.reason_code), ranking.to_dict())
 
     async def rank_batch(request: Request) -> Response:
-        launches = parse_batch(await read_json(request))
+        launches = parse_batch(await read_json(request, config.max_body_bytes))
         pool.check_budgets(launches, where="launches")
         rankings = await pool.run(pool.rank_many, launches)
         metrics.count_empty(rankings)
@@ -139,39 +167,6 @@ def create_app(ranker: Any, config: ServeConfig | None = None) -> Any:
     async def openapi(request: Request) -> Response:
         return json_response(200, document())
 
-    async def mutate(request: Request) -> Response:
-        review = await read_json(request)
-        if (wrong := is_admission_review(review)) is not None:
-            raise RequestError(
-                400,
-                "body",
-                f"not an admission.k8s.io/v1 AdmissionReview: {wrong}",
-                "invalid_admission_review",
-            )
-        from ..handoff.kubernetes import admission_response  # written beside this route
-
-        return json_response(200, await pool.run(admission_response, review, ranker, handoff))
-
-    async def request_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestError)
-        return json_response(exc.status, exc.body())
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        reason = f"{request.method} {request.url.path[:200]}: {exc.detail}"
-        return json_response(exc.status_code, {"error": "http", "field": None, "reason": reason})
-
-    async def internal_error(request: Request, exc: Exception) -> Response:
-        # logged with its traceback by the guard, which the exception reaches next
-        return json_response(
-            500,
-            {
-                "error": "internal_error",
-                "field": None,
-                "reason": f"{type(exc).__name__}: {str(exc)[:200]}",
-            },
-        )
-
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         settling.set()
@@ -196,21 +191,12 @@ def create_app(ranker: Any, config: ServeConfig | None = None) -> Any:
         Route("/v1/rank", rank, methods=["POST"]),
         Route("/v1/rank/batch", rank_batch, methods=["POST"]),
         Route("/v1/model", model, methods=["GET"]),
-        Route("/v1/k8s/mutate", mutate, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ]
-    app = Starlette(
-        routes=routes,
-        lifespan=lifespan,
-        exception_handlers={
-            RequestError: request_error,
-            HTTPException: http_error,
-            Exception: internal_error,
-        },
-    )
-    guarded = Guard(app, metrics, [r.path for r in routes], config.token)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    guarded = Guard(app, metrics, [r.path for r in routes], tokens)
     guarded.ranker, guarded.metrics, guarded.pool = ranker, metrics, pool  # for the tests
     return guarded

@@ -1,15 +1,16 @@
 """The gate every request passes: the bearer token, the metrics, and the last word on errors.
 
 A plain ASGI middleware around the Starlette app (cheaper than Starlette's ``BaseHTTPMiddleware``
-on a path measured in milliseconds). With a token set, every route but ``/healthz`` and
-``/readyz`` (a kubelet's probes carry no token) needs ``Authorization: Bearer <token>``, compared
-in constant time. Each answer is counted by route and status and timed; an exception no route
-caught is logged with its traceback and answered 500 with a reason, never a dropped connection.
+on a path measured in milliseconds). With tokens set (``tokens.Tokens``: ``LEAP_SERVE_TOKEN``,
+and the file ``LEAP_SERVE_TOKEN_FILE`` names), every route but ``/healthz`` and ``/readyz`` (a
+kubelet's probes carry no token) needs ``Authorization: Bearer <token>`` with any one of them,
+compared in constant time. The webhook's listener has none: the kube-apiserver sends no token.
+Each answer is counted by route and status and timed; an exception no route caught is logged
+with its traceback and answered 500 with a reason, never a dropped connection.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import time
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from .metrics import ServeMetrics
+from .tokens import Tokens
 
 log = logging.getLogger("leap_serving")
 
@@ -26,13 +28,13 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-def authorized(headers: list[tuple[bytes, bytes]], expected: bytes) -> bool:
-    """True when the request carries ``Authorization: Bearer <expected>``; constant time in the
-    token, so its prefix cannot be guessed by timing."""
+def authorized(headers: list[tuple[bytes, bytes]], tokens: Tokens) -> bool:
+    """True when the request carries ``Authorization: Bearer <token>`` with one of ``tokens``;
+    constant time in the tokens (``Tokens.allows``), so none can be guessed by timing."""
     for name, value in headers:
         if name.lower() == b"authorization":
             scheme, _, given = value.partition(b" ")
-            return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), expected)
+            return scheme.lower() == b"bearer" and tokens.allows(given.strip())
     return False
 
 
@@ -55,13 +57,13 @@ async def answer_json(
 
 
 class Guard:
-    """Authentication, metrics and the catch-all around ``app``."""
+    """Authentication (``tokens``; None: none asked), metrics and the catch-all around ``app``."""
 
     def __init__(
-        self, app: Any, metrics: ServeMetrics, routes: Collection[str], token: str | None
+        self, app: Any, metrics: ServeMetrics, routes: Collection[str], tokens: Tokens | None
     ) -> None:
         self.app, self.metrics, self.routes = app, metrics, frozenset(routes)
-        self.token = token.encode() if token is not None else None
+        self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -78,9 +80,9 @@ class Guard:
 
         try:
             if (
-                self.token is not None
+                self.tokens is not None
                 and path not in OPEN_PATHS
-                and not authorized(scope["headers"], self.token)
+                and not authorized(scope["headers"], self.tokens)
             ):
                 await answer_json(
                     sending,

@@ -178,8 +178,38 @@ def _get(summary: str, answers: dict[str, Any], open_route: bool = False) -> dic
     return {"get": operation}
 
 
+def _webhook() -> dict[str, Any]:
+    """The admission webhook: on a listener of its own (``webhook``), https and no token, so
+    its path names that server and asks no security; a ranking that is late or queued too long
+    is an allowed object with a warning, never a 503 or 504."""
+    operation = _post(
+        "Kubernetes mutating admission webhook: a JSONPatch of the ranking",
+        "AdmissionReview",
+        "AdmissionReview",
+        {"400": _answer("not an AdmissionReview", "Error")},
+    )["post"]
+    operation["security"] = []
+    operation["responses"] = {
+        k: v for k, v in operation["responses"].items() if k not in ("401", "504")
+    }
+    return {
+        "servers": [
+            {
+                "url": "https://{host}:{webhook_port}",
+                "description": "the webhook's own listener (leap serve --webhook-port): TLS, "
+                "no token, its own ranking threads",
+                "variables": {
+                    "host": {"default": "localhost"},
+                    "webhook_port": {"default": "8443"},
+                },
+            }
+        ],
+        "post": operation,
+    }
+
+
 def document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of ``create_app``'s routes."""
+    """The OpenAPI 3.1 document of ``create_app``'s routes and ``webhook``'s."""
     return {
         "openapi": "3.1.0",
         "info": {
@@ -197,12 +227,7 @@ def document() -> dict[str, Any]:
             "/v1/rank/batch": _post(
                 "rank many launches on one model", "Batch", "Rankings", _BODY_ERRORS
             ),
-            "/v1/k8s/mutate": _post(
-                "Kubernetes mutating admission webhook: a JSONPatch of the ranking",
-                "AdmissionReview",
-                "AdmissionReview",
-                {"400": _answer("not an AdmissionReview", "Error")},
-            ),
+            "/v1/k8s/mutate": _webhook(),
             "/v1/model": _get(
                 "the model answering: version, evaluation day, w20",
                 {"200": _answer("the model", "Model")},
