@@ -332,6 +332,34 @@ def test_the_schedule_trains_each_night_once_from_the_records(tmp_path, monkeypa
     (tmp_path / "dagster" / "dagster.yaml").write_text(DAGSTER_YAML)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     instance = dg.DagsterInstance.get()
+    # a run holds the warehouse past the tick's wait: the tick says so and remembers the night,
+    # and the retry sensor plans it once the warehouse answers (not 24 hours later)
+    retry = defs.get_sensor_def("nightly_retry")
+
+    def sensor():
+        context = dg.build_sensor_context(instance=instance, resources=resources,
+                                          repository_def=defs.get_repository_def())  # fmt: skip
+        return retry.evaluate_tick(context)
+
+    assert "no nightly tick is waiting" in sensor().skip_message
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); "
+         "print('open', flush=True); time.sleep(120)", str(warehouse)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        missed = tick(instance)
+        assert not missed.run_requests and "nightly_retry sensor plans this tick" in (
+            missed.skip_message
+        )
+        assert "still cannot read the warehouse" in sensor().skip_message
+    finally:
+        holder.kill()
+        holder.wait()
+    (retried,) = sensor().run_requests
+    assert retried.tags[NIGHTS_TAG] == f"{_day(8)}..{_day(9)}"
+    assert "no nightly tick is waiting" in sensor().skip_message  # planned once, then forgotten
     (night,) = tick(instance).run_requests
     assert night.tags[NIGHTS_TAG] == f"{_day(8)}..{_day(9)}"
     result = defs.resolve_job_def("nightly").execute_in_process(

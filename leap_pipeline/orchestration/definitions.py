@@ -14,6 +14,7 @@ from leap_pipeline.data.warehouse import WarehouseError
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.dagster_private import own_definitions_state
 from leap_pipeline.orchestration.data_assets import DATA_ASSET_KEYS, data_assets
+from leap_pipeline.orchestration.failure_alerts import run_failure_alerts
 from leap_pipeline.orchestration.liveness import PID_TAG, run_worker_alive
 from leap_pipeline.orchestration.model_assets import model_assets
 from leap_pipeline.orchestration.night_records import NightRecords
@@ -24,6 +25,12 @@ from leap_pipeline.orchestration.nightly_plan import (
     plan_tick,
     tagged_days,
 )
+from leap_pipeline.orchestration.nightly_retry import (
+    RETRY_INTERVAL_S,
+    remember_missed_tick,
+    retry_sensor,
+)
+from leap_pipeline.orchestration.nightly_retry import SENSOR_NAME as RETRY_SENSOR
 from leap_pipeline.orchestration.report_asset import paper_report
 from leap_pipeline.orchestration.resources import (
     MlflowResource,
@@ -99,9 +106,13 @@ def runs_state(instance: dg.DagsterInstance) -> tuple[set[dt.date], dict[str, in
         elif trains_nights(run):
             in_flight.update(tagged_days(run.tags))
     failed: dict[str, int] = {}
-    for record in instance.get_run_records(
-        dg.RunsFilter(tags={"dagster/schedule_name": "nightly_schedule"})
-    ):
+    planned = [  # the runs the nightly plan asked for: the schedule's, and its retry sensor's
+        record
+        for tags in ({"dagster/schedule_name": "nightly_schedule"},
+                     {"dagster/sensor_name": RETRY_SENSOR})
+        for record in instance.get_run_records(dg.RunsFilter(tags=tags))
+    ]  # fmt: skip
+    for record in planned:
         run = record.dagster_run  # read after the dead were marked: they count as failed
         if run.status in LIVE or run.status == dg.DagsterRunStatus.SUCCESS:
             continue
@@ -161,12 +172,29 @@ def build_definitions(calendar: Calendar) -> dg.Definitions:
         mlflow_tracking: MlflowResource,
     ) -> list[dg.RunRequest] | dg.SkipReason:
         """02:00 each night: every untrained night of the last week whose data can be read,
-        with the days its window still lacks landed first; or why nothing runs."""
+        with the days its window still lacks landed first; or why nothing runs. A warehouse
+        busy past the read's wait: the ``nightly_retry`` sensor plans the tick again."""
         day = calendar.today(context.scheduled_execution_time) - dt.timedelta(days=1)
         try:
-            state = nightly_state(context.instance, warehouse, source, mlflow_tracking)
-        except WarehouseError as exc:  # a run holds it longer than the wait: the next tick will do
-            return dg.SkipReason(f"the warehouse cannot be read now: {exc}")
+            return plan(context.instance, day, warehouse, source, training, mlflow_tracking)
+        except WarehouseError as exc:  # a run holds it longer than the wait
+            remember_missed_tick(context.instance, day)
+            return dg.SkipReason(
+                f"the warehouse cannot be read now ({exc}): the {RETRY_SENSOR} sensor plans this "
+                f"tick again every {RETRY_INTERVAL_S // 60} minutes until it can"
+            )
+
+    def plan(
+        instance: dg.DagsterInstance,
+        day: dt.date,
+        warehouse: WarehouseResource,
+        source: SourceResource,
+        training: TrainingResource,
+        mlflow_tracking: MlflowResource,
+    ) -> list[dg.RunRequest] | dg.SkipReason:
+        """The tick for night ``day``, planned from the records (``WarehouseError`` when the
+        warehouse cannot be read)."""
+        state = nightly_state(instance, warehouse, source, mlflow_tracking)
         return plan_tick(
             day, calendar.first_day, state, training.window_days, MIN_WINDOW_DAYS, DATA_ASSET_KEYS
         )
@@ -175,6 +203,7 @@ def build_definitions(calendar: Calendar) -> dg.Definitions:
         assets=[*data, *models, paper_report],
         jobs=[daily_pipeline, nightly, training],
         schedules=[nightly_schedule],
+        sensors=[retry_sensor(nightly, plan), run_failure_alerts],
         resources={
             "source": SourceResource(default_uri=calendar.source),
             "warehouse": WarehouseResource(),
