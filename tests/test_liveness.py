@@ -2,9 +2,9 @@
 lives from the first step to the last, under the multiprocess executor too."""
 
 import os
+from pathlib import Path
 
 import dagster as dg
-from dagster._core.definitions.reconstruct import ReconstructableJob
 
 from leap_pipeline.orchestration.liveness import (
     PID_TAG,
@@ -35,10 +35,12 @@ def multiprocess_job() -> dg.JobDefinition:
     return dg.Definitions(assets=[first_step, second_step], jobs=[job]).resolve_job_def("two_steps")
 
 
-def test_under_the_multiprocess_executor_the_tag_names_the_worker_not_a_step_process():
+def test_under_the_multiprocess_executor_the_tag_names_the_worker_not_a_step_process(monkeypatch):
     """Each step ran in a child that has exited by the end of the run; the tag names the process
     that ran the run (here, this one), alive between the steps and after them."""
-    job = ReconstructableJob.for_file(__file__, "multiprocess_job")
+    # the step processes import this module by name, from the working directory
+    monkeypatch.chdir(Path(__file__).parent)
+    job = dg.reconstructable(multiprocess_job)
     with dg.instance_for_test() as instance, dg.execute_job(job, instance) as result:
         assert result.success
         run = instance.get_run_by_id(result.run_id)
