@@ -129,6 +129,38 @@ def test_stopping_postgres_never_touches_a_process_a_stale_pid_file_names(tmp_pa
     assert psutil.Process().is_running()
 
 
+@pytest.mark.long
+def test_the_alias_lock_is_a_postgres_advisory_lock_every_host_shares(tmp_path, monkeypatch):
+    """With a database (the service topology), the alias lock is Postgres's, not a file on one
+    host: another process holding it makes this one wait, then fail naming it; killed, it
+    frees the lock at once (its connection closes)."""
+    from leap_pipeline.orchestration.locks import LockTimeout, advisory_held
+    from leap_pipeline.orchestration.promotion import alias_lock
+
+    postgres = EmbeddedPostgres(tmp_path / "postgres")
+    url = postgres.start()
+    try:
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys, time; from leap_pipeline.orchestration.promotion import alias_lock\n"
+             "with alias_lock():\n    print('held', flush=True); time.sleep(600)"],
+            env={**os.environ, "LEAP_DATABASE_URL": url}, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("LEAP_DATABASE_URL", url)
+        monkeypatch.setenv("LEAP_LOCK_WAIT_S", "1")
+        held = pytest.raises(LockTimeout, match=r"advisory lock 'leap-alias:.*production'")
+        with held, alias_lock(tmp_path):  # another folder, another host's: the same lock
+            pass
+        assert not (tmp_path / "locks").exists()  # no file lock was taken
+        holder.kill()
+        holder.wait()
+        with advisory_held(url, "leap-alias:leap-throughput.production", "the alias", wait_s=30):
+            pass
+    finally:
+        postgres.stop()
+
+
 # -- leap up (long) --------------------------------------------------------------------------------
 
 

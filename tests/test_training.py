@@ -174,6 +174,35 @@ def test_pointer_moves_only_when_asked_and_the_gate_passes_and_rollback_works(fl
         registry.promote("999", reason="no such version")
 
 
+def test_a_rollback_pinned_survives_the_next_passing_night_until_unpinned(fleet):
+    """A person's rollback pins the alias: a later night that passes its gate registers but
+    leaves production where the rollback put it, saying why, until someone unpins."""
+    before = _train(fleet, promote=True, lookup_min_support=6)
+    assert before.success
+    newest = night_record(before, "model_evaluation", NIGHT)["version"]
+    older = sorted({str(v.version) for v in registry.MlflowClient().search_model_versions(
+        f"name='{registry.model_name()}'") if str(v.version) != newest}, key=int)[0]  # fmt: skip
+    registry.promote(older, reason="rollback: a bad night", actor="pytest")
+    registry.pin(older, reason="rollback: a bad night", actor="pytest")
+    try:
+        assert registry.pinned()["version"] == older
+        passing = _train(fleet, promote=True, lookup_min_support=7)
+        record = night_record(passing, "model_evaluation", NIGHT)
+        assert record["gate_passed"] and record["version"] not in (older, newest)
+        assert str(registry.production_version().version) == older
+        (decision,) = [
+            m.metadata["decision"].value
+            for m in passing.asset_materializations_for_node("production_model")
+        ]
+        assert decision.startswith(f"not promoted: production is pinned to version {older}")
+        assert registry.unpin()["version"] == older and registry.pinned() is None
+        moved = _train(fleet, promote=True, lookup_min_support=7)
+        assert moved.success
+        assert str(registry.production_version().version) == record["version"]
+    finally:
+        registry.unpin()
+
+
 def test_a_backfill_of_an_older_night_never_moves_the_alias_backwards(fleet):
     """With production on night 10, an older night run again and asked to promote passes its
     own gate (production saw its day, so it is not the comparison) but leaves the alias."""

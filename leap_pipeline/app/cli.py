@@ -173,7 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     promote = model_commands.add_parser("promote", help="point production at VERSION (rollback)")
     promote.add_argument("version")
     promote.add_argument("--reason", default="manual promotion", help="recorded with the move")
-    model_commands.add_parser("history", help="every recorded move of the pointer")
+    promote.add_argument("--no-pin", dest="pin", action="store_false", help="let the next "
+                         "passing night move it again (default: pinned until unpin)")  # fmt: skip
+    model_commands.add_parser("unpin", help="let passing nights move production again")
+    model_commands.add_parser("history", help="every recorded move of the pointer, and the pin")
     model.add_argument("--data", default="", help="data folder (default: $MLFLOW_TRACKING_URI "
                        "or $LEAP_DATA/mlflow)")  # fmt: skip
     model.set_defaults(handler=command.model_command)

@@ -117,8 +117,20 @@ def model_command(args: argparse.Namespace) -> int:
     if args.model_command == "promote":
         with alias_lock(install(args).data):  # never between a night's read and its move
             record = registry.promote(args.version, reason=args.reason)
-        print(f"production: version {record['from_version']} -> {record['to_version']}")
+            if args.pin:  # a person's choice: the next passing night must not undo it
+                registry.pin(record["to_version"], reason=args.reason)
+        pinned = " (pinned: nights leave it there until `leap model unpin`)" if args.pin else ""
+        print(f"production: version {record['from_version']} -> {record['to_version']}{pinned}")
+    elif args.model_command == "unpin":
+        with alias_lock(install(args).data):
+            held = registry.unpin()
+        print("nothing was pinned" if held is None else f"unpinned version {held['version']}: "
+              "the next passing night moves production")  # fmt: skip
     else:
+        held = registry.pinned()
+        if held is not None:
+            print(f"pinned to version {held['version']} by {held['by']} at {held['at']}: "
+                  f"{held['reason']}")  # fmt: skip
         for record in registry.promotion_history():
             print(f"{record['at']}  {record['from_version']} -> {record['to_version']}  "
                   f"by {record['by']}: {record['reason']}")  # fmt: skip

@@ -33,6 +33,7 @@ ALIAS = "production"
 EXPERIMENT = "leap-nightly"
 PROMOTION_TAG = "promotion"
 RETIRED_TAG = "retired_version"  # on a run whose registered version retention deleted
+PIN_TAG = "production_pinned"  # on the registered model: nights leave the alias where it is
 RUN_KINDS = ("nightly", "adhoc", "test")
 
 
@@ -134,6 +135,39 @@ def promote(version: str | int, reason: str, actor: str | None = None) -> dict:
         client.delete_model_version_tag(name, str(target.version), key)
         raise
     return record
+
+
+def pin(version: str | int, reason: str, actor: str | None = None) -> dict:
+    """Hold the alias on ``version``: nights still register, but none moves the alias until
+    ``unpin``. A rollback is a person's decision; the next passing night must not undo it."""
+    record = {
+        "version": str(version),
+        "by": actor or getpass.getuser(),
+        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "reason": reason,
+    }
+    MlflowClient().set_registered_model_tag(model_name(), PIN_TAG, json.dumps(record))
+    return record
+
+
+def unpin() -> dict | None:
+    """Let nights move the alias again; the pin that was there, if any."""
+    held = pinned()
+    if held is not None:
+        MlflowClient().delete_registered_model_tag(model_name(), PIN_TAG)
+    return held
+
+
+def pinned(name: str | None = None) -> dict | None:
+    """The pin on the alias (version, by, at, reason), or None when nights may move it."""
+    try:
+        tags = MlflowClient().get_registered_model(name or model_name()).tags
+    except MlflowException:
+        return None  # no registered model yet: nothing is pinned
+    try:
+        return json.loads(tags[PIN_TAG]) if PIN_TAG in tags else None
+    except ValueError:  # written by hand, not by pin(): still a pin, its text the reason
+        return {"version": None, "by": None, "at": None, "reason": tags[PIN_TAG]}
 
 
 def promotion_history(name: str | None = None) -> list[dict]:

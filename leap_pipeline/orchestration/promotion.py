@@ -1,5 +1,6 @@
 """The production alias, moved forward: to the newest night of a run whose gate passed, never
-backwards, read, compared and moved under one lock; old versions past retention removed."""
+backwards, never while a person's rollback pins it, read, compared and moved under one lock;
+old versions past retention removed under the same lock."""
 
 import datetime as dt
 from contextlib import AbstractContextManager
@@ -9,18 +10,26 @@ import dagster as dg
 
 from leap_pipeline.modeling import registry
 from leap_pipeline.orchestration.calendar import data_folder
-from leap_pipeline.orchestration.locks import held
+from leap_pipeline.orchestration.locks import advisory_held, held
 from leap_pipeline.orchestration.resources import (
     MlflowResource,
     TrainingResource,
 )
+from leap_pipeline.settings import environment
 
 
 def alias_lock(data: Path | None = None) -> AbstractContextManager[None]:
-    """The lock every move of the production alias holds while it reads, compares and moves:
-    the nightly promotion and a person's ``leap model promote`` take turns."""
+    """The lock every move of the production alias holds while it reads, compares and moves,
+    and retention while it deletes: the nightly promotion, a person's ``leap model promote`` and
+    retention take turns. In the service topology (``$LEAP_DATABASE_URL``) it is a Postgres
+    advisory lock, which every host of the service shares; on the embedded default, a file in
+    the data folder."""
+    name = f"{registry.model_name()}.production"
+    url = environment().database_url
+    if url:
+        return advisory_held(url, f"leap-alias:{name}", "the alias")
     folder = data if data is not None else data_folder()
-    return held(folder / "locks" / f"{registry.model_name()}.production.lock", "the alias")
+    return held(folder / "locks" / f"{name}.lock", "the alias")
 
 
 def move_alias(
@@ -44,8 +53,14 @@ def move_alias(
         current = registry.production_version()
         current_day = evaluation_day(current)
         moved = None
+        pin = registry.pinned()
         if not passing:
             note = "not promoted: no night of the run passed its gate"
+        elif pin is not None:
+            note = (
+                f"not promoted: production is pinned to version {pin['version']} by {pin['by']} "
+                f"at {pin['at']} ({pin['reason']}); `leap model unpin` lets nights move it again"
+            )
         else:
             day, registered = passing[-1]
             allowed = registered["run_kind"] == "nightly" or training.registry_settings().promote
@@ -71,7 +86,9 @@ def move_alias(
                 note = f"promoted version {registered['version']} ({day})"
         # what this decision left production at, read under the lock (not resolved again)
         production = moved["to_version"] if moved else (current.version if current else None)
-    deleted = registry.enforce_retention(training.registry_settings().keep_versions)
+        # under the lock too: a rollback between retention's read and its delete could point
+        # the alias at a version retention then deletes
+        deleted = registry.enforce_retention(training.registry_settings().keep_versions)
     context.log.info(note)
     return dg.MaterializeResult(
         metadata={
