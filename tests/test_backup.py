@@ -91,6 +91,10 @@ def test_a_restored_folder_serves_the_same_ranking_without_the_original(demo, tm
         assert (restored / "models").is_dir() and any(p.is_symlink() for p in
                                                       (restored / "models").iterdir())  # fmt: skip
         assert not (restored / "locks").exists()  # locks hold no data
+        # the night's record names the restored night folder, which model_evaluation opens
+        (record,) = (restored / "records" / "cascade_model").rglob("*.json")
+        folder = Path(json.loads(record.read_text())["record"]["folder"])
+        assert folder.is_relative_to(restored.resolve()) and (folder / "night.json").is_file()
         with (
             open_warehouse(moved / "leap.duckdb", True) as a,
             open_warehouse(restored / "leap.duckdb", True) as b,

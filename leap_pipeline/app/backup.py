@@ -10,8 +10,8 @@ published by rename, so each one is whole. A backup is a folder: ``data/`` holds
 their paths, ``postgres-dumps/`` the dumps, and ``MANIFEST.json`` every file's sha256 and size.
 It is built in a hidden sibling and renamed into place last, so a stopped backup is never taken
 for a whole one. ``restore`` checks every file against the manifest before it writes anything. It
-writes a new folder only, and it points the MLflow store's recorded artifact locations at that
-folder, so the restored install reads nothing of the original.
+writes a new folder only, and it points the absolute paths the stores recorded at that folder
+(``relocate``), so the restored install reads nothing of the original.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import parse_qs, urlsplit
 
 from leap_pipeline.app import backup_postgres as pg
+from leap_pipeline.app.relocate import relocate_mlflow, relocate_records
 from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.settings import Environment
 
@@ -45,15 +46,6 @@ SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 # locks hold no data, and a copied one would name the processes of another machine
 SKIPPED_FOLDERS = ("locks",)
 SKIPPED_SUFFIX = ".lock"
-# where MLflow's SQLite store records absolute artifact locations (file:// URIs into the data
-# folder); identifiers from this list only are put into the SQL, values are bound
-MLFLOW_LOCATIONS = (
-    ("experiments", "artifact_location"),
-    ("runs", "artifact_uri"),
-    ("logged_models", "artifact_location"),
-    ("model_versions", "storage_location"),
-    ("model_versions", "source"),
-)
 
 
 class BackupError(ValueError):
@@ -307,6 +299,11 @@ def verify(source: Path) -> dict:
     found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
     if found != FORMAT:
         raise BackupError(f"{source / MANIFEST}: format={found!r}, expected {FORMAT!r}")
+    lacking = [
+        key for key in ("source", "files", "links", "folders", "dumps") if key not in manifest
+    ]
+    if lacking:
+        raise BackupError(f"{source / MANIFEST} lacks {lacking}: not a whole leap backup")
     for name in manifest["folders"]:
         _inside(source, name)
     problems = _problems(source, manifest)
@@ -315,23 +312,6 @@ def verify(source: Path) -> dict:
         raise BackupError(f"{source} does not match its manifest, so nothing was restored: "
                           f"{'; '.join(problems[:5])}{more}")  # fmt: skip
     return manifest
-
-
-def relocate_mlflow(store: Path, old: Path, new: Path) -> int:
-    """Point the artifact locations MLflow's SQLite store records under ``old`` at the same
-    places under ``new`` (else a restored Ranker would read the original's artifacts, and fail
-    once they are gone); returns the rows changed."""
-    old_uri, new_uri, changed = old.as_uri() + "/", new.as_uri() + "/", 0
-    with contextlib.closing(sqlite3.connect(store)) as con, con:
-        for table, column in MLFLOW_LOCATIONS:
-            if column not in {row[1] for row in con.execute(f"PRAGMA table_info({table})")}:
-                continue  # another MLflow release: no such table or column
-            changed += con.execute(
-                f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
-                f"WHERE substr({column}, 1, ?) = ?",
-                (new_uri, len(old_uri) + 1, len(old_uri), old_uri),
-            ).rowcount
-    return changed
 
 
 def restore(source: Path, data: Path) -> Outcome:
@@ -353,9 +333,10 @@ def restore(source: Path, data: Path) -> Outcome:
                 raise BackupError(f"{source / name} changed while it was restored")
         for name, target in manifest["links"].items():
             os.symlink(target, placed(staging, name))
-        store = staging / "mlflow" / "mlflow.db"
+        store, old = staging / "mlflow" / "mlflow.db", Path(manifest["source"])
         if store.is_file() and _is_sqlite(store):
-            relocate_mlflow(store, Path(manifest["source"]), data)
+            relocate_mlflow(store, old, data)
+        relocate_records(staging / "records", old, data)
         if manifest["dumps"]:
             dumps = {db: _inside(source, name) for db, name in manifest["dumps"].items()}
             pg.load_dumps(staging / POSTGRES, dumps)
