@@ -282,6 +282,32 @@ def test_metrics_count_requests_latency_reasons_and_the_model(served):
     assert value("leap_serve_model_ready") == 1
 
 
+def test_metrics_tell_the_models_age_and_how_the_newest_night_ended(served):
+    """Gauges a platform team alerts on: the model's age in nights, and the pipeline's newest
+    night as it recorded it on the registered model (a failed one too); an older night's
+    record never replaces a newer one's."""
+    from leap_pipeline.modeling import registry
+
+    night = served["night"]
+    age = (dt.datetime.now(dt.UTC).date() - night).days
+
+    def scrape():
+        return _call(create_app(served["ranker"]), "GET", "/metrics").text  # a fresh reader
+
+    text = scrape()
+    assert f"leap_serve_model_age_days {float(age)}" in text
+    assert f"leap_serve_nights_behind {float(max(0, age - 1))}" in text
+    assert "leap_serve_last_night" not in text  # nothing recorded yet
+    registry.record_last_night(night, "failed", "run r1 failed")
+    registry.record_last_night(night - dt.timedelta(days=1), "promoted", "an older night")
+    text = scrape()
+    assert "leap_serve_last_night_failed 1.0" in text
+    assert f'day="{night}",outcome="failed"' in text
+    registry.record_last_night(night + dt.timedelta(days=1), "held", "gate failed")
+    text = scrape()
+    assert "leap_serve_last_night_failed 0.0" in text and 'outcome="held"' in text
+
+
 def test_the_committed_openapi_document_is_the_served_one(served):
     served_doc = _call(create_app(served["ranker"]), "GET", "/openapi.json").json()
     committed = json.loads((PROJECT / "docs" / "openapi.json").read_text())

@@ -177,11 +177,12 @@ def test_pointer_moves_only_when_asked_and_the_gate_passes_and_rollback_works(fl
 def test_a_rollback_pinned_survives_the_next_passing_night_until_unpinned(fleet):
     """A person's rollback pins the alias: a later night that passes its gate registers but
     leaves production where the rollback put it, saying why, until someone unpins."""
+    first = _train(fleet, promote=True, lookup_min_support=5)
+    older = night_record(first, "model_evaluation", NIGHT)["version"]
     before = _train(fleet, promote=True, lookup_min_support=6)
     assert before.success
     newest = night_record(before, "model_evaluation", NIGHT)["version"]
-    older = sorted({str(v.version) for v in registry.MlflowClient().search_model_versions(
-        f"name='{registry.model_name()}'") if str(v.version) != newest}, key=int)[0]  # fmt: skip
+    assert str(registry.production_version().version) == newest != older
     registry.promote(older, reason="rollback: a bad night", actor="pytest")
     registry.pin(older, reason="rollback: a bad night", actor="pytest")
     try:
@@ -195,6 +196,10 @@ def test_a_rollback_pinned_survives_the_next_passing_night_until_unpinned(fleet)
             for m in passing.asset_materializations_for_node("production_model")
         ]
         assert decision.startswith(f"not promoted: production is pinned to version {older}")
+        from leap_serving.registry.registered import last_night
+
+        assert last_night(registry.model_uri()) | {"at": None} == {
+            "day": NIGHT.isoformat(), "outcome": "held", "note": decision, "at": None}  # fmt: skip
         assert registry.unpin()["version"] == older and registry.pinned() is None
         moved = _train(fleet, promote=True, lookup_min_support=7)
         assert moved.success

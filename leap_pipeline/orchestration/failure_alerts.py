@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import dagster as dg
 
-from leap_pipeline.orchestration.nightly_plan import NIGHTS_TAG
+from leap_pipeline.orchestration.nightly_plan import NIGHTS_TAG, tagged_days
 from leap_pipeline.settings import environment
 
 log = logging.getLogger("leap_pipeline.orchestration.failure_alerts")
@@ -94,6 +94,22 @@ def post_alert(url: str, text: str, timeout_s: float = ALERT_TIMEOUT_S) -> str |
     return problem
 
 
+NIGHT_JOBS = ("nightly", "training")  # the jobs that train nights
+
+
+def _record_failed_night(context: dg.RunFailureSensorContext, run: dg.DagsterRun) -> None:
+    """Record the failed night on the registered model, where a launcher's ``/metrics``
+    (``leap_serve_last_night_*``) reads it; a registry that cannot be reached is logged."""
+    from leap_pipeline.modeling import registry
+
+    days = tagged_days(run.tags)
+    try:
+        registry.configure_tracking()
+        registry.record_last_night(max(days, default=None), "failed", f"run {run.run_id} failed")
+    except Exception as exc:  # the alert matters more than the record: never raised
+        context.log.warning(f"the failed night could not be recorded in the registry: {exc!r}")
+
+
 def _step_error(event: dg.DagsterEvent) -> str:
     """The error that failed a step, as its code raised it: Dagster wraps it in its own
     (``DagsterExecutionStepExecutionError``), whose message and stack say nothing of it."""
@@ -119,6 +135,8 @@ def run_failure_alerts(context: dg.RunFailureSensorContext) -> None:
     error = context.failure_event.message or ""
     text = alert_text(run.job_name, run.run_id, run.tags, error, steps)
     context.log.error(text)
+    if run.job_name in NIGHT_JOBS or NIGHTS_TAG in run.tags:
+        _record_failed_night(context, run)
     url = environment().alert_webhook_url
     if url:
         problem = post_alert(url, text)

@@ -89,6 +89,8 @@ def move_alias(
         # under the lock too: a rollback between retention's read and its delete could point
         # the alias at a version retention then deletes
         deleted = registry.enforce_retention(training.registry_settings().keep_versions)
+    newest = max((dt.date.fromisoformat(day) for day in model_evaluation), default=None)
+    registry.record_last_night(newest, "promoted" if moved else "held", note)
     context.log.info(note)
     return dg.MaterializeResult(
         metadata={

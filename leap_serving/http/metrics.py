@@ -1,5 +1,7 @@
 """What ``/metrics`` tells Prometheus: requests by route and status, their latency, empty
-rankings by reason code, and the model version serving.
+rankings by reason code, the model version serving and its age in nights, and how the
+pipeline's newest night ended (promoted, held, failed), so an alert can fire on a model that
+falls behind or a night that failed.
 
 Each app holds a registry of its own (not the process-wide default), so two apps in one process
 (the tests, the benchmark) never count each other's requests. Route labels are the service's
@@ -8,6 +10,8 @@ routes, anything else counts as ``other``: a caller probing paths cannot grow th
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,16 +19,32 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from ..registry.registered import last_night
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # a ranking's latency: sub-millisecond to the two-second deadline
+LAST_NIGHT_TTL_S = 60.0  # the registry's record of the newest night, read at most this often
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 class _ModelCollector(Collector):
-    """The model serving, read from the Ranker when scraped (never stale)."""
+    """The model serving, read from the Ranker when scraped (never stale), and what the
+    pipeline recorded of its newest night, read from the registry at most every
+    ``LAST_NIGHT_TTL_S`` (a scrape every few seconds must not become a registry call each)."""
 
     def __init__(self, ranker: Any) -> None:
         self.ranker = ranker
+        self._last_night: tuple[float, dict | None] = (-math.inf, None)
+
+    def last_night(self) -> dict | None:
+        read_at, record = self._last_night
+        if time.monotonic() - read_at >= LAST_NIGHT_TTL_S:
+            try:
+                record = last_night(str(self.ranker.model_uri))
+            except Exception:  # a registry that cannot be reached: no record, never a 500
+                record = None
+            self._last_night = (time.monotonic(), record)
+        return record
 
     def collect(self) -> Iterable[Any]:
         version = self.ranker.model_version
@@ -34,6 +54,31 @@ class _ModelCollector(Collector):
         ready = GaugeMetricFamily("leap_serve_model_ready", "1 once a model is loaded")
         ready.add_metric([], 1.0 if self.ranker.wait_ready(0) else 0.0)
         yield ready
+        age = self.ranker.stats()["model_age_days"]
+        if age is not None:  # days since the night the model was trained for
+            yield GaugeMetricFamily(
+                "leap_serve_model_age_days",
+                "Days since the history snapshot of the model serving (its night's day)",
+                value=float(age),
+            )
+            # night D is trained on the morning of D+1: a model one day old is up to date
+            yield GaugeMetricFamily(
+                "leap_serve_nights_behind",
+                "Nights trained or due since the one the serving model was trained for",
+                value=float(max(0, age - 1)),
+            )
+        night = self.last_night()
+        if night is not None:
+            info = InfoMetricFamily(
+                "leap_serve_last_night", "How the pipeline's newest night ended"
+            )
+            info.add_metric([], {k: str(night.get(k) or "") for k in ("day", "outcome", "at")})
+            yield info
+            yield GaugeMetricFamily(
+                "leap_serve_last_night_failed",
+                "1 when the pipeline's newest night failed before its decision",
+                value=1.0 if night.get("outcome") == "failed" else 0.0,
+            )
 
 
 class ServeMetrics:

@@ -18,6 +18,9 @@ from ..model.published import LeapModel, ModelArtifactError
 from .shipped import CODE_SHA256_TAG, differences, drop_caches
 
 SHA256_TAG = "artifact_sha256"  # on each registry version: JSON, file name -> sha256
+# on the registered model: JSON {day, outcome, note, at} of the newest night's end, written by
+# the pipeline (promoted, held, failed) and read by the serving side's /metrics
+LAST_NIGHT_TAG = "last_night"
 
 
 def _split_model_uri(model_uri: str) -> tuple[str, str | None, str | None]:
@@ -130,3 +133,25 @@ def registry_version(model_uri: str) -> str:
     if alias is not None:
         return str(client.get_model_version_by_alias(name, alias).version)
     return str(client.get_model_version(name, version).version)
+
+
+def last_night(model_uri: str) -> dict | None:
+    """What the pipeline recorded of its newest night (``LAST_NIGHT_TAG`` on the registered
+    model ``model_uri`` names): None for a URI that is not the registry's, a model with no
+    record, or a record this code cannot read."""
+    try:
+        name, _, _ = _split_model_uri(model_uri)
+    except ModelArtifactError:
+        return None
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        text = MlflowClient().get_registered_model(name).tags.get(LAST_NIGHT_TAG)
+    except MlflowException:
+        return None
+    try:
+        record = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
