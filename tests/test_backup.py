@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -151,6 +152,7 @@ def test_restore_writes_a_new_folder_only_and_backup_stays_outside(demo, tmp_pat
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     backup(demo, tmp_path / "backup")
+    assert stat.S_IMODE((tmp_path / "backup").stat().st_mode) == 0o700  # every store of it
     code, _, err = _leap("restore", str(tmp_path / "backup"), "--data", str(tmp_path / "full"))
     assert code == 2 and "not empty" in err and str(tmp_path / "full") in err
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]

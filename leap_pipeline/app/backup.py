@@ -73,11 +73,12 @@ def _check_new(path: Path, flag: str) -> None:
 
 
 @contextlib.contextmanager
-def _built_beside(final: Path, kind: str) -> Iterator[Path]:
+def _built_beside(final: Path, kind: str, mode: int = 0o777) -> Iterator[Path]:
     """A hidden sibling of ``final`` to build in, renamed to ``final`` when the block ends
     well and removed when it fails: ``final`` holds a whole result or nothing."""
     staging = final.parent / f".{final.name}.{kind}-{secrets.token_hex(4)}"
-    staging.mkdir(parents=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging.mkdir(mode=mode)
     try:
         yield staging
         if final.exists():
@@ -206,7 +207,8 @@ def backup(data: Path, dest: Path, warehouse: Path | None = None) -> Outcome:
     manifest: dict = {"format": FORMAT, "source": str(data), "files": {}, "links": {},
                       "folders": {}, "dumps": {}}  # fmt: skip
     postgres = data / POSTGRES
-    with _built_beside(dest, "partial") as staging:
+    # its owner's only: it holds every store of the install, its secrets included
+    with _built_beside(dest, "partial", mode=0o700) as staging:
         inside = staging / DATA
 
         def keep(copy: Path, entry: dict) -> None:

@@ -18,6 +18,7 @@ import subprocess
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
 import psutil
 
@@ -47,7 +48,11 @@ def running_url(folder: Path) -> str | None:
         raise PostgresBackupError(
             f"Postgres on {folder} is starting or stopping: try again once it is up or stopped"
         )
-    return f"postgresql://postgres@/postgres?host={lines[4].strip()}&port={lines[3].strip()}"
+    query = {"host": lines[4].strip(), "port": lines[3].strip()}
+    pgpass = folder.parent / "secrets" / "pgpass"  # where leap up keeps libpq's password file
+    if pgpass.is_file():  # a server that asks for a password: libpq reads it there, not argv
+        query["passfile"] = str(pgpass)
+    return f"postgresql://postgres@/postgres?{urlencode(query, safe='/', quote_via=quote)}"
 
 
 def _tool(name: str) -> str:
