@@ -32,6 +32,7 @@ from leap_pipeline.orchestration.night_checks import (
     no_night_checks,
     slice_check,
 )
+from leap_pipeline.orchestration.nightly_retry import SENSOR_NAME as RETRY_SENSOR
 from leap_pipeline.orchestration.promotion import evaluation_day
 from leap_pipeline.orchestration.resources import (
     MlflowResource,
@@ -193,9 +194,13 @@ def evaluate_nights(
 
 
 def _run_kind(context: dg.AssetExecutionContext, settings: RegistrySettings) -> str:
+    """``nightly`` for a run the nightly plan asked for (the schedule's, or its retry
+    sensor's for a tick the warehouse refused), else ``adhoc``, unless the settings say."""
     if settings.run_kind:
         return settings.run_kind
-    return "nightly" if context.run.tags.get("dagster/schedule_name") else "adhoc"
+    tags = context.run.tags
+    planned = tags.get("dagster/schedule_name") or tags.get("dagster/sensor_name") == RETRY_SENSOR
+    return "nightly" if planned else "adhoc"
 
 
 @dataclass(frozen=True)

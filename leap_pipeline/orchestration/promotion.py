@@ -65,8 +65,12 @@ def move_alias(
             day, registered = passing[-1]
             allowed = registered["run_kind"] == "nightly" or training.registry_settings().promote
             if not allowed:
-                kind = registered["run_kind"]
-                note = f"not promoted: a {kind} run moves the pointer only when asked"
+                kind, version = registered["run_kind"], registered["version"]
+                note = (
+                    f"not promoted: a {kind} run moves the pointer only when asked (launch it "
+                    "with resources.training.config.promote: true, or run `leap model promote "
+                    f"{version}`)"
+                )
             elif current is not None and str(current.version) == str(registered["version"]):
                 note = f"version {registered['version']} ({day}) is production already"
             elif current_day is not None and day < current_day:
