@@ -7,8 +7,11 @@ person launched), as long as its day and its window's days have landed or can be
 source; a run's range never covers a night another live run trains. A day that landed with no
 measured attempt has no night: there is nothing to score a model on. A night whose day arrived
 late, or whose run was killed, is simply still untrained at the next tick, which takes it then.
-Days of a window that were never landed are landed by a run of their own first; the queue (one
-run at a time) keeps the order. Whether a live run's process still runs is ``liveness.py``'s.
+Days of a window that were never landed are landed by a run of their own first. Runs may
+overlap, so the order is not the queue's to keep: a night checks its window again when it reads
+it (``training.night_inputs``) and waits for days still landing. Whether a live run's process
+still runs is ``liveness.py``'s; a tick that cannot read the warehouse is planned again by
+``nightly_retry``.
 """
 
 from __future__ import annotations
