@@ -1,4 +1,11 @@
-"""The `leap` command line."""
+"""The `leap` command line.
+
+Importing this module loads nothing heavy, and ``main`` reads ``leap --version`` and ``leap
+rank`` with a parser of their flags alone first: ``leap rank --server URL`` asks a running
+``leap serve`` and prints its answer before anything imports polars, MLflow or Dagster (the
+full parser's imports alone took over a second on 2 busy cores). ``tests/test_rank_server.py``
+holds it so.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +14,76 @@ import logging
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, NoReturn
 
-from leap_pipeline.app import commands as command
-from leap_pipeline.data.warehouse import WarehouseError
-from leap_pipeline.simulation import FleetArgumentError
-from leap_pipeline.studies.splits import SPLITS
-from leap_serving.http.config import add_listener_flags
+DESCRIPTION = "LEAP: learned hardware routing"
+RANK_HELP = "rank candidate hardware for one job"
+
+
+class _PrintVersion(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked (reading
+    the installed distributions' metadata would add tens of ms to every other start)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            parser.exit(0, f"leap {version('leap')}\n")
+        except PackageNotFoundError:
+            parser.exit(1, "leap: error: no installed distribution named leap to read a version "
+                        "from: install the project (pip install -e .)\n")  # fmt: skip
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leap", description=DESCRIPTION)
+    parser.add_argument("--version", action=_PrintVersion, help="print the installed version")
+    return parser
+
+
+def _add_rank_flags(ranking: argparse.ArgumentParser) -> None:
+    """``leap rank``'s flags, for the full parser and the quick one ``main`` tries first."""
+    from leap_pipeline.app.ranking import EXAMPLE_JOB
+
+    ranking.add_argument("--job", default=str(EXAMPLE_JOB), help="launch config as JSON "
+                         "(default: examples/job.json)")  # fmt: skip
+    ranking.add_argument("--candidates", default="", help="A,B,C (default: the job's candidates)")
+    ranking.add_argument("--model", default="", help="models:/name@alias or a model folder "
+                         "(default: $LEAP_MODEL_URI, else the production alias)")  # fmt: skip
+    ranking.add_argument("--data", default="", help="where the demo's MLflow store lives, "
+                         "used unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
+                         "data)")  # fmt: skip
+    ranking.add_argument("--json", action="store_true", help="print one JSON object")
+    ranking.add_argument("--format", choices=("skypilot", "k8s", "slurm"), default=None,
+                         help="print the ranking for a scheduler: a SkyPilot task or a Kubernetes "
+                         "Job (YAML), or sbatch flags (docs/serving.md)")  # fmt: skip
+    ranking.add_argument("--handoff-config", default="", help="YAML or JSON file: the hardware "
+                         "type -> scheduler name maps, top_k, the base task or Job")  # fmt: skip
+    ranking.add_argument("--fail-empty", action=argparse.BooleanOptionalAction, default=True,
+                         help="with --format: an empty ranking exits 2 and prints nothing on "
+                         "stdout, so args=$(leap rank ...) && sbatch $args fails instead of "
+                         "submitting unconstrained; --no-fail-empty exits 0, still printing "
+                         "nothing (the reason on stderr)")  # fmt: skip
+    ranking.add_argument("--server", default="", help="URL of a running leap serve to ask "
+                         "instead of loading a model here (e.g. http://127.0.0.1:8765); the "
+                         "token from $LEAP_SERVE_TOKEN or $LEAP_SERVE_TOKEN_FILE")  # fmt: skip
+    ranking.add_argument("--token-file", default="", help="with --server: a file whose first "
+                         "token is sent (default: $LEAP_SERVE_TOKEN, else "
+                         "$LEAP_SERVE_TOKEN_FILE)")  # fmt: skip
+    ranking.add_argument("--cacert", default="", help="with an https --server: the PEM CA "
+                         "certificate that signed the server's (default: the system's trust "
+                         "store)")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="leap", description="LEAP: learned hardware routing")
+    from leap_pipeline.app import commands as command
+    from leap_pipeline.studies.splits import SPLITS
+    from leap_serving.http.config import add_listener_flags
+
+    parser = _top_parser()
     commands = parser.add_subparsers(dest="command", required=True)
     fleet = commands.add_parser("fleet", help="the simulated fleet")
     fleet_commands = fleet.add_subparsers(dest="fleet_command", required=True)
@@ -69,26 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="end with one JSON line")
     show.set_defaults(handler=command.demo)
 
-    ranking = commands.add_parser("rank", help="rank candidate hardware for one job")
-    ranking.add_argument("--job", default=str(command.EXAMPLE_JOB), help="launch config as JSON "
-                         "(default: examples/job.json)")  # fmt: skip
-    ranking.add_argument("--candidates", default="", help="A,B,C (default: the job's candidates)")
-    ranking.add_argument("--model", default="", help="models:/name@alias or a model folder "
-                         "(default: $LEAP_MODEL_URI, else the production alias)")  # fmt: skip
-    ranking.add_argument("--data", default="", help="where the demo's MLflow store lives, "
-                         "used unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
-                         "data)")  # fmt: skip
-    ranking.add_argument("--json", action="store_true", help="print one JSON object")
-    ranking.add_argument("--format", choices=("skypilot", "k8s", "slurm"), default=None,
-                         help="print the ranking for a scheduler: a SkyPilot task or a Kubernetes "
-                         "Job (YAML), or sbatch flags (docs/serving.md)")  # fmt: skip
-    ranking.add_argument("--handoff-config", default="", help="YAML or JSON file: the hardware "
-                         "type -> scheduler name maps, top_k, the base task or Job")  # fmt: skip
-    ranking.add_argument("--fail-empty", action=argparse.BooleanOptionalAction, default=True,
-                         help="with --format: an empty ranking exits 2 and prints nothing on "
-                         "stdout, so args=$(leap rank ...) && sbatch $args fails instead of "
-                         "submitting unconstrained; --no-fail-empty exits 0, still printing "
-                         "nothing (the reason on stderr)")  # fmt: skip
+    ranking = commands.add_parser("rank", help=RANK_HELP)
+    _add_rank_flags(ranking)
     ranking.set_defaults(handler=command.rank)
 
     server = commands.add_parser("serve", help="the Ranker over HTTP (docs/serving.md)")
@@ -213,7 +262,33 @@ def progress_on_stderr() -> Iterator[None]:
         LOGGER.removeHandler(handler)
 
 
+def _quick(argv: list[str]) -> int | None:
+    """``leap --version``, and ``leap rank --server``, answered with a parser of their flags
+    alone; None for any other call (the full parser then reads it, ``leap rank`` without
+    ``--server`` too)."""
+    if argv[:1] not in (["--version"], ["rank"]):
+        return None
+    parser = _top_parser()
+    _add_rank_flags(parser.add_subparsers(dest="command").add_parser("rank", help=RANK_HELP))
+    args = parser.parse_args(argv)
+    if not getattr(args, "server", ""):
+        return None
+    from leap_pipeline.app.ranking import rank_from_server
+
+    try:
+        return rank_from_server(args)
+    except ValueError as exc:  # a bad flag or launch file, or a HandoffError
+        parser.exit(2, f"leap: error: {exc}\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    quick = _quick(argv)
+    if quick is not None:
+        return quick
+    from leap_pipeline.data.warehouse import WarehouseError
+    from leap_pipeline.simulation import FleetArgumentError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -308,88 +308,24 @@ def _static_source(args: argparse.Namespace):
     return validated.kept, specs
 
 
-EXAMPLE_JOB = Path(__file__).parents[2] / "examples" / "job.json"
-
-
 def rank(args: argparse.Namespace) -> int:
-    """Rank a job's candidates; a bad job still exits 0, with an empty ranking and a reason."""
-
+    """Rank a job's candidates with the model loaded here; a bad job still exits 0, with an
+    empty ranking and a reason (``ranking``: what is read and printed, with ``--server`` too)."""
+    from leap_pipeline.app.ranking import handoff_config, read_launch, show
     from leap_serving.decide.ranker import Ranker
-    from leap_serving.decide.results import Ranking
 
+    for flag, value in (("--token-file", args.token_file), ("--cacert", args.cacert)):
+        if value:  # no request is made: a flag that does nothing would mislead
+            raise ValueError(f"{flag} {value!r}: only with --server URL")
     logging.getLogger("leap_serving").setLevel(logging.ERROR)  # the reason is printed below
-    try:
-        job = json.loads(Path(args.job).read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--job {args.job}: cannot read a JSON object: {exc}") from None
-    candidates = (
-        [c.strip() for c in args.candidates.split(",") if c.strip()]
-        if args.candidates
-        else job.pop("candidates", None)
-        if isinstance(job, dict)
-        else None
-    )
-    if isinstance(job, dict):
-        job.pop("candidates", None)
+    job, candidates = read_launch(args)
     # the install's store, unless MLFLOW_TRACKING_URI names one (a server's download would draw
     # a progress bar on stderr)
     set_environment(overwrite=False, MLFLOW_TRACKING_URI=install(args).tracking_uri,
                     MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")  # fmt: skip
-    handoff = _handoff_config(args.handoff_config) if args.format else None  # fails first
+    handoff = handoff_config(args)  # fails first
     ranker = Ranker(args.model or None, check_interval_s=float("inf"), wait=True)
-    result: Ranking = ranker.rank(job, candidates if candidates is not None else [])
-    if args.format:  # an empty ranking: HandoffError, a ValueError, exits 2 with the reason
-        from leap_serving.handoff.formats import render, unmapped
-
-        if not result.ranking and not args.fail_empty:
-            print(f"leap: no ranking ({result.reason}): nothing printed (--no-fail-empty)",
-                  file=sys.stderr)  # fmt: skip
-            return 0
-        text = render(args.format, result, handoff, job, _host_sizes(ranker))
-        left_out = unmapped(args.format, result, handoff)
-        if left_out:  # ranked, but the scheduler cannot be told: the user must hear of it
-            print(f"leap: {args.format}: left out, no label value in the hand-off config's "
-                  f"kubernetes.products: {', '.join(left_out)}", file=sys.stderr)  # fmt: skip
-        print(text.rstrip("\n"))
-        return 0
-    if args.json:
-        print(json.dumps(result.to_dict()))
-        return 0
-    print(f"model version {result.model_version}")
-    if result.reason:
-        print(f"no ranking: {result.reason}")
-    if result.interval_level is not None:
-        print(f"intervals: {result.interval_level:.0%} (conformal, calibrated on the selection "
-              "day)")  # fmt: skip
-    for c in result.ranking:
-        history = "history" if c.history_found else "cold start"
-        interval = (f" [{c.throughput_low:,.0f} - {c.throughput_high:,.0f}]"
-                    if c.throughput_low is not None else "")  # fmt: skip
-        print(f"{c.rank:>3}. {c.hardware_type:14} {c.predicted_throughput:>14,.0f} samples/s"
-              f"{interval} {c.cost_per_hour:>9,.2f} $/h {c.throughput_per_cost:>16,.0f} "
-              f"samples/$ bin {c.bin:>2} ({c.bin_probability:.2f}) {history}")  # fmt: skip
-    for c in result.removed:
-        print(f"  - {c.hardware_type}: {c.removed_reason}")
-    if result.worth_a_trial is not None:
-        print(f"worth one trial run: {result.worth_a_trial['reason']}")
-    if result.ignored_fields:
-        print(f"ignored fields: {', '.join(result.ignored_fields)}")
-    return 0
-
-
-def _host_sizes(ranker) -> dict[str, float]:
-    """The serving model's ``devices_per_host`` by type: what a launch taking whole hosts asks
-    each scheduler for. Read from the model the Ranker loaded (it has no public accessor for its
-    spec table), so the hand-off and the ranking's prices read the same table."""
-    loaded = ranker._loaded
-    return {t: spec["devices_per_host"] for t, spec in loaded.specs.items()} if loaded else {}
-
-
-def _handoff_config(path: str):
-    """``--handoff-config``'s maps, else the defaults for the simulated fleet's types."""
-    from leap_serving.handoff.config import HandoffConfig, load_config
-
-    return load_config(path) if path else HandoffConfig()
+    return show(ranker.rank(job, candidates), args, job, handoff)
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -66,7 +66,7 @@ def order_candidates(
             "hardware_type": hardware_type, "predicted_throughput": q, "cost_per_hour": c,
             "throughput_per_cost": v, "bin": b, "bin_probability": pb, "history_found": h,
             "premium": bool(spec["premium"]), "roofline_throughput": roof, "throughput_low": lo,
-            "throughput_high": hi,
+            "throughput_high": hi, "devices_per_host": float(spec["devices_per_host"]),
         }
         for hardware_type, spec, q, c, v, b, pb, h, roof, lo, hi in zip(
             types, specs, throughput.tolist(), cost.tolist(), per_cost,

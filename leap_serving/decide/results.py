@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 log = logging.getLogger("leap_serving")
@@ -48,6 +48,11 @@ class CandidateScore:
     # why it was removed, as a code (``fit.REMOVAL_CODES``: does_not_fit, over_cost_cap,
     # over_device_cap, premium); None when ranked
     removed_code: str | None = None
+    # the type's host size (the spec table's ``devices_per_host``), which ``cost_per_hour``
+    # priced a launch taking whole hosts on; carried so that a caller over HTTP (``leap rank
+    # --server --format``) asks the scheduler for the devices the ranking priced without the
+    # model's spec table. None: not known (a ranking made before this field existed)
+    devices_per_host: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The fields by name: ``dataclasses.asdict`` copies each value deeply, which for a
@@ -55,8 +60,23 @@ class CandidateScore:
         here is a number, a string, a bool or None)."""
         return {name: getattr(self, name) for name in _SCORE_FIELDS}
 
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "candidate") -> CandidateScore:
+        """A candidate as ``to_dict`` wrote it, read back (``leap rank --server`` reads the
+        server's answer): ``ValueError`` naming ``where`` and the field when one this class
+        needs is missing; fields it does not know (a newer server's) are left out."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where}: {shown(data)} is not an object")
+        missing = [name for name in _REQUIRED_SCORE_FIELDS if name not in data]
+        if missing:
+            raise ValueError(f"{where}: the field {missing[0]} is missing")
+        return cls(**{name: data[name] for name in _SCORE_FIELDS if name in data})
+
 
 _SCORE_FIELDS = tuple(f.name for f in fields(CandidateScore))
+_REQUIRED_SCORE_FIELDS = tuple(
+    f.name for f in fields(CandidateScore) if f.default is MISSING and f.default_factory is MISSING
+)
 
 
 @dataclass(frozen=True)
@@ -96,6 +116,24 @@ class Ranking:
             "interval_level": self.interval_level,
             "worth_a_trial": self.worth_a_trial,
         }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Ranking:
+        """A ranking as ``to_dict`` wrote it, read back: what ``leap serve`` answers becomes the
+        same ``Ranking`` an in-process call returns, so ``leap rank --server`` prints and hands
+        it on with the same code. ``ValueError`` naming the field when it is not one."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"the ranking {shown(data)} is not an object")
+        lists = {}
+        for name in ("ranking", "removed"):
+            items = data.get(name, [])
+            if not isinstance(items, list):
+                raise ValueError(f"{name}: {shown(items)} is not a list")
+            lists[name] = [
+                CandidateScore.from_dict(item, f"{name}[{i}]") for i, item in enumerate(items)
+            ]
+        known = {f.name for f in fields(cls)} - set(lists)
+        return cls(**lists, **{name: data[name] for name in known if name in data})
 
 
 class JobError(ValueError):

@@ -5,6 +5,10 @@ The launch contract says it (``contract.JOB_ATTEMPTS``): ``num_trainers`` hosts,
 launch does not say. The ranker prices each candidate on exactly that count
 (``contract.job_devices``), so a hand-off that asked the scheduler for another one would run a job
 the ranking never priced: ``num_trainers: 2`` handed on as one device is a different job.
+
+The rule is applied here to one host in plain Python rather than by importing ``job_devices``:
+the contract module loads polars and numpy (about 0.3 s), which ``leap rank --server --format``
+must not wait for; ``tests/test_handoff.py`` holds the two equal.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..launch.contract import job_devices
 from .ranked import HandoffError
 
 # a count a launch may give as text, as the ranker reads it (``decide.launch_fields``)
@@ -59,7 +62,7 @@ class LaunchDevices:
         host = self.host_sizes.get(hardware_type)
         if host is None:
             return self.requested
-        return int(job_devices(1, self.requested, host))
+        return int(host if self.requested is None else min(self.requested, host))
 
     def required(self, hardware_type: str, where: str) -> int | None:
         """``per_node``, or ``HandoffError`` when a launch was given and its count on the type is

@@ -98,6 +98,11 @@ SCHEMAS: dict[str, Any] = {
             "roofline_throughput": _nullable("number"),
             "throughput_low": _nullable("number"),
             "throughput_high": _nullable("number"),
+            "devices_per_host": {
+                **_nullable("number"),
+                "description": "the type's host size (the spec table's), which cost_per_hour "
+                "priced a launch taking whole hosts on: what a hand-off asks each node for",
+            },
         },
     },
     "Ranking": {

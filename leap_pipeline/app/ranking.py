@@ -1,0 +1,112 @@
+"""What ``leap rank`` reads and prints, whoever ranks: a model loaded in this process
+(``commands.rank``) or a running ``leap serve`` (``rank_from_server``, ``--server URL``).
+
+Both paths read the launch and print the ranking (text, ``--json``, or a scheduler's hand-off)
+with the same code here, so a server's answer prints exactly as the in-process one. This module
+imports nothing heavy at load: ``cli.main`` runs ``rank_from_server`` before anything imports
+polars, MLflow or Dagster, which is what lets ``leap rank --server`` answer in a fraction of a
+second (``benchmarks/rank_server.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from leap_serving.decide.results import Ranking
+
+EXAMPLE_JOB = Path(__file__).parents[2] / "examples" / "job.json"
+
+
+def read_launch(args: argparse.Namespace) -> tuple[Any, Any]:
+    """``--job``'s launch and its candidates: ``--candidates`` when given, else the launch's own
+    ``candidates`` field (taken out of the launch; [] when it has none)."""
+    try:
+        job = json.loads(Path(args.job).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--job {args.job}: cannot read a JSON object: {exc}") from None
+    listed = job.pop("candidates", None) if isinstance(job, dict) else None
+    if args.candidates:
+        return job, [c.strip() for c in args.candidates.split(",") if c.strip()]
+    return job, listed if listed is not None else []
+
+
+def handoff_config(args: argparse.Namespace) -> Any:
+    """``--handoff-config``'s maps, else the defaults for the simulated fleet's types; None
+    without ``--format``. Read before ranking, so a bad file fails first."""
+    if not args.format:
+        return None
+    from leap_serving.handoff.config import HandoffConfig, load_config
+
+    return load_config(args.handoff_config) if args.handoff_config else HandoffConfig()
+
+
+def rank_from_server(args: argparse.Namespace) -> int:
+    """``leap rank --server URL``: the launch ranked by a running ``leap serve`` and printed
+    as an in-process ranking is. A server that cannot be reached or answers no ranking exits 1
+    naming the URL and why; a bad flag is a ``ValueError`` (exit 2)."""
+    from leap_serving.http.client import ServerError, client_token, rank_remote
+
+    for flag, value in (("--model", args.model), ("--data", args.data)):
+        if value:  # the server's own model answers: saying another one would mislead
+            raise ValueError(f"{flag} {value!r}: not used with --server, whose model answers")
+    job, candidates = read_launch(args)
+    handoff = handoff_config(args)
+    try:
+        result = rank_remote(args.server, job, candidates, token=client_token(args.token_file),
+                             cacert=args.cacert or None)  # fmt: skip
+    except ServerError as exc:
+        print(f"leap: error: {exc}", file=sys.stderr)
+        return 1
+    return show(result, args, job, handoff)
+
+
+def show(result: Ranking, args: argparse.Namespace, job: Any, handoff: Any) -> int:
+    """Print ``result`` as ``args`` asks: a hand-off (``--format``), one JSON object, or text.
+    With ``--format`` an empty ranking is a ``HandoffError`` (a ``ValueError``: exit 2 with
+    the reason), unless ``--no-fail-empty``."""
+    if args.format:
+        from leap_serving.handoff.formats import render, unmapped
+
+        if not result.ranking and not args.fail_empty:
+            print(f"leap: no ranking ({result.reason}): nothing printed (--no-fail-empty)",
+                  file=sys.stderr)  # fmt: skip
+            return 0
+        # the host sizes the ranking priced each type on: what a launch taking whole hosts
+        # asks for, from the answer itself, so a server's ranking hands on as a local one does
+        host_sizes = {c.hardware_type: c.devices_per_host
+                      for c in (*result.ranking, *result.removed)
+                      if c.devices_per_host is not None}  # fmt: skip
+        text = render(args.format, result, handoff, job, host_sizes)
+        left_out = unmapped(args.format, result, handoff)
+        if left_out:  # ranked, but the scheduler cannot be told: the user must hear of it
+            print(f"leap: {args.format}: left out, no label value in the hand-off config's "
+                  f"kubernetes.products: {', '.join(left_out)}", file=sys.stderr)  # fmt: skip
+        print(text.rstrip("\n"))
+        return 0
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return 0
+    print(f"model version {result.model_version}")
+    if result.reason:
+        print(f"no ranking: {result.reason}")
+    if result.interval_level is not None:
+        print(f"intervals: {result.interval_level:.0%} (conformal, calibrated on the selection "
+              "day)")  # fmt: skip
+    for c in result.ranking:
+        history = "history" if c.history_found else "cold start"
+        interval = (f" [{c.throughput_low:,.0f} - {c.throughput_high:,.0f}]"
+                    if c.throughput_low is not None else "")  # fmt: skip
+        print(f"{c.rank:>3}. {c.hardware_type:14} {c.predicted_throughput:>14,.0f} samples/s"
+              f"{interval} {c.cost_per_hour:>9,.2f} $/h {c.throughput_per_cost:>16,.0f} "
+              f"samples/$ bin {c.bin:>2} ({c.bin_probability:.2f}) {history}")  # fmt: skip
+    for c in result.removed:
+        print(f"  - {c.hardware_type}: {c.removed_reason}")
+    if result.worth_a_trial is not None:
+        print(f"worth one trial run: {result.worth_a_trial['reason']}")
+    if result.ignored_fields:
+        print(f"ignored fields: {', '.join(result.ignored_fields)}")
+    return 0
