@@ -7,16 +7,22 @@ Install: JobSubmitPlugins=lua in slurm.conf, this file beside slurm.conf, `scont
 Slurm 22.05 or later (the `prefer` field). slurmctld runs it holding its locks, so the call has
 a short timeout and any failure leaves the job as submitted.
 
-A job opts in with the launch config in its environment:
-  LEAP_LAUNCH=/shared/launches/job.json sbatch train.sh      (a path the controller can read)
-  LEAP_LAUNCH='{"model_type": ...}' sbatch train.sh          (or the JSON itself)
+A job opts in with the launch config itself, as JSON, in its environment:
+  LEAP_LAUNCH="$(cat job.json)" sbatch train.sh
   LEAP_CANDIDATES=A100-80GB,H100-SXM                         (optional; default: FEATURES' types)
-A job that sets --constraint itself, or has no LEAP_LAUNCH, is left alone.
+A job that sets --constraint itself, or has no LEAP_LAUNCH, is left alone. LEAP_LAUNCH is never
+read as a path: slurmctld runs as SlurmUser, and a path a user names would have the controller
+read, and send on, any file it can read (its keys included). A launch over MAX_LAUNCH_BYTES is
+left as submitted.
+
+The token never appears on a command line (where `ps` shows it to every user of the host): it
+reaches curl in a header file readable by slurmctld's user only, which is removed after the call.
 ]]
 
 local LEAP_URL = "http://leap.internal:8765/v1/rank"
 local TOKEN_FILE = "/etc/slurm/leap.token"  -- the bearer token, when leap serve requires one
 local TIMEOUT_S = 2
+local MAX_LAUNCH_BYTES = 65536  -- a launch is a few hundred bytes
 local TOP_K = 3
 -- hardware type (the fleet's name) -> the node feature slurm.conf gives those nodes
 local FEATURES = {
@@ -64,22 +70,32 @@ local function ranked_types(answer)
   return types
 end
 
-local function ask_leap(request)
+local function write_private(text)
+  -- os.tmpname creates the file (mkstemp: mode 0600) before it is opened here
   local path = os.tmpname()
-  local f = io.open(path, "w")
-  f:write(request)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
   f:close()
-  local auth = ""
+  return path
+end
+
+local function ask_leap(request)
+  local body_path = write_private(request)
+  local header_path = nil
   local token = read_file(TOKEN_FILE)
+  local auth = ""
   if token ~= nil then
-    auth = "-H " .. shell_quote("Authorization: Bearer " .. string.gsub(token, "%s", "")) .. " "
+    -- curl reads "-H @file" headers from the file: the token stays off curl's argv
+    header_path = write_private("Authorization: Bearer " .. string.gsub(token, "%s", "") .. "\n")
+    auth = "-H @" .. shell_quote(header_path) .. " "
   end
   local pipe = io.popen("curl -sS -m " .. TIMEOUT_S .. " -X POST " .. auth ..
-    "-H 'Content-Type: application/json' --data-binary @" .. shell_quote(path) .. " " ..
+    "-H 'Content-Type: application/json' --data-binary @" .. shell_quote(body_path) .. " " ..
     shell_quote(LEAP_URL) .. " 2>/dev/null")
   local answer = pipe:read("*a")
   pipe:close()
-  os.remove(path)
+  os.remove(body_path)
+  if header_path ~= nil then os.remove(header_path) end
   return answer
 end
 
@@ -90,9 +106,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   local env = job_desc.environment or {}
   local launch = env["LEAP_LAUNCH"]
   if launch == nil or launch == "" then return slurm.SUCCESS end
-  if string.sub(launch, 1, 1) ~= "{" then launch = read_file(launch) end
-  if launch == nil then
-    slurm.log_info("leap: LEAP_LAUNCH names no readable file; job left as submitted")
+  if string.sub(launch, 1, 1) ~= "{" or #launch > MAX_LAUNCH_BYTES then
+    -- never read as a path: the controller would read any file a user names
+    slurm.log_info("leap: LEAP_LAUNCH is not a JSON object of at most %d bytes; job left as "
+      .. "submitted", MAX_LAUNCH_BYTES)
     return slurm.SUCCESS
   end
   local candidates = {}
