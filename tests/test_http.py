@@ -286,7 +286,7 @@ def test_metrics_tell_the_models_age_and_how_the_newest_night_ended(served):
     """Gauges a platform team alerts on: the model's age in nights, and the pipeline's newest
     night as it recorded it on the registered model (a failed one too); an older night's
     record never replaces a newer one's."""
-    from leap_pipeline.modeling import registry
+    from leap_pipeline.modeling import alias_records
 
     night = served["night"]
     age = (dt.datetime.now(dt.UTC).date() - night).days
@@ -298,12 +298,12 @@ def test_metrics_tell_the_models_age_and_how_the_newest_night_ended(served):
     assert f"leap_serve_model_age_days {float(age)}" in text
     assert f"leap_serve_nights_behind {float(max(0, age - 1))}" in text
     assert "leap_serve_last_night" not in text  # nothing recorded yet
-    registry.record_last_night(night, "failed", "run r1 failed")
-    registry.record_last_night(night - dt.timedelta(days=1), "promoted", "an older night")
+    alias_records.record_last_night(night, "failed", "run r1 failed")
+    alias_records.record_last_night(night - dt.timedelta(days=1), "promoted", "an older night")
     text = scrape()
     assert "leap_serve_last_night_failed 1.0" in text
     assert f'day="{night}",outcome="failed"' in text
-    registry.record_last_night(night + dt.timedelta(days=1), "held", "gate failed")
+    alias_records.record_last_night(night + dt.timedelta(days=1), "held", "gate failed")
     text = scrape()
     assert "leap_serve_last_night_failed 0.0" in text and 'outcome="held"' in text
 

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling import registry
+from leap_pipeline.modeling import alias_records, registry
 from leap_pipeline.modeling.evaluation import evaluate, frequency_band
 from leap_pipeline.modeling.night_store import load_trained, models_folder
 from leap_pipeline.modeling.selection import check_window, fit_models, training_window
@@ -184,9 +184,9 @@ def test_a_rollback_pinned_survives_the_next_passing_night_until_unpinned(fleet)
     newest = night_record(before, "model_evaluation", NIGHT)["version"]
     assert str(registry.production_version().version) == newest != older
     registry.promote(older, reason="rollback: a bad night", actor="pytest")
-    registry.pin(older, reason="rollback: a bad night", actor="pytest")
+    alias_records.pin(older, reason="rollback: a bad night", actor="pytest")
     try:
-        assert registry.pinned()["version"] == older
+        assert alias_records.pinned()["version"] == older
         passing = _train(fleet, promote=True, lookup_min_support=7)
         record = night_record(passing, "model_evaluation", NIGHT)
         assert record["gate_passed"] and record["version"] not in (older, newest)
@@ -200,12 +200,12 @@ def test_a_rollback_pinned_survives_the_next_passing_night_until_unpinned(fleet)
 
         assert last_night(registry.model_uri()) | {"at": None} == {
             "day": NIGHT.isoformat(), "outcome": "held", "note": decision, "at": None}  # fmt: skip
-        assert registry.unpin()["version"] == older and registry.pinned() is None
+        assert alias_records.unpin()["version"] == older and alias_records.pinned() is None
         moved = _train(fleet, promote=True, lookup_min_support=7)
         assert moved.success
         assert str(registry.production_version().version) == record["version"]
     finally:
-        registry.unpin()
+        alias_records.unpin()
 
 
 def test_a_backfill_of_an_older_night_never_moves_the_alias_backwards(fleet):

@@ -110,7 +110,7 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def model_command(args: argparse.Namespace) -> int:
-    from leap_pipeline.modeling import registry
+    from leap_pipeline.modeling import alias_records, registry
     from leap_pipeline.orchestration.promotion import alias_lock
 
     registry.configure_tracking(Path(args.data) / "mlflow" if args.data else None)
@@ -118,16 +118,16 @@ def model_command(args: argparse.Namespace) -> int:
         with alias_lock(install(args).data):  # never between a night's read and its move
             record = registry.promote(args.version, reason=args.reason)
             if args.pin:  # a person's choice: the next passing night must not undo it
-                registry.pin(record["to_version"], reason=args.reason)
+                alias_records.pin(record["to_version"], reason=args.reason)
         pinned = " (pinned: nights leave it there until `leap model unpin`)" if args.pin else ""
         print(f"production: version {record['from_version']} -> {record['to_version']}{pinned}")
     elif args.model_command == "unpin":
         with alias_lock(install(args).data):
-            held = registry.unpin()
+            held = alias_records.unpin()
         print("nothing was pinned" if held is None else f"unpinned version {held['version']}: "
               "the next passing night moves production")  # fmt: skip
     else:
-        held = registry.pinned()
+        held = alias_records.pinned()
         if held is not None:
             print(f"pinned to version {held['version']} by {held['by']} at {held['at']}: "
                   f"{held['reason']}")  # fmt: skip

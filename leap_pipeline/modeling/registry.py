@@ -26,14 +26,13 @@ from mlflow.types import ColSpec, Schema
 
 from leap_pipeline.settings import MODEL_NAME_ENV, environment, set_environment  # noqa: F401
 from leap_serving.launch.features import FEATURE_COLUMNS
-from leap_serving.registry.registered import LAST_NIGHT_TAG, SHA256_TAG
+from leap_serving.registry.registered import SHA256_TAG
 from leap_serving.registry.shipped import CODE_SHA256_TAG
 
 ALIAS = "production"
 EXPERIMENT = "leap-nightly"
 PROMOTION_TAG = "promotion"
 RETIRED_TAG = "retired_version"  # on a run whose registered version retention deleted
-PIN_TAG = "production_pinned"  # on the registered model: nights leave the alias where it is
 RUN_KINDS = ("nightly", "adhoc", "test")
 
 
@@ -134,62 +133,6 @@ def promote(version: str | int, reason: str, actor: str | None = None) -> dict:
     except BaseException:
         client.delete_model_version_tag(name, str(target.version), key)
         raise
-    return record
-
-
-def pin(version: str | int, reason: str, actor: str | None = None) -> dict:
-    """Hold the alias on ``version``: nights still register, but none moves the alias until
-    ``unpin``. A rollback is a person's decision; the next passing night must not undo it."""
-    record = {
-        "version": str(version),
-        "by": actor or getpass.getuser(),
-        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "reason": reason,
-    }
-    MlflowClient().set_registered_model_tag(model_name(), PIN_TAG, json.dumps(record))
-    return record
-
-
-def unpin() -> dict | None:
-    """Let nights move the alias again; the pin that was there, if any."""
-    held = pinned()
-    if held is not None:
-        MlflowClient().delete_registered_model_tag(model_name(), PIN_TAG)
-    return held
-
-
-def pinned(name: str | None = None) -> dict | None:
-    """The pin on the alias (version, by, at, reason), or None when nights may move it."""
-    try:
-        tags = MlflowClient().get_registered_model(name or model_name()).tags
-    except MlflowException:
-        return None  # no registered model yet: nothing is pinned
-    try:
-        return json.loads(tags[PIN_TAG]) if PIN_TAG in tags else None
-    except ValueError:  # written by hand, not by pin(): still a pin, its text the reason
-        return {"version": None, "by": None, "at": None, "reason": tags[PIN_TAG]}
-
-
-def record_last_night(day: dt.date | None, outcome: str, note: str) -> dict:
-    """Record how the newest night ended on the registered model (``LAST_NIGHT_TAG``), where a
-    launcher's ``/metrics`` reads it: ``promoted``, ``held`` (registered, the alias left where
-    it was) or ``failed`` (the run failed before its decision). An older night never replaces
-    a newer one's record."""
-    client, name = MlflowClient(), model_name()
-    record = {
-        "day": day.isoformat() if day else None,
-        "outcome": outcome,
-        "note": note,
-        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
-    try:
-        held = json.loads(client.get_registered_model(name).tags.get(LAST_NIGHT_TAG) or "{}")
-    except MlflowException:  # no registered model yet (a night failed before the first)
-        client.create_registered_model(name)
-        held = {}
-    if day is not None and (held.get("day") or "") > day.isoformat():
-        return held
-    client.set_registered_model_tag(name, LAST_NIGHT_TAG, json.dumps(record))
     return record
 
 

@@ -100,12 +100,14 @@ NIGHT_JOBS = ("nightly", "training")  # the jobs that train nights
 def _record_failed_night(context: dg.RunFailureSensorContext, run: dg.DagsterRun) -> None:
     """Record the failed night on the registered model, where a launcher's ``/metrics``
     (``leap_serve_last_night_*``) reads it; a registry that cannot be reached is logged."""
-    from leap_pipeline.modeling import registry
+    from leap_pipeline.modeling import alias_records, registry
 
     days = tagged_days(run.tags)
     try:
         registry.configure_tracking()
-        registry.record_last_night(max(days, default=None), "failed", f"run {run.run_id} failed")
+        alias_records.record_last_night(
+            max(days, default=None), "failed", f"run {run.run_id} failed"
+        )
     except Exception as exc:  # the alert matters more than the record: never raised
         context.log.warning(f"the failed night could not be recorded in the registry: {exc!r}")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from leap_pipeline.modeling import registry
+from leap_pipeline.modeling import alias_records, registry
 from leap_pipeline.orchestration.calendar import data_folder
 from leap_pipeline.orchestration.locks import advisory_held, held
 from leap_pipeline.orchestration.resources import (
@@ -53,7 +53,7 @@ def move_alias(
         current = registry.production_version()
         current_day = evaluation_day(current)
         moved = None
-        pin = registry.pinned()
+        pin = alias_records.pinned()
         if not passing:
             note = "not promoted: no night of the run passed its gate"
         elif pin is not None:
@@ -94,7 +94,7 @@ def move_alias(
         # the alias at a version retention then deletes
         deleted = registry.enforce_retention(training.registry_settings().keep_versions)
     newest = max((dt.date.fromisoformat(day) for day in model_evaluation), default=None)
-    registry.record_last_night(newest, "promoted" if moved else "held", note)
+    alias_records.record_last_night(newest, "promoted" if moved else "held", note)
     context.log.info(note)
     return dg.MaterializeResult(
         metadata={

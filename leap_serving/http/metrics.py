@@ -54,7 +54,8 @@ class _ModelCollector(Collector):
         ready = GaugeMetricFamily("leap_serve_model_ready", "1 once a model is loaded")
         ready.add_metric([], 1.0 if self.ranker.wait_ready(0) else 0.0)
         yield ready
-        age = self.ranker.stats()["model_age_days"]
+        stats = getattr(self.ranker, "stats", None)  # a stand-in ranker may have none
+        age = stats().get("model_age_days") if callable(stats) else None
         if age is not None:  # days since the night the model was trained for
             yield GaugeMetricFamily(
                 "leap_serve_model_age_days",
