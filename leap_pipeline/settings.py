@@ -49,6 +49,7 @@ DATABASE_URL_ENV = "LEAP_DATABASE_URL"
 MAX_CONCURRENT_RUNS_ENV = "LEAP_MAX_CONCURRENT_RUNS"
 MAX_CONCURRENT_STEPS_ENV = "LEAP_MAX_CONCURRENT_STEPS"
 ALERT_WEBHOOK_ENV = "LEAP_ALERT_WEBHOOK_URL"
+DASK_TLS_DIR_ENV = "LEAP_DASK_TLS_DIR"
 # the drivers the service extra installs: SQLAlchemy 2.1 reads a bare postgresql:// as psycopg
 # (version 3), which nothing here installs, so the Dagster and MLflow stores name psycopg2
 POSTGRES_SCHEMES = ("postgresql://", "postgresql+psycopg2://")
@@ -78,6 +79,7 @@ class Environment(BaseModel):
     max_concurrent_runs: int = Field(1, ge=1, le=64, alias=MAX_CONCURRENT_RUNS_ENV)
     max_concurrent_steps: int = Field(1, ge=1, le=64, alias=MAX_CONCURRENT_STEPS_ENV)
     alert_webhook_url: str = Field("", pattern=r"^https?://\S+$", alias=ALERT_WEBHOOK_ENV)
+    dask_tls_dir: Path | None = Field(None, alias=DASK_TLS_DIR_ENV)
 
     @property
     def warehouse_path(self) -> Path:
@@ -139,6 +141,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
         "a run's steps at once: 1 in the run's process, more in a process each",
     ),
     ALERT_WEBHOOK_ENV: ("(none)", "a URL each failed run is posted to (Slack-compatible JSON)"),
+    DASK_TLS_DIR_ENV: ("(none)", "the certificates a tls:// dask_scheduler is reached with"),
     "LEAP_MODEL_URI": ("models:/leap-throughput@production", "the model the Ranker loads"),
     "LEAP_ROUTING_SWITCHES": ("(none)", "a JSON file of switches the Ranker re-reads"),
     # `leap serve`'s, read by ``leap_serving.http.config`` (``serve_config`` below)

@@ -17,15 +17,49 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import joblib
 import numpy as np
 
+from leap_pipeline.settings import DASK_TLS_DIR_ENV, environment
 from leap_serving.model.cascade import BinnedCascade
 
 # the client of the enclosing ``expert_backend``, None outside one: what ``lone_fits`` submits to
 _CLIENT: ContextVar[Any] = ContextVar("leap_dask_client", default=None)
+# a TLS cluster's files in $LEAP_DASK_TLS_DIR (``leap up --dask`` writes them): the authority's
+# certificate, the certificate the scheduler, the workers and the clients present, its key
+DASK_TLS_FILES = ("ca.pem", "cert.pem", "key.pem")
+
+
+def dask_security(address: str, tls_dir: Path | None = None) -> Any:
+    """The ``distributed.security.Security`` a client of the scheduler at ``address`` needs:
+    None for a ``tcp://`` (or ``local``) one; for a ``tls://`` one, the certificates in
+    ``tls_dir`` (by default ``$LEAP_DASK_TLS_DIR``), encryption required, or else Dask's own
+    TLS settings (``distributed.comm.tls.*``). A TLS scheduler refuses a client that presents
+    no certificate its authority signed, so a missing one is an error here, naming the setting,
+    rather than a refused connection there."""
+    if not address.startswith("tls://"):
+        return None
+    from distributed.security import Security
+
+    folder = tls_dir or environment().dask_tls_dir
+    if folder is None:
+        security = Security()  # Dask's configuration, if it names certificates
+        if not security.tls_ca_file:
+            raise ValueError(
+                f"dask_scheduler={address!r} is a TLS address: set {DASK_TLS_DIR_ENV} to the "
+                f"folder of its {', '.join(DASK_TLS_FILES)} (leap up --dask prints it), or "
+                "Dask's distributed.comm.tls settings"
+            )
+        return security
+    missing = [name for name in DASK_TLS_FILES if not (folder / name).is_file()]
+    if missing:
+        raise ValueError(f"{DASK_TLS_DIR_ENV}={folder}: no {', '.join(missing)} in it")
+    ca, cert, key = (str(folder / name) for name in DASK_TLS_FILES)
+    return Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key,
+                    require_encryption=True)  # fmt: skip
 
 
 @contextmanager
@@ -33,7 +67,8 @@ def expert_backend(dask_scheduler: str = "") -> Iterator[None]:
     """Where the night's fits run: here and joblib's processes on this machine, or, with
     ``dask_scheduler`` (an address such as ``tcp://scheduler:8786``, or ``local`` for a cluster
     of two worker processes on this machine), a Dask cluster: the experts through joblib's
-    ``dask`` backend, the lone fits as one task each (``lone_fits``)."""
+    ``dask`` backend, the lone fits as one task each (``lone_fits``). A ``tls://`` address is
+    reached with the certificates ``dask_security`` finds."""
     if not dask_scheduler:
         yield
         return
@@ -49,7 +84,8 @@ def expert_backend(dask_scheduler: str = "") -> Iterator[None]:
         else None
     )
     try:
-        with Client(cluster or dask_scheduler) as client, joblib.parallel_config(backend="dask"):
+        client = Client(cluster or dask_scheduler, security=dask_security(dask_scheduler))
+        with client, joblib.parallel_config(backend="dask"):
             token = _CLIENT.set(client)
             try:
                 yield
