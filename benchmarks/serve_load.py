@@ -18,8 +18,13 @@ by default the demo's kind of model trained once and cached under data/bench-mod
 (10 simulated days at the demo's scale 0.1, the fast profile), registered in a throwaway store.
 The load generator shares the 2 cores with the server: its own cost is in every figure.
 
+`--app starlette,fastapi` measures instead `leap serve`'s app as built by each (the Starlette
+`create_app`, the FastAPI prototype `fastapi_app`), through one launcher, alternating for
+`--repeat` rounds (docs/decisions.md).
+
 Run: python benchmarks/serve_load.py [--model URI] [--duration 60] [--search-duration 10]
-     [--batch 50] [--no-mlflow] [--json]
+     [--search-factor 1.5] [--batch 50] [--no-mlflow] [--app starlette,fastapi --repeat 3]
+     [--json]
 """
 
 import argparse
@@ -175,6 +180,46 @@ def framework_server(framework: str, model_uri: str, port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
+APPS = ("starlette", "fastapi")
+
+
+def app_server(name: str, model_uri: str, port: int) -> None:
+    """``leap serve``'s own ``serve`` over the app ``name`` builds: ``starlette`` is
+    ``app.create_app`` (what ``leap serve`` runs), ``fastapi`` the prototype
+    ``fastapi_app.create_fastapi_app``. One launcher for both, so only the app differs."""
+    from leap_serving.http import server
+    from leap_serving.http.config import config_from_environment
+
+    if name == "fastapi":
+        from leap_serving.http.fastapi_app import create_fastapi_app
+
+        server.create_app = create_fastapi_app
+    server.serve(config_from_environment(port=port), model_uri)
+
+
+def compare_apps(uri: str, env: dict, launches: list[dict], work: Path, args) -> dict:
+    """Each app of ``args.app`` measured in turn, ``args.repeat`` rounds (a, b, a, b, ...), so a
+    drift in the host's load falls on both; each run a fresh server process."""
+    names = [n.strip() for n in args.app.split(",") if n.strip()]
+    if unknown := set(names) - set(APPS):
+        raise SystemExit(f"--app: {', '.join(sorted(unknown))} is not one of {', '.join(APPS)}")
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    for round_ in range(args.repeat):
+        for name in names:
+            command = [sys.executable, __file__, "--serve-app", name, "--model", uri,
+                       "--port", "{port}"]  # fmt: skip
+            with server(command, "/readyz", env, work / f"{name}-{round_}.log") as base:
+                result = measure(base, ("/v1/rank", "/v1/rank/batch"),
+                                 leap_bodies(launches, args.batch), args)  # fmt: skip
+            result["load"] = round(os.getloadavg()[0], 2)
+            runs[name].append(result)
+            print(json.dumps({"app": name, "round": round_, **{k: v for k, v in result.items()
+                              if k != "search"}}), file=sys.stderr)  # fmt: skip
+    keys = ("p50_ms", "p99_ms", "single_rankings_per_s", "batched_rankings_per_s")
+    summary = {n: {k: [r[k] for r in rs] for k in keys} for n, rs in runs.items()}
+    return {"runs": runs, "summary": summary}
+
+
 # -- the load ------------------------------------------------------------------------------------
 
 
@@ -256,9 +301,9 @@ async def open_loop(url: str, bodies: list[bytes], rate: float, duration: float)
 
 
 def search(url: str, bodies: list[bytes], per_request: int, start: float, duration: float,
-           steps: int = 14) -> dict:  # fmt: skip
+           factor: float = 1.5, steps: int = 24) -> dict:  # fmt: skip
     """The highest rankings/s (``per_request`` rankings a request) whose p99 stays under 50 ms
-    with no errors, going up by 1.5 from ``start`` until a step fails."""
+    with no errors, going up by ``factor`` from ``start`` until a step fails."""
     best, tried, rate = None, [], start
     for _ in range(steps):
         result = asyncio.run(open_loop(url, bodies, rate / per_request, duration))
@@ -266,7 +311,7 @@ def search(url: str, bodies: list[bytes], per_request: int, start: float, durati
         tried.append(result)
         if result["p99_ms"] is None or result["p99_ms"] >= P99_LIMIT_MS or result["errors"]:
             break
-        best, rate = round(rate), rate * 1.5
+        best, rate = round(rate), rate * factor
     return {"rankings_per_s": best, "steps": tried}
 
 
@@ -301,8 +346,9 @@ def mlflow_bodies(launches: list[dict], batch: int) -> tuple[list[bytes], list[b
 def measure(base: str, path: str, bodies: tuple[list[bytes], list[bytes]], args) -> dict:
     single, batched = bodies
     fixed = asyncio.run(open_loop(base + path[0], single, args.rate, args.duration))
-    one = search(base + path[0], single, 1, 50.0, args.search_duration)
-    many = search(base + path[1], batched, args.batch, 250.0, args.search_duration)
+    one = search(base + path[0], single, 1, 50.0, args.search_duration, args.search_factor)
+    many = search(base + path[1], batched, args.batch, 250.0, args.search_duration,
+                  args.search_factor)  # fmt: skip
     return {**fixed, "single_rankings_per_s": one["rankings_per_s"],
             "batched_rankings_per_s": many["rankings_per_s"],
             "search": {"single": one["steps"], "batched": many["steps"]}}  # fmt: skip
@@ -322,12 +368,25 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=50, help="launches a batch request")
     parser.add_argument("--no-mlflow", action="store_true", help="skip mlflow models serve")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    parser.add_argument("--search-factor", type=float, default=1.5,
+                        help="each search step's rate over the last's")  # fmt: skip
+    parser.add_argument(
+        "--app",
+        default="",
+        help="instead of leap serve beside mlflow: "
+        "leap serve's app built by each of these, comma-separated (starlette: "
+        "app.create_app; fastapi: the prototype fastapi_app), alternating",
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of --app")
+    parser.add_argument("--serve-app", choices=APPS, help=argparse.SUPPRESS)
     parser.add_argument("--framework-server", choices=("starlette", "fastapi"),
                         help=argparse.SUPPRESS)  # fmt: skip
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.framework_server:
         return framework_server(args.framework_server, args.model, args.port)
+    if args.serve_app:
+        return app_server(args.serve_app, args.model, args.port)
 
     BASE.mkdir(parents=True, exist_ok=True)
     folder = build_base(BASE)
@@ -348,6 +407,14 @@ def main() -> None:
         report: dict = {"model": uri if args.model else f"demo-sized ({folder})",
                         "rate": args.rate, "duration_s": args.duration, "batch": args.batch,
                         "load_before": round(os.getloadavg()[0], 2)}  # fmt: skip
+        if args.app:
+            report.update(compare_apps(uri, env, launches, work, args))
+            report["load_after"] = round(os.getloadavg()[0], 2)
+            if not args.json:
+                for name, figures in report["summary"].items():
+                    print(f"{name}: {json.dumps(figures)}")
+            print(json.dumps(report))
+            return
         leap = [str(BIN / "leap"), "serve", "--model", uri, "--port", "{port}"]
         with server(leap, "/readyz", env, work / "leap.log") as base:
             report.update(measure(base, ("/v1/rank", "/v1/rank/batch"),
