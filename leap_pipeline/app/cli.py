@@ -32,7 +32,8 @@ class _PrintVersion(argparse.Action):
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            parser.exit(0, f"leap {version('leap')}\n")
+            print(f"leap {version('leap')}")  # on stdout, as argparse's own version action
+            parser.exit(0)
         except PackageNotFoundError:
             parser.exit(1, "leap: error: no installed distribution named leap to read a version "
                         "from: install the project (pip install -e .)\n")  # fmt: skip
