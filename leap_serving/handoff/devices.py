@@ -8,7 +8,7 @@ the ranking never priced: ``num_trainers: 2`` handed on as one device is a diffe
 
 The rule is applied here to one host in plain Python rather than by importing ``job_devices``:
 the contract module loads polars and numpy (about 0.3 s), which ``leap rank --server --format``
-must not wait for; ``tests/test_handoff.py`` holds the two equal.
+must not wait for; ``tests/test_rank_server.py`` holds the two equal.
 """
 
 from __future__ import annotations
