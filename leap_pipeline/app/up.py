@@ -1,52 +1,63 @@
 """``leap up``: the service topology on one machine, started and stopped as one.
 
-An embedded Postgres (``postgres``: a Unix socket in its data folder, no TCP port) holds two
-databases: ``dagster``, the instance's runs, event logs and schedules, and ``mlflow``, the
-tracking and registry store of an MLflow server whose artifacts stay in the data folder.
-Dagster's webserver and daemon run on that instance (``$DAGSTER_HOME`` is ``dagster-postgres``
-in the data folder, its dagster.yaml written from the settings at each start), and with
-``--dask`` a Dask scheduler and its workers take the experts' fits. Each server runs in a process
-group of its own (``ui``'s helpers); Ctrl-C or SIGTERM stops them all, Postgres last. One ``leap
-up`` per data folder: a lock in ``locks/`` refuses a second one before it touches anything, and
-records the servers, which the next ``leap up`` stops if this one was killed. The embedded
-default (``leap demo``, ``leap ui``) needs none of this.
+An embedded Postgres (``postgres``: a Unix socket in its data folder, no TCP port) holds three
+databases: ``dagster``, the instance's runs, event logs and schedules, ``mlflow``, the tracking
+and registry store of an MLflow server whose artifacts stay in the data folder, and
+``mlflow_auth``, that server's accounts. Dagster's webserver and daemon run on that instance
+(``$DAGSTER_HOME`` is ``dagster-postgres`` in the data folder, its dagster.yaml written from the
+settings at each start), and with ``--dask`` a Dask scheduler and its workers take the experts'
+fits. Each server runs in a process group of its own (``ui``'s helpers); Ctrl-C or SIGTERM stops
+them all, Postgres last. One ``leap up`` per data folder: a lock in ``locks/`` refuses a second
+one before it touches anything, and records the servers, which the next ``leap up`` stops if this
+one was killed. The embedded default (``leap demo``, ``leap ui``) needs none of this.
+
+Locked down by default, with secrets generated once per data folder in ``secrets/``
+(``credentials``), none of them on a command line: Postgres asks every connection for its
+password (scram-sha-256), MLflow's server runs its basic-auth app (the pipeline's processes
+hold the one account that may change anything), the Dask cluster speaks TLS and takes only
+clients holding its certificate, and every server listens on the loopback address.
+Supervision (``supervision``) starts again a server that exits, and one that stops answering its
+health probe (MLflow's ``/health``, a query on Postgres).
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
-import fcntl
 import importlib.util
-import json
-import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
+from leap_pipeline.app.credentials import MlflowAuth, dask_certificates, mlflow_auth
 from leap_pipeline.app.postgres import STOP_WAIT_S, EmbeddedPostgres, database_url
+from leap_pipeline.app.supervision import (
+    PROBE_TIMEOUT_S,
+    READY_TIMEOUT_S,
+    Probe,
+    holding_folder,
+    stop_retired,
+    supervise,
+)
 from leap_pipeline.app.ui import (
     PROJECT,
-    STOP_TIMEOUT_S,
     answers,
     interrupted_by_signals,
+    mlflow_server,
     start_group,
     stop_groups,
     ui_environment,
 )
+from leap_pipeline.modeling.parallel import DASK_TLS_FILES
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.instance import write_dagster_home
 from leap_pipeline.settings import (
+    DASK_TLS_DIR_ENV,
     DATA_ENV,
     DATABASE_URL_ENV,
     MAX_CONCURRENT_RUNS_ENV,
@@ -55,12 +66,7 @@ from leap_pipeline.settings import (
     sqlalchemy_url,
 )
 
-DATABASES = ("dagster", "mlflow")
-READY_TIMEOUT_S = 180.0
-# a server that exits is started again, as a service manager would, unless it exited this many
-# times within the window: then something is wrong that a restart does not fix, and all stop
-MAX_RESTARTS = 5
-RESTART_WINDOW_S = 600.0
+DATABASES = ("dagster", "mlflow", "mlflow_auth")
 INSTALL_SERVICE = "pip install -c constraints.txt -e '.[service]'"
 
 
@@ -88,129 +94,65 @@ def check_installed(dask: bool) -> None:
         raise ValueError("--dask needs Dask's distributed: pip install -e '.[dask]'")
 
 
-def _holder(text: str) -> dict:
-    try:
-        return json.loads(text)
-    except ValueError:  # empty (a clean stop cleared it) or written by another release
-        return {}
-
-
-def group_members(pgid: int, before: float) -> list[psutil.Process]:
-    """The processes of the process group ``pgid`` that started no later than ``before`` (a
-    group id is one of its members' process ids: a process started since cannot belong to the
-    group that was there)."""
-    found = []
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if os.getpgid(process.pid) == pgid and process.create_time() <= before:
-                found.append(process)
-    return found
-
-
-def stop_retired(groups: list[tuple[int, float]], log: Callable) -> None:
-    """End what is left of the groups of servers that exited and were started again (their
-    run workers, their code servers): SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``. Only on a
-    stop of the whole service, never on a restart: a restart ends only what it restarts."""
-    for pgid, retired_at in groups:
-        members = group_members(pgid, retired_at)
-        if not members:
-            continue
-        log(f"stopping {len(members)} process(es) left by a server that was started again "
-            f"(group {pgid})")  # fmt: skip
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
-        for process in psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)[1]:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-
-
-def _stop_leftovers(servers: dict, log: Callable, retired: list | None = None) -> None:
-    """Stop the servers a ``leap up`` that was killed (SIGKILL, a crash) left running: each
-    recorded group whose leader is still the process recorded (same start time), and what is
-    left of the groups of servers it had started again."""
-    stop_retired([(int(pgid), float(at)) for pgid, at in retired or []], log)
-    for name, (pid, started) in servers.items():
-        with contextlib.suppress(psutil.NoSuchProcess):
-            leader = psutil.Process(pid)
-            if abs(leader.create_time() - started) > 0.01:
-                continue  # the pid was reused by another process
-            log(f"stopping the {name} server a killed leap up left running (pid {pid})")
-            os.killpg(pid, signal.SIGTERM)
-            if psutil.wait_procs([leader], timeout=STOP_TIMEOUT_S)[1]:
-                os.killpg(pid, signal.SIGKILL)  # cannot be ignored: gone within moments
-                psutil.wait_procs([leader], timeout=STOP_TIMEOUT_S)
-
-
-@contextlib.contextmanager
-def holding_folder(data: Path, log: Callable = print) -> Iterator[Callable[[dict], None]]:
-    """Hold ``locks/up.lock`` in ``data`` (an ``flock``: a killed holder frees it): a second
-    ``leap up`` on the folder fails, naming the first. The file records the holder and its
-    servers (``record(processes)``): the next ``leap up`` after a killed one stops those first."""
-    path = data / "locks" / "up.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as handle:
-        handle.seek(0)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(handle.read())
-            raise ValueError(
-                f"leap up already runs on {data} (pid {holder.get('pid', '?')}, since "
-                f"{holder.get('since', '?')}; lock {path}): use that one, or stop it first "
-                "(Ctrl-C in its terminal, or kill -TERM its pid)"
-            ) from None
-        left = _holder(handle.read())
-        _stop_leftovers(left.get("servers", {}), log, left.get("retired"))
-        since = dt.datetime.now().isoformat(timespec="seconds")
-
-        def record(processes: dict[str, subprocess.Popen], retired: list | None = None) -> None:
-            servers = {}
-            for name, process in processes.items():
-                with contextlib.suppress(psutil.NoSuchProcess):  # exited at once: none to stop
-                    servers[name] = [process.pid, psutil.Process(process.pid).create_time()]
-            handle.seek(0)
-            handle.truncate()
-            holder = {"pid": os.getpid(), "since": since, "servers": servers}
-            json.dump({**holder, "retired": retired or []}, handle)
-            handle.flush()
-
-        record({})
-        try:
-            yield record
-        finally:
-            handle.seek(0)
-            handle.truncate()  # stopped cleanly: nothing left to stop
-
-
-def service_environment(install: Environment, ports: Ports) -> dict[str, str]:
-    """What every process of the service runs with, and what a launcher needs to use it."""
-    return {
+def service_environment(
+    install: Environment,
+    ports: Ports,
+    auth: MlflowAuth | None = None,
+    dask_tls: Path | None = None,
+) -> dict[str, str]:
+    """What every process of the service runs with, and what a launcher needs to use it: with
+    ``auth``, the pipeline's MLflow account (``MLFLOW_TRACKING_USERNAME`` and ``_PASSWORD``,
+    which MLflow's client reads), with ``dask_tls`` the folder of the Dask cluster's
+    certificates (``LEAP_DASK_TLS_DIR``, which the training resource's client reads)."""
+    found = {
         DATA_ENV: str(install.data),
         "DAGSTER_HOME": str(install.service_dagster_home),
         DATABASE_URL_ENV: install.database_url,
         "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{ports.mlflow}",
     }
+    if auth is not None:
+        found.update(auth.client_environment())
+    if dask_tls is not None:
+        found[DASK_TLS_DIR_ENV] = str(dask_tls)
+    return found
 
 
-def _mlflow_store(install: Environment) -> str:
-    """The MLflow server's backend store: the ``mlflow`` database beside Dagster's."""
-    return sqlalchemy_url(database_url(install.database_url, "mlflow"))
+def _mlflow_store(install: Environment, database: str = "mlflow") -> str:
+    """The MLflow server's backend store: the ``mlflow`` database beside Dagster's (or, as
+    ``database``, another of the server's)."""
+    return sqlalchemy_url(database_url(install.database_url, database))
+
+
+def dask_address(ports: Ports) -> str:
+    """The Dask scheduler's address: TLS on the loopback address."""
+    return f"tls://127.0.0.1:{ports.dask}"
+
+
+def _dask_tls_arguments(folder: Path) -> list[str]:
+    ca, cert, key = (str(folder / name) for name in DASK_TLS_FILES)
+    return ["--tls-ca-file", ca, "--tls-cert", cert, "--tls-key", key]
 
 
 def commands(
-    install: Environment, ports: Ports, dask_workers: int = 0
+    install: Environment,
+    ports: Ports,
+    dask_workers: int = 0,
+    auth: MlflowAuth | None = None,
+    dask_tls: Path | None = None,
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """The servers: name -> (argv, environment), all on the loopback address."""
-    shared = service_environment(install, ports)
+    """The servers: name -> (argv, environment), all on the loopback address; MLflow with its
+    basic-auth app when ``auth`` is given, Dask (``dask_workers``) on TLS with the certificates
+    in ``dask_tls``."""
+    if dask_workers and dask_tls is None:
+        raise ValueError(f"dask_workers={dask_workers} needs dask_tls: the cluster runs on TLS")
+    shared = service_environment(install, ports, auth, dask_tls if dask_workers else None)
     env = {**ui_environment(install.data), **shared}
     workspace = str(PROJECT / "workspace.yaml")
     mlflow_store = _mlflow_store(install)
     found = {
-        "mlflow": (
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", mlflow_store,
-             "--artifacts-destination", (install.mlflow_store / "artifacts").as_uri(),
-             "--workers", "1", "--host", "127.0.0.1", "--port", str(ports.mlflow)],
-            {**env, "MLFLOW_TRACKING_URI": mlflow_store},
+        "mlflow": mlflow_server(
+            mlflow_store, install.mlflow_store / "artifacts", ports.mlflow,
+            {**env, "MLFLOW_TRACKING_URI": mlflow_store}, proxy_artifacts=True, auth=auth,
         ),
         "dagster-webserver": (
             [_script("dagster-webserver"), "-w", workspace, "-h", "127.0.0.1",
@@ -220,17 +162,21 @@ def commands(
         "dagster-daemon": ([_script("dagster-daemon"), "run", "-w", workspace], env),
     }  # fmt: skip
     if dask_workers:
-        scheduler = f"tcp://127.0.0.1:{ports.dask}"
         scratch = str(install.data / "dask")
+        tls = _dask_tls_arguments(dask_tls)
+        # every connection the scheduler and the workers make encrypted too, not only those
+        # they accept (Dask's own setting, read from the environment)
+        dask_env = {**env, "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
         found["dask-scheduler"] = (
             [_script("dask"), "scheduler", "--host", "127.0.0.1", "--port", str(ports.dask),
-             "--no-dashboard"],
-            env,
+             "--protocol", "tls", *tls, "--no-dashboard"],
+            dask_env,
         )  # fmt: skip
         found["dask-worker"] = (
-            [_script("dask"), "worker", scheduler, "--nworkers", str(dask_workers),
-             "--nthreads", "1", "--no-dashboard", "--local-directory", scratch],
-            env,
+            [_script("dask"), "worker", dask_address(ports), "--nworkers", str(dask_workers),
+             "--nthreads", "1", "--host", "127.0.0.1", *tls, "--no-dashboard",
+             "--local-directory", scratch],
+            dask_env,
         )  # fmt: skip
     return found
 
@@ -264,42 +210,23 @@ def _wait_ready(processes: dict, ports: Ports, log: Callable) -> bool:
     return True
 
 
-def supervise(
-    processes: dict[str, subprocess.Popen],
-    commands: dict[str, tuple[list[str], dict[str, str]]],
-    record: Callable,
-    log: Callable = print,
-    retired: list[tuple[int, float]] | None = None,
-) -> int:
-    """Until Ctrl-C: start again each server that exits (the MLflow server killed, the daemon
-    crashed), saying so; after ``MAX_RESTARTS`` exits of one server within
-    ``RESTART_WINDOW_S``, stop everything (1). A restart ends only the process it restarts,
-    which has exited already: what it started stays (the daemon's code server, and the run
-    workers that server started, which finish their nights, the code server exiting after its
-    last run), its group remembered in ``retired`` so that stopping the service ends it too.
-    Work in flight rides the gap: MLflow's client retries its requests, Dagster's run workers
-    and storage reconnect."""
-    retired = retired if retired is not None else []
-    exits: dict[str, list[float]] = {name: [] for name in processes}
-    while True:
-        for name, process in list(processes.items()):
-            if process.poll() is None:
-                continue
-            now = time.monotonic()
-            exits[name] = [t for t in exits[name] if now - t < RESTART_WINDOW_S] + [now]
-            if len(exits[name]) > MAX_RESTARTS:
-                times, code = len(exits[name]), process.returncode
-                log(f"the {name} server exited {times} times within {RESTART_WINDOW_S:.0f} s "
-                    f"(last code {code}): stopping")  # fmt: skip
-                return 1
-            # its group outlives it: a daemon's run workers are in it, mid-night
-            retired.append((process.pid, time.time()))
-            argv, env = commands[name]
-            processes[name] = start_group(argv, env)
-            record(processes, retired)
-            log(f"the {name} server exited with code {process.returncode}: started again "
-                f"(pid {processes[name].pid})")  # fmt: skip
-        time.sleep(0.5)
+def health_probes(postgres: EmbeddedPostgres, ports: Ports, log: Callable) -> dict[str, Probe]:
+    """MLflow's ``/health`` (which its auth app leaves open) and a query on Postgres, each
+    within ``PROBE_TIMEOUT_S``; Postgres restarted by stopping and starting it (a stop that
+    cannot end it kills it), a start that fails said and probed again."""
+
+    def restart_postgres() -> None:
+        how = postgres.stop()
+        try:
+            postgres.start()
+        except (ValueError, OSError) as exc:
+            log(f"Postgres did not start again after its stop ({how}): {exc}")
+
+    health = f"http://127.0.0.1:{ports.mlflow}/health"
+    return {
+        "mlflow": Probe(lambda: answers(health, timeout=PROBE_TIMEOUT_S)),
+        "postgres": Probe(postgres.ready, restart=restart_postgres),
+    }
 
 
 def upgrade_databases(install: Environment, created: list[str], log: Callable) -> None:
@@ -327,21 +254,55 @@ def _create_dagster_tables(home: Path) -> None:
         pass
 
 
-def _announce(install: Environment, ports: Ports, dask: bool, took: float, log: Callable) -> None:
-    shared = service_environment(install, ports)
+def exports(
+    install: Environment, ports: Ports, auth: MlflowAuth, dask_tls: Path | None
+) -> list[str]:
+    """The ``export`` lines another process's shell runs to use the service: the password as
+    ``"$(cat FILE)"``, read from its file when the line runs, never printed itself."""
+    plain = service_environment(install, ports, None, dask_tls)
+    shown = {name: shlex.quote(value) for name, value in plain.items()}
+    shown.update(auth.client_exports())
+    return [f"export {name}={value}" for name, value in shown.items()]
+
+
+def read_exports(lines: list[str]) -> dict[str, str]:
+    """The variables ``export`` lines (as ``leap up`` prints them) set, each ``"$(cat FILE)"``
+    read from its file as the shell would: for a test or a benchmark that uses the service as
+    a launcher would, without a shell."""
+    found = {}
+    for line in lines:
+        if not line.strip().startswith("export "):
+            continue
+        name, _, value = shlex.split(line.strip().removeprefix("export "))[0].partition("=")
+        if value.startswith("$(cat ") and value.endswith(")"):
+            value = Path(shlex.split(value[len("$(cat ") : -1])[0]).read_text().rstrip("\n")
+        found[name] = value
+    return found
+
+
+def _announce(
+    install: Environment,
+    ports: Ports,
+    auth: MlflowAuth,
+    dask_tls: Path | None,
+    took: float,
+    log: Callable,
+) -> None:
     log(f"leap up: ready in {took:.1f} s on {install.data}")
-    log(f"  Dagster UI:  http://127.0.0.1:{ports.dagster}  (webserver; the daemon runs the "
-        "schedule)")  # fmt: skip
-    log(f"  MLflow:      {shared['MLFLOW_TRACKING_URI']}  (tracking, registry, artifacts)")
-    log(f"  Postgres:    {database_url(install.database_url, 'postgres')}  (this machine only; "
-        f"databases {', '.join(DATABASES)})")  # fmt: skip
-    if dask:
-        log(f"  Dask:        tcp://127.0.0.1:{ports.dask}  (set the training resource's "
-            f"dask_scheduler to it: resources: {{training: {{config: {{dask_scheduler: "
-            f"tcp://127.0.0.1:{ports.dask}}}}}}})")  # fmt: skip
+    log(f"  Dagster UI:  http://127.0.0.1:{ports.dagster}  (webserver, no login: this machine "
+        "only; the daemon runs the schedule)")  # fmt: skip
+    log(f"  MLflow:      http://127.0.0.1:{ports.mlflow}  (tracking, registry, artifacts; "
+        f"basic auth: account {auth.username!r}, password in {auth.password_file})")  # fmt: skip
+    log(f"  Postgres:    {database_url(install.database_url, 'postgres')}  (this machine only, "
+        f"scram-sha-256; databases {', '.join(DATABASES)})")  # fmt: skip
+    if dask_tls is not None:
+        address = dask_address(ports)
+        log(f"  Dask:        {address}  (TLS, certificates in {dask_tls}; set the training "
+            f"resource's dask_scheduler to it: resources: {{training: {{config: "
+            f"{{dask_scheduler: {address}}}}}}})")  # fmt: skip
     log("A launcher or any other process on this machine uses the service with:")
-    for name, value in shared.items():
-        log(f"  export {name}={shlex.quote(value)}")
+    for line in exports(install, ports, auth, dask_tls):
+        log(f"  {line}")
     log("Ctrl-C stops everything, Postgres last.")
 
 
@@ -352,9 +313,9 @@ def serve(
     upgrade: bool = False,
     log: Callable = print,
 ) -> int:
-    """Run the service until Ctrl-C (or SIGTERM), starting again a server that exits
-    (``supervise``); with ``upgrade``, migrate its databases first (after installing a new
-    release)."""
+    """Run the service until Ctrl-C (or SIGTERM), starting again a server that exits or fails
+    its health probe (``supervise``); with ``upgrade``, migrate its databases first (after
+    installing a new release)."""
     started = time.monotonic()
     ports = ports or Ports()
     data = data.resolve()
@@ -372,18 +333,25 @@ def serve(
                 DATABASE_URL_ENV: database_url(postgres.uri, "dagster"),
                 MAX_CONCURRENT_RUNS_ENV: str(environment().max_concurrent_runs),
             })  # fmt: skip
+            if postgres.migrated:
+                log(f"Postgres on {postgres.folder} trusted every local connection (an "
+                    "earlier release): it now asks for the password in "
+                    f"{postgres.password_file}")  # fmt: skip
             home = write_dagster_home(install.service_dagster_home, install)
             if upgrade:
                 upgrade_databases(install, created, log)
             _create_dagster_tables(home)
-            servers = commands(install, ports, dask_workers)
+            auth = mlflow_auth(data, _mlflow_store(install, "mlflow_auth"))
+            dask_tls = dask_certificates(data) if dask_workers else None
+            servers = commands(install, ports, dask_workers, auth, dask_tls)
             for name, (argv, env) in servers.items():
                 processes[name] = start_group(argv, env)
                 record(processes)
             if not _wait_ready(processes, ports, log):
                 return 1
-            _announce(install, ports, dask_workers > 0, time.monotonic() - started, log)
-            return supervise(processes, servers, record, log, retired)
+            _announce(install, ports, auth, dask_tls, time.monotonic() - started, log)
+            return supervise(processes, servers, record, log, retired,
+                             health_probes(postgres, ports, log))  # fmt: skip
         except KeyboardInterrupt:
             log("stopping the service")
             return 0

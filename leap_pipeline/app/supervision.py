@@ -1,0 +1,241 @@
+"""How ``leap up`` keeps its servers: one ``leap up`` per data folder (``holding_folder``, a lock
+that also records the servers, so the next ``leap up`` stops what a killed one left), and the
+supervision that starts again a server that exits or stops answering its health probe
+(``supervise``, ``Probe``), within a limit past which something is wrong that a restart does not
+fix. The servers themselves, and what they run with, are ``up``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from leap_pipeline.app.ui import STOP_TIMEOUT_S, start_group, stop_groups
+
+# how long the servers may take to answer at a start; a restarted one's probe counts no failure
+# before it answered or this long has passed
+READY_TIMEOUT_S = 180.0
+# a server that exits is started again, as a service manager would, unless it exited this many
+# times within the window: then something is wrong that a restart does not fix, and all stop
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 600.0
+# a server that hangs (answers nothing, exits never) is found by its health probe, every
+# PROBE_INTERVAL_S, each try given PROBE_TIMEOUT_S; PROBE_FAILURES failures in a row restart it
+# (counted with the exits above). A 30 s outage at most before the restart: MLflow's clients
+# retry for longer, Dagster's storage reconnects
+PROBE_INTERVAL_S = 10.0
+PROBE_TIMEOUT_S = 5.0
+PROBE_FAILURES = 3
+
+
+def _holder(text: str) -> dict:
+    try:
+        return json.loads(text)
+    except ValueError:  # empty (a clean stop cleared it) or written by another release
+        return {}
+
+
+def group_members(pgid: int, before: float) -> list[psutil.Process]:
+    """The processes of the process group ``pgid`` that started no later than ``before`` (a
+    group id is one of its members' process ids: a process started since cannot belong to the
+    group that was there)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if os.getpgid(process.pid) == pgid and process.create_time() <= before:
+                found.append(process)
+    return found
+
+
+def stop_retired(groups: list[tuple[int, float]], log: Callable) -> None:
+    """End what is left of the groups of servers that exited and were started again (their
+    run workers, their code servers): SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``. Only on a
+    stop of the whole service, never on a restart: a restart ends only what it restarts."""
+    for pgid, retired_at in groups:
+        members = group_members(pgid, retired_at)
+        if not members:
+            continue
+        log(f"stopping {len(members)} process(es) left by a server that was started again "
+            f"(group {pgid})")  # fmt: skip
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        for process in psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)[1]:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+
+def _stop_leftovers(servers: dict, log: Callable, retired: list | None = None) -> None:
+    """Stop the servers a ``leap up`` that was killed (SIGKILL, a crash) left running: each
+    recorded group whose leader is still the process recorded (same start time), and what is
+    left of the groups of servers it had started again."""
+    stop_retired([(int(pgid), float(at)) for pgid, at in retired or []], log)
+    for name, (pid, started) in servers.items():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            leader = psutil.Process(pid)
+            if abs(leader.create_time() - started) > 0.01:
+                continue  # the pid was reused by another process
+            log(f"stopping the {name} server a killed leap up left running (pid {pid})")
+            os.killpg(pid, signal.SIGTERM)
+            if psutil.wait_procs([leader], timeout=STOP_TIMEOUT_S)[1]:
+                os.killpg(pid, signal.SIGKILL)  # cannot be ignored: gone within moments
+                psutil.wait_procs([leader], timeout=STOP_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def holding_folder(data: Path, log: Callable = print) -> Iterator[Callable[[dict], None]]:
+    """Hold ``locks/up.lock`` in ``data`` (an ``flock``: a killed holder frees it): a second
+    ``leap up`` on the folder fails, naming the first. The file records the holder and its
+    servers (``record(processes)``): the next ``leap up`` after a killed one stops those first."""
+    path = data / "locks" / "up.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as handle:
+        handle.seek(0)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(handle.read())
+            raise ValueError(
+                f"leap up already runs on {data} (pid {holder.get('pid', '?')}, since "
+                f"{holder.get('since', '?')}; lock {path}): use that one, or stop it first "
+                "(Ctrl-C in its terminal, or kill -TERM its pid)"
+            ) from None
+        left = _holder(handle.read())
+        _stop_leftovers(left.get("servers", {}), log, left.get("retired"))
+        since = dt.datetime.now().isoformat(timespec="seconds")
+
+        def record(processes: dict[str, subprocess.Popen], retired: list | None = None) -> None:
+            servers = {}
+            for name, process in processes.items():
+                with contextlib.suppress(psutil.NoSuchProcess):  # exited at once: none to stop
+                    servers[name] = [process.pid, psutil.Process(process.pid).create_time()]
+            handle.seek(0)
+            handle.truncate()
+            holder = {"pid": os.getpid(), "since": since, "servers": servers}
+            json.dump({**holder, "retired": retired or []}, handle)
+            handle.flush()
+
+        record({})
+        try:
+            yield record
+        finally:
+            handle.seek(0)
+            handle.truncate()  # stopped cleanly: nothing left to stop
+
+
+@dataclass
+class Probe:
+    """The health probe of a server that can hang rather than exit: ``check`` answers whether
+    it is healthy (bounded by its own timeout), asked every ``interval_s``. ``PROBE_FAILURES``
+    failures in a row restart the server: ``restart`` if given (Postgres, which is no process of
+    ``processes``), else its process in ``processes`` under the probe's name, ended with its
+    group and started again. Failures count only once the server has answered since it
+    (re)started, or ``grace_s`` after: a server still starting is not hung."""
+
+    check: Callable[[], bool]
+    restart: Callable[[], None] | None = None
+    interval_s: float = PROBE_INTERVAL_S
+    grace_s: float = READY_TIMEOUT_S
+    failures: int = 0
+    armed: bool = False
+    started: float = field(default_factory=time.monotonic)
+    due: float = 0.0
+
+    def reset(self, now: float) -> None:
+        """A (re)start: nothing counted, not armed until it answers (or ``grace_s`` passes)."""
+        self.failures, self.armed, self.started, self.due = 0, False, now, now + self.interval_s
+
+    def failed(self, now: float) -> bool:
+        """Probe now if due; True when the server has failed ``PROBE_FAILURES`` times in a row
+        (counted once armed)."""
+        if now < self.due:
+            return False
+        healthy = self.check()
+        self.due = time.monotonic() + self.interval_s
+        if healthy:
+            self.failures, self.armed = 0, True
+            return False
+        if self.armed or now - self.started >= self.grace_s:
+            self.armed = True
+            self.failures += 1
+        return self.failures >= PROBE_FAILURES
+
+
+def _count_restart(exits: list[float], now: float) -> list[float]:
+    return [t for t in exits if now - t < RESTART_WINDOW_S] + [now]
+
+
+def supervise(
+    processes: dict[str, subprocess.Popen],
+    commands: dict[str, tuple[list[str], dict[str, str]]],
+    record: Callable,
+    log: Callable = print,
+    retired: list[tuple[int, float]] | None = None,
+    probes: dict[str, Probe] | None = None,
+) -> int:
+    """Until Ctrl-C: start again each server that exits (the MLflow server killed, the daemon
+    crashed), and each whose health probe (``probes``, by name) fails ``PROBE_FAILURES`` times
+    in a row (MLflow hung, Postgres stopped or hung), saying so; after ``MAX_RESTARTS``
+    restarts of one server within ``RESTART_WINDOW_S``, stop everything (1). A restart after an
+    exit ends only the process it restarts, which has exited already: what it started stays
+    (the daemon's code server, and the run workers that server started, which finish their
+    nights, the code server exiting after its last run), its group remembered in ``retired`` so
+    that stopping the service ends it too. A hung server's whole group is ended (MLflow's
+    uvicorn worker holds its port; it runs no one's work), then it starts again; Postgres is
+    stopped and started by its ``restart``. Work in flight rides the gap: MLflow's client
+    retries its requests, Dagster's run workers and storage reconnect."""
+    retired = retired if retired is not None else []
+    probes = probes or {}
+    exits: dict[str, list[float]] = {name: [] for name in [*processes, *probes]}
+
+    def too_many(name: str, what: str, last: str) -> bool:
+        exits[name] = _count_restart(exits[name], time.monotonic())
+        if len(exits[name]) > MAX_RESTARTS:
+            log(f"the {name} server {what} {len(exits[name])} times within "
+                f"{RESTART_WINDOW_S:.0f} s ({last}): stopping")  # fmt: skip
+            return True
+        return False
+
+    while True:
+        for name, process in list(processes.items()):
+            if process.poll() is None:
+                continue
+            if too_many(name, "exited", f"last code {process.returncode}"):
+                return 1
+            # its group outlives it: a daemon's run workers are in it, mid-night
+            retired.append((process.pid, time.time()))
+            argv, env = commands[name]
+            processes[name] = start_group(argv, env)
+            record(processes, retired)
+            if name in probes:
+                probes[name].reset(time.monotonic())
+            log(f"the {name} server exited with code {process.returncode}: started again "
+                f"(pid {processes[name].pid})")  # fmt: skip
+        for name, probe in probes.items():
+            if not probe.failed(time.monotonic()):
+                continue
+            if too_many(name, "needed a restart", "last: its health probe failed"):
+                return 1
+            log(f"the {name} server failed its health probe {PROBE_FAILURES} times in a row "
+                f"(every {probe.interval_s:.0f} s): restarting it")  # fmt: skip
+            if probe.restart is not None:
+                probe.restart()
+            elif name in processes:
+                stop_groups({name: processes[name]})  # SIGTERM, then SIGKILL: hung, after all
+                argv, env = commands[name]
+                processes[name] = start_group(argv, env)
+                record(processes, retired)
+            probe.reset(time.monotonic())
+            log(f"the {name} server started again"
+                + (f" (pid {processes[name].pid})" if name in processes else ""))  # fmt: skip
+        time.sleep(0.5)
