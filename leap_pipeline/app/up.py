@@ -306,6 +306,21 @@ def _announce(
     log("Ctrl-C stops everything, Postgres last.")
 
 
+def carry_demo_model(install: Environment, env: dict[str, str], log: Callable) -> None:
+    """The data folder's embedded registry's production model (a demo's) carried into the
+    service's registry when that has none (``carry.py``), in a process of its own with the
+    service's environment. A carry that fails is logged; the service runs on without it."""
+    if not (install.mlflow_store / "mlflow.db").exists():
+        return
+    argv = [sys.executable, "-m", "leap_pipeline.app.carry", str(install.mlflow_store)]
+    done = subprocess.run(argv, env=env, cwd=PROJECT, capture_output=True, text=True)
+    for line in done.stdout.splitlines():
+        log(line)
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
+        log(f"carrying the embedded registry's production model failed: {tail[0]}")
+
+
 def serve(
     data: Path,
     ports: Ports | None = None,
@@ -349,6 +364,7 @@ def serve(
                 record(processes)
             if not _wait_ready(processes, ports, log):
                 return 1
+            carry_demo_model(install, servers["dagster-daemon"][1], log)
             _announce(install, ports, auth, dask_tls, time.monotonic() - started, log)
             return supervise(processes, servers, record, log, retired,
                              health_probes(postgres, ports, log))  # fmt: skip
