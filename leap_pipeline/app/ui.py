@@ -99,6 +99,22 @@ def mlflow_server(
     return argv, env
 
 
+# what Dagster's webserver, daemon and ``dg dev`` load: the checkout's workspace.yaml holds the
+# same (a test keeps the two equal), and an installed wheel, which has no checkout, gets it
+# written into the data folder
+WORKSPACE_YAML = "load_from:\n  - python_module: leap_pipeline.orchestration.definitions\n"
+
+
+def workspace_file(data: Path) -> Path:
+    """``workspace.yaml`` in the data folder, written when it differs: the servers load the
+    pipeline from the installed package, from a checkout or a wheel alike."""
+    path = data / "workspace.yaml"
+    if not path.exists() or path.read_text() != WORKSPACE_YAML:
+        data.mkdir(parents=True, exist_ok=True)
+        path.write_text(WORKSPACE_YAML)
+    return path
+
+
 def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple[list, dict]]:
     """The two servers: name -> (argv, environment)."""
     data = data.resolve()
@@ -106,7 +122,7 @@ def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple
     tracking, store = env["MLFLOW_TRACKING_URI"], environment({DATA_ENV: str(data)}).mlflow_store
     return {
         "dagster": (
-            [str(DG), "dev", "-w", str(PROJECT / "workspace.yaml"),
+            [str(DG), "dev", "-w", str(workspace_file(data)),
              "-h", "127.0.0.1", "-p", str(dagster_port)],
             env,
         ),

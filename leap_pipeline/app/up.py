@@ -52,6 +52,7 @@ from leap_pipeline.app.ui import (
     start_group,
     stop_groups,
     ui_environment,
+    workspace_file,
 )
 from leap_pipeline.modeling.parallel import DASK_TLS_FILES
 from leap_pipeline.orchestration.calendar import Calendar
@@ -147,7 +148,7 @@ def commands(
         raise ValueError(f"dask_workers={dask_workers} needs dask_tls: the cluster runs on TLS")
     shared = service_environment(install, ports, auth, dask_tls if dask_workers else None)
     env = {**ui_environment(install.data), **shared}
-    workspace = str(PROJECT / "workspace.yaml")
+    workspace = str(workspace_file(install.data))
     mlflow_store = _mlflow_store(install)
     found = {
         "mlflow": mlflow_server(
