@@ -91,17 +91,17 @@ def write_day(logs: Path, source, day: dt.date, kind: str) -> dict[str, int]:
 RUN_SCRIPT = """
 import json, sys
 import dagster as dg
-from leap_pipeline.orchestration.calendar import Calendar
-from leap_pipeline.orchestration.definitions import build_definitions
 request = json.loads(sys.argv[1])
-defs = build_definitions(Calendar.load())
-job = defs.resolve_job_def("nightly")
-result = job.execute_in_process(
-    instance=dg.DagsterInstance.get(), tags=request["tags"],
-    asset_selection=[dg.AssetKey(k) for k in request["assets"]] if request["assets"] else None,
-    run_config=request["run_config"], raise_on_error=False,
+# rebuilt by name in every process of the run: the definitions' executor runs it, each step in a
+# process of its own under $LEAP_MAX_CONCURRENT_STEPS > 1, as the daemon's run worker does
+job = dg.build_reconstructable_job(
+    "leap_pipeline.orchestration.definitions", "installed_job", reconstructable_args=("nightly",)
 )
-sys.exit(0 if result.success else 1)
+with dg.execute_job(
+    job, dg.DagsterInstance.get(), tags=request["tags"], run_config=request["run_config"],
+    asset_selection=[dg.AssetKey(k) for k in request["assets"]] if request["assets"] else None,
+) as result:
+    sys.exit(0 if result.success else 1)
 """
 
 
@@ -431,7 +431,8 @@ def _soak(nights, scale, seed, profile, keep, root, log, ui_every_night, service
     faults = {}
     if service is not None:  # each on an ordinary night (one that trains beside the UI)
         taken = {night_of[k] for k in ("late", "kill", "concurrent")}
-        for fraction, fault in ((0.35, service.restart_postgres), (0.65, service.kill_mlflow)):
+        for fraction, fault in ((0.35, service.restart_postgres), (0.5, service.kill_daemon),
+                                (0.65, service.kill_mlflow)):  # fmt: skip
             night = first_night + dt.timedelta(days=max(1, round(fraction * nights)) - 1)
             while night in taken:
                 night += dt.timedelta(days=1)
@@ -497,7 +498,13 @@ def main(argv: list[str] | None = None) -> int:
         "--ui-every-night", action="store_true",
         help="each night in its own process, an earlier day materialized beside it",
     )  # fmt: skip
+    parser.add_argument(
+        "--steps", type=int, default=1,
+        help="LEAP_MAX_CONCURRENT_STEPS of every run (and of leap up): above 1, the nights run "
+        "in their own processes each step in a process of its own",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    os.environ["LEAP_MAX_CONCURRENT_STEPS"] = str(args.steps)
     if args.nights < 10:
         parser.error(f"--nights={args.nights}: at least 10, so every event has its own night")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

@@ -8,7 +8,9 @@ registers its model with the MLflow server over HTTP. The faults:
 - ``restart_postgres``: ``pg_ctl stop -m fast`` then start, while a night trains (every open
   connection is cut; Dagster's storage, the MLflow server and the run must reconnect);
 - ``kill_mlflow``: SIGKILL to the MLflow server's process group while a night trains
-  (``leap up`` starts it again; the night's registration must ride the gap).
+  (``leap up`` starts it again; the night's registration must ride the gap);
+- ``kill_daemon``: SIGKILL to the Dagster daemon while a night trains (``leap up`` starts it
+  again, ending nothing else).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class ServiceTopology:
 
         # as a shell runs them: the MLflow account's password read from the file they name
         self.env = read_exports(self.text().splitlines())
-        self.faults = {"postgres_restarts": 0, "mlflow_kills": 0}
+        self.faults = {"postgres_restarts": 0, "mlflow_kills": 0, "daemon_kills": 0}
 
     def text(self) -> str:
         return self.output.read_text(errors="replace")
@@ -83,6 +85,20 @@ class ServiceTopology:
         while "the mlflow server exited" not in self.text() and time.monotonic() < deadline:
             time.sleep(0.2)
         return f"MLflow server killed (pid {servers[0].pid}); leap up started it again"
+
+    def kill_daemon(self) -> str:
+        """SIGKILL to the Dagster daemon alone (not its group: its code server and the run
+        workers it launched are meant to outlive it) while a night trains."""
+        daemons = [p for p in psutil.Process(self.process.pid).children()
+                   if "dagster-daemon" in " ".join(p.cmdline())]  # fmt: skip
+        if not daemons:
+            return "no daemon to kill"
+        daemons[0].send_signal(signal.SIGKILL)
+        self.faults["daemon_kills"] += 1
+        deadline = time.monotonic() + 120
+        while "the dagster-daemon server exited" not in self.text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return f"daemon killed (pid {daemons[0].pid}); leap up started it again"
 
     def restarts_seen(self) -> int:
         return self.text().count("started again")

@@ -221,6 +221,14 @@ def defs() -> dg.Definitions:
     return build_definitions(Calendar.load())
 
 
+def installed_job(name: str) -> dg.JobDefinition:
+    """The job ``name`` over the installation's calendar: what a run in processes of its own
+    rebuilds by name (``dg.build_reconstructable_job(__name__, "installed_job", (name,))``), so
+    it executes with the definitions' executor, the multiprocess one included."""
+    with own_definitions_state():
+        return build_definitions(Calendar.load()).resolve_job_def(name)
+
+
 def materialize_days(
     first: dt.date,
     last: dt.date,
