@@ -107,9 +107,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Base(str):
+    """A server's base URL, carrying its process id (``pid``) for ``server_cpu_s``."""
+
+    pid: int
+
+
+def server_cpu_s(pid: int | None) -> float:
+    """CPU seconds a server process and its children have used (0 without a pid)."""
+    import psutil
+
+    if pid is None:
+        return 0.0
+    procs = [psutil.Process(pid)]
+    procs += procs[0].children(recursive=True)
+    total = 0.0
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = proc.cpu_times()
+            total += times.user + times.system
+    return total
+
+
 @contextlib.contextmanager
 def server(command: list[str], ready_path: str, env: dict, log: Path):
-    """A server subprocess, up once ``ready_path`` answers 200; stopped on leaving."""
+    """A server subprocess, up once ``ready_path`` answers 200; stopped on leaving. Yields its
+    base URL (a ``Base``)."""
     import httpx
 
     port = free_port()
@@ -117,7 +140,8 @@ def server(command: list[str], ready_path: str, env: dict, log: Path):
     with log.open("w") as out:
         proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=log.parent)  # fmt: skip
-        base = f"http://127.0.0.1:{port}"
+        base = Base(f"http://127.0.0.1:{port}")
+        base.pid = proc.pid
         try:
             deadline = time.monotonic() + 180
             while True:
@@ -206,24 +230,27 @@ def compare_apps(uri: str, env: dict, launches: list[dict], work: Path, args) ->
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for round_ in range(args.repeat):
         for name in names:
+            load_before = round(os.getloadavg()[0], 2)
             command = [sys.executable, __file__, "--serve-app", name, "--model", uri,
                        "--port", "{port}"]  # fmt: skip
             with server(command, "/readyz", env, work / f"{name}-{round_}.log") as base:
                 result = measure(base, ("/v1/rank", "/v1/rank/batch"),
                                  leap_bodies(launches, args.batch), args)  # fmt: skip
-            result["load"] = round(os.getloadavg()[0], 2)
+            result["load_before"], result["load"] = load_before, round(os.getloadavg()[0], 2)
             runs[name].append(result)
             print(json.dumps({"app": name, "round": round_, **{k: v for k, v in result.items()
                               if k != "search"}}), file=sys.stderr)  # fmt: skip
-    keys = ("p50_ms", "p99_ms", "single_rankings_per_s", "batched_rankings_per_s")
-    summary = {n: {k: [r[k] for r in rs] for k in keys} for n, rs in runs.items()}
+    keys = ("p50_ms", "p99_ms", "server_cpu_ms", "single_rankings_per_s", "batched_rankings_per_s",
+            "batched_server_cpu_ms_per_ranking", "load_before")  # fmt: skip
+    summary = {n: {k: [r.get(k) for r in rs] for k in keys} for n, rs in runs.items()}
     return {"runs": runs, "summary": summary}
 
 
 # -- the load ------------------------------------------------------------------------------------
 
 
-async def open_loop(url: str, bodies: list[bytes], rate: float, duration: float) -> dict:
+async def open_loop(url: str, bodies: list[bytes], rate: float, duration: float,
+                    pid: int | None = None) -> dict:  # fmt: skip
     """Send ``rate`` requests a second for ``duration`` s on a fixed schedule; latency from each
     scheduled send time to its answer. Non-200 answers and failures count as errors; a request
     due while ``MAX_IN_FLIGHT`` are unanswered is not sent and counts as an error of infinite
@@ -236,7 +263,9 @@ async def open_loop(url: str, bodies: list[bytes], rate: float, duration: float)
     at 200/s. The collector is therefore off for the measured window (what is allocated there is
     freed by reference counting; cycles wait until it is back on), and ``client_lag_p99_ms``, how
     late each request's task started against its schedule, says whether the client kept up (what
-    httpx does after that still counts as the service's)."""
+    httpx does after that still counts as the service's). With the server's ``pid``,
+    ``server_cpu_ms`` is the CPU time it used a request over the window: the work each answer
+    costs, far steadier from run to run than a latency on cores the client shares."""
     import httpx
 
     loop = asyncio.get_running_loop()
@@ -272,6 +301,7 @@ async def open_loop(url: str, bodies: list[bytes], rate: float, duration: float)
         gc.collect()
         gc.freeze()
         gc.disable()
+        cpu = server_cpu_s(pid)
         try:
             start = loop.time() + 0.1
             for i in range(n):
@@ -284,6 +314,7 @@ async def open_loop(url: str, bodies: list[bytes], rate: float, duration: float)
                     continue
                 tasks.append(asyncio.create_task(one(bodies[i % len(bodies)], scheduled)))
             await asyncio.gather(*tasks)
+            cpu = server_cpu_s(pid) - cpu
         finally:
             gc.unfreeze()
             if collecting:
@@ -296,17 +327,19 @@ async def open_loop(url: str, bodies: list[bytes], rate: float, duration: float)
     if lags:
         lag = float(np.percentile(lags, 99, method="higher"))
         result["client_lag_p99_ms"] = round(lag * 1000.0, 2)
+    if pid is not None:
+        result["server_cpu_ms"] = round(cpu * 1000.0 / n, 3)
     print(json.dumps({"url": url, **result}), file=sys.stderr)  # progress
     return result
 
 
 def search(url: str, bodies: list[bytes], per_request: int, start: float, duration: float,
-           factor: float = 1.5, steps: int = 24) -> dict:  # fmt: skip
+           factor: float = 1.5, pid: int | None = None, steps: int = 24) -> dict:  # fmt: skip
     """The highest rankings/s (``per_request`` rankings a request) whose p99 stays under 50 ms
     with no errors, going up by ``factor`` from ``start`` until a step fails."""
     best, tried, rate = None, [], start
     for _ in range(steps):
-        result = asyncio.run(open_loop(url, bodies, rate / per_request, duration))
+        result = asyncio.run(open_loop(url, bodies, rate / per_request, duration, pid))
         result["rankings_per_s"] = round(rate)
         tried.append(result)
         if result["p99_ms"] is None or result["p99_ms"] >= P99_LIMIT_MS or result["errors"]:
@@ -344,14 +377,21 @@ def mlflow_bodies(launches: list[dict], batch: int) -> tuple[list[bytes], list[b
 
 
 def measure(base: str, path: str, bodies: tuple[list[bytes], list[bytes]], args) -> dict:
+    """p50 and p99 at the fixed rate, then the highest rates single and batched; with the
+    server's CPU a ranking at the fixed rate, and batched at the search's first step."""
     single, batched = bodies
-    fixed = asyncio.run(open_loop(base + path[0], single, args.rate, args.duration))
-    one = search(base + path[0], single, 1, 50.0, args.search_duration, args.search_factor)
+    pid = getattr(base, "pid", None)
+    fixed = asyncio.run(open_loop(base + path[0], single, args.rate, args.duration, pid))
+    one = search(base + path[0], single, 1, 50.0, args.search_duration, args.search_factor, pid)
     many = search(base + path[1], batched, args.batch, 250.0, args.search_duration,
-                  args.search_factor)  # fmt: skip
-    return {**fixed, "single_rankings_per_s": one["rankings_per_s"],
-            "batched_rankings_per_s": many["rankings_per_s"],
-            "search": {"single": one["steps"], "batched": many["steps"]}}  # fmt: skip
+                  args.search_factor, pid)  # fmt: skip
+    result = {**fixed, "single_rankings_per_s": one["rankings_per_s"],
+              "batched_rankings_per_s": many["rankings_per_s"],
+              "search": {"single": one["steps"], "batched": many["steps"]}}  # fmt: skip
+    if "server_cpu_ms" in many["steps"][0]:
+        cpu = many["steps"][0]["server_cpu_ms"] / args.batch
+        result["batched_server_cpu_ms_per_ranking"] = round(cpu, 4)
+    return result
 
 
 def main() -> None:
