@@ -524,6 +524,7 @@ class Service:
     def __init__(self, data: Path, process: subprocess.Popen, log: Path, ports: dict[str, int]):
         self.data, self.process, self.log, self.ports = data, process, log, ports
         self.env: dict[str, str] = {}
+        self.alerts: list[dict] = []  # what the failure sensor posted to the sink
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -531,6 +532,35 @@ class Service:
     def client_env(self, **extra: str) -> dict[str, str]:
         """A process on this machine set up as ``leap up`` says: its exported variables."""
         return {**_clean_env(), **self.env, **extra}
+
+
+class AlertSink:
+    """A webhook on the loopback address that keeps every JSON body POSTed to it."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        received: list[dict] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                received.append(json.loads(body or b"{}"))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.received = received
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def _clean_env() -> dict[str, str]:
@@ -580,6 +610,7 @@ def service():
     data = root / "data"
     ports = {"dagster": free_port(), "mlflow": free_port(), "dask": free_port()}
     log = root / "up.log"
+    sink = AlertSink()  # the failure sensor's webhook, on this machine
     # a calendar of simulated days big enough for a night of a minute or more
     Calendar(first_day=FIRST_DAY, source=f"simulator:seed=0,scale={SCALE}").save(data)
     with log.open("w") as out:
@@ -589,9 +620,11 @@ def service():
              "--dask", "--dask-port", str(ports["dask"]), "--dask-workers", "1"],
             stdout=out, stderr=subprocess.STDOUT, cwd=root,
             env={**_clean_env(), "LEAP_MAX_CONCURRENT_RUNS": str(MAX_CONCURRENT_RUNS),
-                 "LEAP_MAX_CONCURRENT_STEPS": "2"},  # each step in a process of its own
+                 "LEAP_MAX_CONCURRENT_STEPS": "2",  # each step in a process of its own
+                 "LEAP_ALERT_WEBHOOK_URL": sink.url},
         )  # fmt: skip
     found = Service(data, process, log, ports)
+    found.alerts = sink.received
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while "leap up: ready in" not in found.output():
@@ -608,6 +641,7 @@ def service():
                 process.wait(timeout=90)
             except subprocess.TimeoutExpired:
                 process.kill()
+        sink.close()
         if process.poll() == 0:  # stopped cleanly (else the folder stays, its logs with it)
             shutil.rmtree(root, ignore_errors=True)
 
@@ -952,6 +986,135 @@ def test_no_process_of_leap_up_has_a_secret_on_its_command_line(service):
     shown = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
     assert not [s for s in secrets if s in shown.stdout]
     assert any("--app-name basic-auth" in line for line in seen)
+
+
+def _daemon_process(service: Service) -> psutil.Process:
+    (daemon,) = [p for p in psutil.Process(service.process.pid).children()
+                 if "dagster-daemon" in " ".join(p.cmdline())]  # fmt: skip
+    return daemon
+
+
+def _run_log(daemon: Daemon, run_id: str) -> str:
+    """The run's log lines, and each failed step's error with its causes."""
+    lines = []
+    for entry in daemon.instance.all_logs(run_id):
+        lines.append(entry.message or "")
+        error = getattr(getattr(entry.dagster_event, "event_specific_data", None), "error", None)
+        while error is not None:
+            lines.append(error.message)
+            error = error.cause
+    return "\n".join(lines)
+
+
+@pytest.mark.long
+def test_nights_ride_ticks_a_killed_daemon_partial_windows_and_a_pinned_rollback(
+    service, monkeypatch
+):
+    """Issue 58's runs on leap up (after the test above landed days 0-32): a night under the
+    multiprocess executor, the tick's liveness read every half second while it runs and the
+    daemon SIGKILLed mid-night, finishes and is never marked failed; with three runs at once, a
+    night whose window is still landing waits for it and trains on all of it, and one whose
+    window stays incomplete is refused, registering nothing, and the failure sensor posts it;
+    a pinned rollback survives the next passing night."""
+    from leap_pipeline.data.warehouse import open_warehouse
+    from leap_pipeline.modeling.training import night_inputs
+    from leap_pipeline.orchestration.definitions import runs_state
+    from leap_pipeline.orchestration.liveness import PID_TAG
+    from leap_pipeline.settings import TrainingSettings
+
+    env = service.client_env()
+    daemon = Daemon(service)
+    days = [FIRST_DAY + dt.timedelta(days=i) for i in range(34)]
+    _succeeded(*daemon.wait(daemon.submit("daily_pipeline", days[33])))
+    quick = {"profile": "quick", "lookup_min_support": 2, "gate_floor": 0.0}
+
+    # a night under the multiprocess executor: ticks throughout, the daemon killed mid-night
+    night = daemon.submit("training", days[33], window_days=7, **quick)
+    ticks, killed = 0, None
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while daemon.record(night).dagster_run.status.value not in ("SUCCESS", "FAILURE"):
+        assert time.monotonic() < deadline, "the night never ended"
+        runs_state(daemon.instance)  # what a 02:00 tick does to every live run
+        ticks += 1
+        if killed is None and daemon.step_started(night, "cascade_model"):
+            killed = _daemon_process(service)
+            killed.send_signal(signal.SIGKILL)
+        time.sleep(0.5)
+    record = daemon.record(night)
+    _succeeded(record)
+    assert killed is not None and ticks > 10
+    steps = daemon.instance.get_records_for_run(
+        night, of_type=daemon.dg.DagsterEventType.STEP_OUTPUT
+    ).records
+    step_pids = {r.event_log_entry.dagster_event.pid for r in steps}
+    worker = int(record.dagster_run.tags[PID_TAG].split(":")[0])
+    assert len(step_pids) > 1 and worker not in step_pids  # the tag named the run's worker
+    assert "the dagster-daemon server exited with code -9: started again" in service.output()
+
+    # three runs at once: a night whose window still lands waits for it, and trains on all of it
+    settings = TrainingSettings(profile="quick", window_days=30, lookup_min_support=2)
+    warehouse = environment({"LEAP_DATA": str(service.data)}).warehouse_path
+    with open_warehouse(warehouse) as wh:
+        wh.replace_partition("feature_table", days[20],
+                             wh.read("feature_table", days[20], days[20]).head(0))  # fmt: skip
+    waiting = daemon.submit("training", days[33], window_wait_s=600, **quick)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while "have no feature table yet" not in _run_log(daemon, waiting):
+        assert time.monotonic() < deadline and daemon.record(waiting).dagster_run.status.value \
+            not in ("SUCCESS", "FAILURE"), _run_log(daemon, waiting)[-3000:]  # fmt: skip
+        time.sleep(1)
+    # the third run lands a day outside the window (a re-landing inside it would change no row,
+    # but the night would then wait on it too)
+    landing = [daemon.submit("daily_pipeline", day) for day in (days[20], days[1])]
+    _succeeded(*daemon.wait(*landing, waiting))
+    with open_warehouse(warehouse, read_only=True) as wh:
+        complete = night_inputs(wh, days[33], settings, first_day=FIRST_DAY).fingerprint
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", service.env["MLFLOW_TRACKING_USERNAME"])
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", service.env["MLFLOW_TRACKING_PASSWORD"])
+    from mlflow import MlflowClient
+
+    server = service.env["MLFLOW_TRACKING_URI"]
+    client = MlflowClient(tracking_uri=server, registry_uri=server)
+
+    def versions_of(day: dt.date) -> list:
+        return [v for v in client.search_model_versions("name='leap-throughput'")
+                if v.tags.get("evaluation_day") == day.isoformat()]  # fmt: skip
+
+    fingerprints = {v.tags.get("night_fingerprint") for v in versions_of(days[33])}
+    assert complete in fingerprints  # registered on the whole window, once it had landed
+
+    # a window that stays incomplete: refused after its wait, nothing registered, an alert posted
+    with open_warehouse(warehouse) as wh:
+        wh.replace_partition("feature_table", days[21],
+                             wh.read("feature_table", days[21], days[21]).head(0))  # fmt: skip
+    before = len(versions_of(days[33]))
+    refused = daemon.submit("training", days[33], window_wait_s=5, **{**quick,
+                            "lookup_min_support": 3})  # fmt: skip
+    (failed,) = daemon.wait(refused)
+    assert failed.dagster_run.status.value == "FAILURE"
+    assert "not trained, nothing registered" in _run_log(daemon, refused)
+    assert len(versions_of(days[33])) == before
+    deadline = time.monotonic() + 180  # the sensor is evaluated every 30 s
+    while not any(refused in alert.get("text", "") for alert in service.alerts):
+        assert time.monotonic() < deadline, service.alerts
+        time.sleep(2)
+    _succeeded(*daemon.wait(daemon.submit("daily_pipeline", days[21])))
+
+    # a pinned rollback survives the next passing night, until unpinned
+    older = min(int(v.version) for v in versions_of(days[33]))
+    rolled = _leap("model", "promote", str(older), "--reason", "test rollback", env=env)
+    assert rolled.returncode == 0 and "pinned" in rolled.stdout, rolled.stderr[-2000:]
+    passing = daemon.submit("training", days[33], promote=True, **{**quick,
+                            "lookup_min_support": 4})  # fmt: skip
+    _succeeded(*daemon.wait(passing))
+    assert str(client.get_model_version_by_alias("leap-throughput", "production").version) \
+        == str(older)  # fmt: skip
+    assert f"production is pinned to version {older}" in _run_log(daemon, passing)
+    assert _leap("model", "unpin", env=env).returncode == 0
+    failures = daemon.instance.get_run_records(
+        daemon.dg.RunsFilter(statuses=[daemon.dg.DagsterRunStatus.FAILURE])
+    )
+    assert [r.dagster_run.run_id for r in failures] == [refused]  # the one made to fail
 
 
 @pytest.mark.long
