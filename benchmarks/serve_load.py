@@ -221,6 +221,14 @@ def app_server(name: str, model_uri: str, port: int) -> None:
     server.serve(config_from_environment(port=port), model_uri)
 
 
+def wait_quiet(limit: float, poll_s: float = 10.0) -> None:
+    """Wait until the 1-minute load average is under ``limit`` (0: no wait): a host whose other
+    work comes and goes (a test suite) is measured in its quiet spells."""
+    while limit > 0 and (load := os.getloadavg()[0]) >= limit:
+        print(json.dumps({"waiting": "load", "load": round(load, 2)}), file=sys.stderr)
+        time.sleep(poll_s)
+
+
 def compare_apps(uri: str, env: dict, launches: list[dict], work: Path, args) -> dict:
     """Each app of ``args.app`` measured in turn, ``args.repeat`` rounds (a, b, a, b, ...), so a
     drift in the host's load falls on both; each run a fresh server process."""
@@ -230,6 +238,7 @@ def compare_apps(uri: str, env: dict, launches: list[dict], work: Path, args) ->
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for round_ in range(args.repeat):
         for name in names:
+            wait_quiet(args.quiet_load)
             load_before = round(os.getloadavg()[0], 2)
             command = [sys.executable, __file__, "--serve-app", name, "--model", uri,
                        "--port", "{port}"]  # fmt: skip
@@ -418,6 +427,8 @@ def main() -> None:
         "app.create_app; fastapi: the prototype fastapi_app), alternating",
     )
     parser.add_argument("--repeat", type=int, default=3, help="rounds of --app")
+    parser.add_argument("--quiet-load", type=float, default=0.0, help="with --app: wait before "
+                        "each run until the 1-minute load average is under this")  # fmt: skip
     parser.add_argument("--serve-app", choices=APPS, help=argparse.SUPPRESS)
     parser.add_argument("--framework-server", choices=("starlette", "fastapi"),
                         help=argparse.SUPPRESS)  # fmt: skip
