@@ -19,8 +19,8 @@ by default the demo's kind of model trained once and cached under data/bench-mod
 The load generator shares the 2 cores with the server: its own cost is in every figure.
 
 `--app starlette,fastapi` measures instead `leap serve`'s app as built by each (the Starlette
-`create_app`, the FastAPI prototype `fastapi_app`), through one launcher, alternating for
-`--repeat` rounds (docs/decisions.md).
+`create_app`, the FastAPI prototype `benchmarks/fastapi_app.py`), through one launcher,
+alternating for `--repeat` rounds (docs/decisions.md).
 
 Run: python benchmarks/serve_load.py [--model URI] [--duration 60] [--search-duration 10]
      [--search-factor 1.5] [--batch 50] [--no-mlflow] [--app starlette,fastapi --repeat 3]
@@ -215,7 +215,9 @@ def app_server(name: str, model_uri: str, port: int) -> None:
     from leap_serving.http.config import config_from_environment
 
     if name == "fastapi":
-        from leap_serving.http.fastapi_app import create_fastapi_app
+        # beside this script, not in leap_serving: a prototype the model must not ship and pin
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from fastapi_app import create_fastapi_app
 
         server.create_app = create_fastapi_app
     server.serve(config_from_environment(port=port), model_uri)

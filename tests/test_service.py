@@ -200,6 +200,7 @@ def test_a_secret_is_generated_once_readable_by_its_owner_only(tmp_path):
     assert credentials.pgpass_line("postgres", "a:b\\c") == "*:*:*:postgres:a\\:b\\\\c\n"
 
 
+@pytest.mark.long  # the service extra (psycopg2, Flask-WTF), which the long lane installs
 def test_pg_hba_asks_every_connection_for_the_password_and_the_url_names_only_its_file(tmp_path):
     assert hba_methods(HBA_CONF) == {"scram-sha-256"}
     rules = [line.split() for line in HBA_CONF.splitlines() if line and not line.startswith("#")]
@@ -218,6 +219,7 @@ def test_pg_hba_asks_every_connection_for_the_password_and_the_url_names_only_it
     assert with_passfile(url, secret_file) == url  # named once
 
 
+@pytest.mark.long  # the service extra (psycopg2, Flask-WTF), which the long lane installs
 def test_the_mlflow_auth_configuration_holds_no_secret_and_mlflow_reads_it(tmp_path, monkeypatch):
     database = "postgresql+psycopg2://postgres@/mlflow_auth?host=/x%20y&passfile=/x%20y/pgpass"
     auth = credentials.mlflow_auth(tmp_path, database)

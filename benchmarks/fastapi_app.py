@@ -23,13 +23,13 @@ from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from .app import EXCEPTION_HANDLERS, json_response, tokens_of
-from .bodies import Launch, RequestError, _shown, check_content_type
-from .config import MAX_BATCH, MAX_CANDIDATES, ServeConfig
-from .guard import Guard
-from .metrics import CONTENT_TYPE, ServeMetrics
-from .model_info import ModelDescriber
-from .ranking import RankingPool, status_of
+from leap_serving.http.app import EXCEPTION_HANDLERS, json_response, tokens_of
+from leap_serving.http.bodies import Launch, RequestError, _shown, check_content_type
+from leap_serving.http.config import MAX_BATCH, MAX_CANDIDATES, ServeConfig
+from leap_serving.http.guard import Guard
+from leap_serving.http.metrics import CONTENT_TYPE, ServeMetrics
+from leap_serving.http.model_info import ModelDescriber
+from leap_serving.http.ranking import RankingPool, status_of
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 MAX_DEVICES = 2**63 - 1  # a cap a caller in any language holds in a 64-bit integer
@@ -143,8 +143,9 @@ def http_error(limit: int):
     return handle
 
 
-def json_type(request: Request) -> None:
-    """415 naming the header when the body says it is not JSON (no type said is JSON)."""
+async def json_type(request: Request) -> None:
+    """415 naming the header when the body says it is not JSON (no type said is JSON). Async:
+    FastAPI runs a plain function's dependency in a thread, a hop on every request."""
     check_content_type(request.headers.get("content-type"))
 
 
