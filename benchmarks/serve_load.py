@@ -232,29 +232,77 @@ def wait_quiet(limit: float, poll_s: float = 10.0) -> None:
 
 
 def compare_apps(uri: str, env: dict, launches: list[dict], work: Path, args) -> dict:
-    """Each app of ``args.app`` measured in turn, ``args.repeat`` rounds (a, b, a, b, ...), so a
-    drift in the host's load falls on both; each run a fresh server process."""
+    """The apps of ``args.app`` side by side, ``args.repeat`` rounds: each round starts one
+    server of each (an idle one costs nothing measurable) and measures them in adjacent windows,
+    the order swapped every window: 60 s at the fixed rate each, then each step of the searches
+    for both before the next step. On a host whose other work comes and goes, a disturbance
+    then falls on both apps' windows alike instead of on one app's whole run."""
     names = [n.strip() for n in args.app.split(",") if n.strip()]
     if unknown := set(names) - set(APPS):
         raise SystemExit(f"--app: {', '.join(sorted(unknown))} is not one of {', '.join(APPS)}")
+    single, batched = leap_bodies(launches, args.batch)
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for round_ in range(args.repeat):
+        wait_quiet(args.quiet_load)
+        load_before = round(os.getloadavg()[0], 2)
+        with contextlib.ExitStack() as stack:
+            bases = {}
+            for name in names:
+                command = [sys.executable, __file__, "--serve-app", name, "--model", uri,
+                           "--port", "{port}"]  # fmt: skip
+                log = work / f"{name}-{round_}.log"
+                bases[name] = stack.enter_context(server(command, "/readyz", env, log))
+            order = names if round_ % 2 == 0 else names[::-1]
+            results = {}
+            for name in order:
+                base = bases[name]
+                results[name] = asyncio.run(open_loop(base + "/v1/rank", single, args.rate,
+                                                      args.duration, base.pid))  # fmt: skip
+            one = search_side_by_side({n: bases[n] + "/v1/rank" for n in order}, single, 1,
+                                      50.0, args, {n: bases[n].pid for n in order})  # fmt: skip
+            many = search_side_by_side({n: bases[n] + "/v1/rank/batch" for n in order}, batched,
+                                       args.batch, 250.0, args,
+                                       {n: bases[n].pid for n in order})  # fmt: skip
+        load_after = round(os.getloadavg()[0], 2)
         for name in names:
-            wait_quiet(args.quiet_load)
-            load_before = round(os.getloadavg()[0], 2)
-            command = [sys.executable, __file__, "--serve-app", name, "--model", uri,
-                       "--port", "{port}"]  # fmt: skip
-            with server(command, "/readyz", env, work / f"{name}-{round_}.log") as base:
-                result = measure(base, ("/v1/rank", "/v1/rank/batch"),
-                                 leap_bodies(launches, args.batch), args)  # fmt: skip
-            result["load_before"], result["load"] = load_before, round(os.getloadavg()[0], 2)
+            result = {**results[name], "single_rankings_per_s": one[name]["rankings_per_s"],
+                      "batched_rankings_per_s": many[name]["rankings_per_s"],
+                      "batched_server_cpu_ms_per_ranking": round(
+                          many[name]["steps"][0]["server_cpu_ms"] / args.batch, 4),
+                      "load_before": load_before, "load": load_after,
+                      "search": {"single": one[name]["steps"],
+                                 "batched": many[name]["steps"]}}  # fmt: skip
             runs[name].append(result)
             print(json.dumps({"app": name, "round": round_, **{k: v for k, v in result.items()
                               if k != "search"}}), file=sys.stderr)  # fmt: skip
     keys = ("p50_ms", "p99_ms", "server_cpu_ms", "single_rankings_per_s", "batched_rankings_per_s",
-            "batched_server_cpu_ms_per_ranking", "load_before")  # fmt: skip
+            "batched_server_cpu_ms_per_ranking", "load_before", "load")  # fmt: skip
     summary = {n: {k: [r.get(k) for r in rs] for k in keys} for n, rs in runs.items()}
     return {"runs": runs, "summary": summary}
+
+
+def search_side_by_side(urls: dict[str, str], bodies: list[bytes], per_request: int,
+                        start: float, args, pids: dict[str, int]) -> dict:  # fmt: skip
+    """``search`` for several servers at once: each step's rate is tried on every server still
+    passing (the order swapped each step) before the next; a server leaves at its first failed
+    step. A 2 s pause after each window lets a server that fell behind drain its queue."""
+    found = {n: {"rankings_per_s": None, "steps": []} for n in urls}
+    live, rate = list(urls), start
+    for step in range(24):
+        if not live:
+            break
+        for name in list(live) if step % 2 == 0 else live[::-1]:
+            result = asyncio.run(open_loop(urls[name], bodies, rate / per_request,
+                                           args.search_duration, pids[name]))  # fmt: skip
+            result["rankings_per_s"] = round(rate)
+            found[name]["steps"].append(result)
+            time.sleep(2.0)
+            if result["p99_ms"] is None or result["p99_ms"] >= P99_LIMIT_MS or result["errors"]:
+                live.remove(name)
+            else:
+                found[name]["rankings_per_s"] = round(rate)
+        rate *= args.search_factor
+    return found
 
 
 # -- the load ------------------------------------------------------------------------------------
