@@ -50,6 +50,7 @@ from leap_pipeline.studies.splits import (
     validation_folds,
 )
 from leap_serving.decide import metrics
+from leap_serving.launch import features
 from leap_serving.launch.families import with_family
 from leap_serving.launch.features import FEATURE_COLUMNS, build_features, roofline_log_q
 from leap_serving.launch.history import history_features
@@ -61,8 +62,10 @@ from leap_serving.model.small_data import MIN_FIT_ROWS, fit_to_rows
 
 __all__ = ["INCUMBENT", "SPLITS", "choose_ranking", "exclude_groups", "folds", "run_split"]
 
-GBDTS = GBDT_PAIR
-PRIORS = ("physics", "fleet_ratio", "roofline")
+# the efficiency GBDT learns ln(measured / the per-layer cost prior), bounded by the roofline
+EFFICIENCY_GBDT = "efficiency_gbdt"
+GBDTS = (*GBDT_PAIR, EFFICIENCY_GBDT)
+PRIORS = ("physics", "fleet_ratio", "roofline", "cost_prior")
 # throughput predictors, offered to the selection; the blend of the two GBDTs too, as where
 # both lead the rule the validation folds seldom say which leads more (docs/decisions.md)
 PREDICTORS = (*GBDTS, *PRIORS, GBDT_BLEND)
@@ -157,11 +160,13 @@ def prior_predictions(
 ) -> dict[str, np.ndarray]:
     """Throughput by the predictors that fit nothing: physics (``physics_predict``), the fleet
     ratio (the ``hist_xfer_fleet_log_q`` feature alone, the matrix-completion baseline) and the
-    roofline prior (``roofline_log_q``: specs and architecture, no measurement)."""
+    roofline prior (``roofline_log_q``: specs and architecture, no measurement) and the per-layer
+    cost model's (``cost_log_q``: the same inputs, timed layer class by layer class)."""
     return {
         "physics": physics_predict(known, rows, specs, X[:, _INTENSITY]),
         "fleet_ratio": np.exp(X[:, _FLEET_RATIO]),
         "roofline": np.exp(roofline_log_q(X)),
+        "cost_prior": np.exp(features.cost_log_q(X)),
     }
 
 
@@ -175,7 +180,11 @@ def gbdt_predict(
     if len(y) < MIN_FIT_ROWS:
         return np.full(len(X_new), np.nan)
     params = fit_to_rows(profile_params(profile) | {"n_bins": 1}, len(y))
-    model = BinnedCascade(**params, residual_on_prior=name == "single_gbdt_prior").fit(X, y)
+    model = BinnedCascade(
+        **params,
+        residual_on_prior=name == "single_gbdt_prior",
+        efficiency_on_cost=name == EFFICIENCY_GBDT,
+    ).fit(X, y)
     return np.exp(model.predict(X_new))
 
 
@@ -204,7 +213,9 @@ def _inner_selection(
             predicted[name][held] = gbdt_predict(name, profile, X_rest, y_rest, X_out)
         for name, p in prior_predictions(rest, out, X_out, specs).items():
             predicted[name][held] = p
-        predicted[GBDT_BLEND][held] = geometric_blend({n: predicted[n][held] for n in GBDTS}, GBDTS)
+        predicted[GBDT_BLEND][held] = geometric_blend(
+            {n: predicted[n][held] for n in GBDT_PAIR}, GBDT_PAIR
+        )
         table = cells(train, specs, held, {n: np.where(held, p, np.nan) for n, p in
                                            predicted.items()})  # fmt: skip
         by_candidate, decision_models = decision_regrets(table, list(PREDICTORS))
@@ -281,7 +292,7 @@ def run_fold(
     predicted = {
         name: gbdt_predict(name, profile, X_train, y, X_test) for name in GBDTS
     } | prior_predictions(train, test, X_test, specs)
-    predicted[GBDT_BLEND] = geometric_blend(predicted, GBDTS)
+    predicted[GBDT_BLEND] = geometric_blend(predicted, GBDT_PAIR)
     lookup = build_lookup_table(train, top_model_types=10**6, min_support=1)
     predicted["lookup"] = lookup.predict(test).cast(pl.Float64).to_numpy()
     predicted["leap"] = predicted[choice["gbdt"]]

@@ -16,6 +16,8 @@ LABELS = {
     "physics": "physics (roofline-scaled other types)",
     "fleet_ratio": "fleet ratio",
     "roofline": "roofline prior alone",
+    "cost_prior": "per-layer cost prior alone",
+    "efficiency_gbdt": "efficiency GBDT (ln measured/cost prior, bounded)",
     "highest_fp16_peak": "rule: highest FP16 peak",
     "best_fp16_peak_per_dollar": "rule: best FP16 peak per dollar",
 }

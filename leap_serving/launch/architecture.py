@@ -10,7 +10,15 @@ Layer ops (each a JSON object with an ``op`` key):
   one table per sparse feature, rows from the config's ``hash_size``.
 - ``mlp``: ``widths`` (output widths); the input width is whatever the previous layer produced.
 - ``interaction``: ``kind`` ``dot`` (pairwise dot products) or ``cat`` (concatenation).
-- ``transformer``: ``layers``, ``d_model``, ``heads``, ``ffn_mult``; over ``seq_len`` tokens.
+- ``transformer``: ``layers``, ``d_model``, ``heads``, ``ffn_mult`` (or ``d_ff``, the FFN width);
+  over ``seq_len`` tokens. Optional: ``d_attn`` (attention inner width, default ``d_model``),
+  ``cross_attention`` (a decoder layer's second attention block), ``num_experts`` (the FFN
+  replicated with top-1 routing: parameters times experts, FLOPs unchanged).
+- ``lstm``: ``layers``, ``hidden``; optional ``bidirectional`` and ``input`` (the first layer's
+  input width, default the previous layer's); a step per token, in order.
+- ``conv_net``: a CNN's declared costs, where its layer list is long: ``macs``
+  (multiply-accumulates per sample: one MAC is two FLOPs), ``params``; optional ``activations``
+  (elements the layers write per sample) and ``image_size``.
 - ``experts``: ``num_experts``, ``widths``, ``tasks`` (multi-gate mixture of experts).
 - ``conv_stack``: ``blocks``, ``channels``, ``image_size`` (a residual CNN).
 - ``lm_head``: ``vocab`` (output projection over the vocabulary, per token).
@@ -51,6 +59,10 @@ ARCHITECTURE_SUMMARY_KEYS: tuple[str, ...] = (
     "activation_bytes_per_sample",
     "arithmetic_intensity",
     "kernels_per_step",
+    "n_recurrent_layers",
+    "tokens_per_sample",
+    "attention_bytes_per_sample",
+    "tp_exchange_bytes_per_sample",
 )
 
 
@@ -91,6 +103,16 @@ def _number(layer: Mapping[str, Any], field: str, index: int) -> float:
             "is not a non-negative number"
         )
     return number
+
+
+def _flag(layer: Mapping[str, Any], field: str, index: int) -> bool:
+    value = layer.get(field, False)
+    if not isinstance(value, bool):
+        raise ModelDefinitionError(
+            f"model_definition layer {index} ({layer.get('op')}): {field}={shown_value(value)} "
+            "is not true or false"
+        )
+    return value
 
 
 def _widths(layer: Mapping[str, Any], index: int) -> list[float]:
@@ -158,17 +180,60 @@ def summarize(
             s["kernels_per_step"] += 2
         elif op == "transformer":
             n, d = _number(layer, "layers", i), _number(layer, "d_model", i)
-            heads, mult = _number(layer, "heads", i), _number(layer, "ffn_mult", i)
-            per_layer_params = (4.0 + 2.0 * mult) * d * d
+            heads = _number(layer, "heads", i)
+            d_ff = (_number(layer, "d_ff", i) if "d_ff" in layer
+                    else _number(layer, "ffn_mult", i) * d)  # fmt: skip
+            d_attn = _number(layer, "d_attn", i) if "d_attn" in layer else d
+            experts = _number(layer, "num_experts", i) if "num_experts" in layer else 1.0
+            blocks = 2.0 if _flag(layer, "cross_attention", i) else 1.0
+            attention_params = blocks * 4.0 * d * d_attn  # Q, K, V and output projections
+            ffn_params = 2.0 * d * d_ff
             s["n_transformer_layers"] += n
             s["d_model"], s["attention_heads"] = d, heads
-            s["dense_params"] += n * per_layer_params
-            s["mlp_flops_per_sample"] += 2.0 * n * per_layer_params * tokens
-            s["attention_flops_per_sample"] += 4.0 * n * tokens * tokens * d
-            s["activation_bytes_per_sample"] += n * tokens * d * (10.0 + mult) * bytes_per_value
-            s["kernels_per_step"] += 12 * n
+            s["dense_params"] += n * (attention_params + experts * ffn_params)
+            if experts > 1:
+                s["num_experts"] = experts
+            # a token runs through one expert: the FLOPs of one FFN
+            s["mlp_flops_per_sample"] += 2.0 * n * (attention_params + ffn_params) * tokens
+            s["attention_flops_per_sample"] += blocks * 4.0 * n * tokens * tokens * d_attn
+            s["activation_bytes_per_sample"] += n * tokens * (10.0 * d + d_ff) * bytes_per_value
+            # scores written, softmaxed and read per head: eager attention's memory traffic
+            s["attention_bytes_per_sample"] += (
+                blocks * 4.0 * n * heads * tokens * tokens * bytes_per_value
+            )
+            # tensor parallelism all-reduces each attention block's and the FFN's output
+            s["tp_exchange_bytes_per_sample"] += (blocks + 1.0) * n * tokens * d * bytes_per_value
+            s["kernels_per_step"] += 12 * n * blocks
             widths_seen.append(d)
             width = d
+        elif op == "lstm":
+            n, hidden = _number(layer, "layers", i), _number(layer, "hidden", i)
+            directions = 2.0 if _flag(layer, "bidirectional", i) else 1.0
+            w_in = _number(layer, "input", i) if "input" in layer else (width or hidden)
+            first = 4.0 * hidden * (w_in + hidden + 1.0)
+            rest = 4.0 * hidden * (directions * hidden + hidden + 1.0)
+            params = directions * (first + max(n - 1.0, 0.0) * rest)
+            s["n_recurrent_layers"] += n
+            s["dense_params"] += params
+            s["mlp_flops_per_sample"] += 2.0 * params * tokens
+            s["activation_bytes_per_sample"] += (
+                n * directions * 6.0 * hidden * tokens * (bytes_per_value)
+            )
+            s["kernels_per_step"] += 4 * n * tokens * directions  # one step per token
+            widths_seen.append(hidden * directions)
+            width = hidden * directions
+        elif op == "conv_net":
+            macs, params = _number(layer, "macs", i), _number(layer, "params", i)
+            written = _number(layer, "activations", i) if "activations" in layer else 0.0
+            if "image_size" in layer:
+                s["image_size"] = _number(layer, "image_size", i)
+            s["dense_params"] += params
+            s["conv_flops_per_sample"] += 2.0 * macs
+            # unknown activations: about one element written per 200 MACs (ResNet-50's ratio)
+            written = written or macs / 200.0
+            s["activation_bytes_per_sample"] += 4.0 * written * bytes_per_value
+            s["n_conv_blocks"] += 1
+            s["kernels_per_step"] += 3.0 * max(1.0, params / 5e5)
         elif op == "experts":
             e, tasks = _number(layer, "num_experts", i), _number(layer, "tasks", i)
             widths = _widths(layer, i)
@@ -207,6 +272,7 @@ def summarize(
         else:
             raise ModelDefinitionError(f"model_definition layer {i}: op={op!r} is unknown")
     s["n_layers_total"] = float(len(layers))
+    s["tokens_per_sample"] = tokens if s["n_transformer_layers"] or s["n_recurrent_layers"] else 1.0
     s["flops_per_sample"] = (
         s["mlp_flops_per_sample"] + s["attention_flops_per_sample"] + s["conv_flops_per_sample"]
     )

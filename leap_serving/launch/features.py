@@ -7,7 +7,8 @@ table's attempts (the type each ran on); serving calls it on one launch repeated
 
 Every feature name starts with its group prefix so importance can be grouped (paper Figure 4):
 ``job_`` job scale, ``cfg_`` launch arguments and config, ``hw_`` hardware specs, ``ratio_``
-throughput-ratio features, ``arch_`` architecture summaries, ``hist_`` job-family history.
+throughput-ratio features, ``arch_`` architecture summaries, ``cost_`` the per-layer cost model's
+prior and its components (``cost_model``), ``hist_`` job-family history.
 Missing optional launch fields become NaN, which the trees route explicitly; never a silent zero.
 """
 
@@ -21,6 +22,7 @@ import polars as pl
 
 from .architecture import ARCHITECTURE_SUMMARY_KEYS, ModelDefinitionError, summarize
 from .contract import HARDWARE_SPEC_COLUMNS, job_devices, schema
+from .cost_model import COST_FEATURES, step_costs
 from .history import HISTORY_FEATURES, HistoryIndex, history_columns
 from .rows import LAUNCH_COLUMNS, LaunchRows, launch_rows
 from .specs import SpecTable, category_code, spec_table
@@ -69,6 +71,7 @@ FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
     "hw": HARDWARE_FEATURES,
     "ratio": RATIO_FEATURES,
     "arch": ARCHITECTURE_FEATURES,
+    "cost": COST_FEATURES,
     "hist": HISTORY_FEATURES,
 }
 FEATURE_COLUMNS: tuple[str, ...] = tuple(
@@ -264,6 +267,13 @@ def feature_matrix(
         )
     for k in ARCHITECTURE_SUMMARY_KEYS:
         f[f"arch_{k}"] = a[k]
+    f.update(step_costs(
+        a, global_batch=global_batch, devices=devices, devices_per_host=spec["devices_per_host"],
+        tensor_parallel=f["job_tensor_parallel"], pipeline_parallel=f["job_pipeline_parallel"],
+        bytes_per_value=bytes_per_value,
+        optimizer_known=np.array([o is not None for o in rows.values("optimizer")], dtype=bool),
+        spec=spec,
+    ))  # fmt: skip
     for name in HISTORY_FEATURES:
         values = history[name]
         f[name] = values.cast(pl.Float64).to_numpy() if isinstance(values, pl.Series) else values
@@ -311,6 +321,15 @@ def expand_candidates(launch: dict, candidates: Iterable[str]) -> pl.DataFrame:
 _GLOBAL_BATCH = FEATURE_COLUMNS.index("ratio_global_batch")
 _STEP_COMPUTE = FEATURE_COLUMNS.index("ratio_log_step_compute_s")
 _STEP_MEMORY = FEATURE_COLUMNS.index("ratio_log_step_memory_s")
+
+
+_COST_LOG_Q = FEATURE_COLUMNS.index("cost_log_q")
+
+
+def cost_log_q(X: np.ndarray) -> np.ndarray:
+    """ln samples/s by the per-layer cost model alone (``cost_model``), from feature rows: NaN
+    without an architecture."""
+    return X[:, _COST_LOG_Q]
 
 
 def roofline_log_q(X: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
-from ..launch.features import prior_log_q
+from ..launch.features import cost_log_q, prior_log_q
 from .bin_classifier import BinClassifierFitting
 from .boosters import EARLY_STOPPING_TOL, MIN_DATA_IN_BIN, MIN_DATA_IN_LEAF, GBDTRegressor
 from .em import ExpertFitting
@@ -84,6 +84,14 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         prior (``launch.features.prior_log_q``, the training median where a row has none) and serves
         prior plus prediction, so trees learn corrections to a level they cannot extrapolate,
         as a type new to a job needs.
+    efficiency_on_cost : bool
+        True: the model predicts ln efficiency, ln q minus the per-layer cost model's prior
+        (``cost_model``; the history's prior, then the training median, where a row has no
+        architecture), bounded above by ``efficiency_cap_`` so it never promises more than the
+        roofline (0), or than the most any training row beat it by where the spec table
+        understates a type (an fp32 job on TF32 cores). A bounded efficiency times a physical
+        prior carries to a type faster than any in training; trees on ln q clamp to the
+        fastest they saw. Takes precedence over ``residual_on_prior``.
     random_state : int
     n_jobs : int or None
         Experts fitted at once, through joblib: None is one unless a ``joblib.parallel_config``
@@ -152,6 +160,7 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         oof_folds: int = 0,
         expert_overlap: float = 0.0,
         residual_on_prior: bool = False,
+        efficiency_on_cost: bool = False,
         random_state: int = 0,
         n_jobs: int | None = None,
         em_sample: float = 1.0,
@@ -180,6 +189,7 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         self.oof_folds = oof_folds
         self.expert_overlap = expert_overlap
         self.residual_on_prior = residual_on_prior
+        self.efficiency_on_cost = efficiency_on_cost
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.em_sample = em_sample
@@ -253,9 +263,12 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
             if validation.shape != y.shape:
                 raise ValueError(f"validation has shape {validation.shape}, the rows are {y.shape}")
         seconds = {"em": 0.0, "refit": 0.0, "classifier": 0.0}
-        if self.residual_on_prior:
+        if self.residual_on_prior or self.efficiency_on_cost:
             self.prior_fallback_ = float(np.median(y))
         y = y - self.offset(X)
+        if self.efficiency_on_cost:
+            known = np.isfinite(cost_log_q(np.asarray(X, dtype=np.float64)))
+            self.efficiency_cap_ = float(max(0.0, y[known].max() if known.any() else 0.0))
         with threadpool_limits(self.n_threads):
             edges, bins, merged = self._initial_bins(y)
             n_bins = len(edges) + 1
@@ -320,18 +333,25 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
     def offset(self, X: np.ndarray) -> np.ndarray:
         """What the experts' predictions are added to: the prior with ``residual_on_prior``
         (the training median where a row has none), else 0."""
-        if not self.residual_on_prior:
+        X = np.asarray(X, dtype=np.float64)
+        if not (self.residual_on_prior or self.efficiency_on_cost):
             return np.zeros(len(X))
-        prior = prior_log_q(np.asarray(X, dtype=np.float64))
+        prior = prior_log_q(X)
+        if self.efficiency_on_cost:
+            prior = np.where(np.isnan(cost_log_q(X)), prior, cost_log_q(X))
         return np.where(np.isnan(prior), self.prior_fallback_, prior)
 
     def predict(self, X) -> np.ndarray:
         """Predicted ln q, the experts combined by ``gating`` (exponentiate for throughput)."""
         proba = self.predict_proba_bins(X)
         X = np.asarray(X, dtype=np.float64)
-        return self.offset(X) + gate(
+        correction = gate(
             proba, lambda b, rows: self.experts_[b].predict(X[rows]), self.gating, self.gate_top_k
         )
+        if self.efficiency_on_cost:
+            known = np.isfinite(cost_log_q(X))
+            correction = np.where(known, np.minimum(correction, self.efficiency_cap_), correction)
+        return self.offset(X) + correction
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

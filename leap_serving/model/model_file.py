@@ -69,7 +69,9 @@ def booster_dict(booster: GBDTRegressor | GBDTClassifier) -> dict[str, Any]:
 
 # fitting settings added after FORMAT_VERSION 1 was written: a file saved before them lacks
 # them and loads with their default (they change how a model fits, not what it predicts)
-_LATER_PARAMS = frozenset({"early_stopping_tol", "min_data_in_leaf", "min_data_in_bin"})
+_LATER_PARAMS = frozenset(
+    {"early_stopping_tol", "min_data_in_leaf", "min_data_in_bin", "efficiency_on_cost"}
+)
 
 
 def _params(cls: type, params: Any, where: str) -> dict[str, Any]:
@@ -209,6 +211,8 @@ def cascade_dict(cascade: BinnedCascade) -> dict[str, Any]:
         fitted[key] = value.tolist() if isinstance(value, np.ndarray) else value
     if hasattr(cascade, "prior_fallback_"):
         fitted["prior_fallback_"] = float(cascade.prior_fallback_)
+    if hasattr(cascade, "efficiency_cap_"):
+        fitted["efficiency_cap_"] = float(cascade.efficiency_cap_)
     return {
         "kind": "BinnedCascade",
         "params": cascade.get_params(),
@@ -236,6 +240,8 @@ def _cascade_params(data: dict[str, Any], where: str) -> BinnedCascade:
 def _cascade_fitted(cascade: BinnedCascade, fitted: Any, where: str) -> None:
     """The fitted figures, each of its type and range; the bins within the parameters'."""
     required = {"prior_fallback_"} if cascade.residual_on_prior else set()
+    if cascade.efficiency_on_cost:
+        required = {"prior_fallback_", "efficiency_cap_"}
     expected = set(_CASCADE_FITTED) | required
     if not isinstance(fitted, dict):
         raise ModelFileError(f"{where}.fitted={_show(fitted)} is not a cascade's fitted record")
@@ -273,8 +279,11 @@ def _cascade_fitted(cascade: BinnedCascade, fitted: Any, where: str) -> None:
     for phase, value in seconds.items():
         _number(value, float, f"{at}.fit_seconds_.{phase}", 0)
     cascade.fit_seconds_ = seconds
-    if cascade.residual_on_prior:
+    if cascade.residual_on_prior or cascade.efficiency_on_cost:
         cascade.prior_fallback_ = _number(fitted["prior_fallback_"], float, f"{at}.prior_fallback_")
+    if cascade.efficiency_on_cost:
+        cap = _number(fitted["efficiency_cap_"], float, f"{at}.efficiency_cap_", 0)
+        cascade.efficiency_cap_ = cap
 
 
 def cascade_from_dict(data: Any, where: str, n_features: int | None = None) -> BinnedCascade:
