@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from leap_serving.launch.contract import schema
+from leap_serving.launch.model_catalog import CATALOG
 from leap_serving.launch.validation import ContractError, with_contract_columns
 
 STATIC_DAY = dt.date(2023, 7, 28)  # the Sia traces' commit date: an upper bound on when they ran
@@ -37,32 +38,39 @@ SIA_CLUSTERS: dict[str, tuple[str, str, float | None]] = {
 # scalability files that only re-encode the placements file (the Sia README): not read twice
 _REPEATED_SCALABILITY = {"dgx-ext", "quad"}
 
-# Approximate layer lists of the six Sia models, in the architecture module's vocabulary, so
-# architecture features describe them (sizes from the published networks).
-SIA_MODELS: dict[str, dict] = {
-    "cifar10": {"layers": [{"op": "conv_stack", "blocks": 8, "channels": 256, "image_size": 32},
-                           {"op": "mlp", "widths": [10]}]},
-    "imagenet": {"layers": [{"op": "conv_stack", "blocks": 16, "channels": 1024,
-                             "image_size": 224}, {"op": "mlp", "widths": [1000]}]},
-    "yolov3": {"layers": [{"op": "conv_stack", "blocks": 23, "channels": 512, "image_size": 416},
-                          {"op": "mlp", "widths": [255]}]},
-    "bert": {"layers": [{"op": "transformer", "layers": 12, "d_model": 768, "heads": 12,
-                         "ffn_mult": 4}, {"op": "mlp", "widths": [2]}]},
-    "deepspeech2": {"layers": [{"op": "conv_stack", "blocks": 1, "channels": 32,
-                                "image_size": 161},
-                               {"op": "transformer", "layers": 5, "d_model": 800, "heads": 1,
-                                "ffn_mult": 4}, {"op": "mlp", "widths": [29]}]},
-    "ncf": {"layers": [{"op": "embedding_bag", "dim": 64, "pooling": 1},
-                       {"op": "mlp", "widths": [256, 128, 64, 1]}]},
+# Sia's models as the catalog's entries (leap_serving/launch/model_catalog.py cites each size)
+SIA_CATALOG: dict[str, str] = {
+    "cifar10": "resnet18_cifar", "imagenet": "resnet50", "yolov3": "yolov3_voc",
+    "bert": "bert_base_squad", "ncf": "ncf_ml1m",
 }  # fmt: skip
-_SIA_INPUTS = {  # sparse features, dense features, embedding rows, sequence length
-    "cifar10": (0, 3 * 32 * 32, 0, 0),
-    "imagenet": (0, 3 * 224 * 224, 0, 0),
-    "yolov3": (0, 3 * 416 * 416, 0, 0),
-    "bert": (0, 768, 0, 384),
-    "deepspeech2": (0, 161, 0, 400),
-    "ncf": (2, 0, 138_493 + 26_744, 0),
-}
+# DeepSpeech2 is not in the catalog: a Sia sample is one utterance, and no public source gives
+# CMU ARCTIC's frames per utterance. An approximate layer list, with its launch sizes.
+SIA_APPROXIMATE: dict[str, tuple[dict, dict[str, int]]] = {
+    "deepspeech2": ({"layers": [
+        {"op": "conv_stack", "blocks": 1, "channels": 32, "image_size": 161},
+        {"op": "transformer", "layers": 5, "d_model": 800, "heads": 1, "ffn_mult": 4},
+        {"op": "mlp", "widths": [29]}]},
+        {"num_sparse_features": 0, "num_dense_features": 161, "hash_size": 0, "seq_len": 400}),
+}  # fmt: skip
+SIA_MODELS = frozenset(SIA_CATALOG) | frozenset(SIA_APPROXIMATE)
+
+
+def _workloads(catalog: dict[str, str], approximate: dict | None = None) -> dict:
+    """model -> (model_definition JSON, launch sizes): ``{"catalog": name}`` with the entry's
+    sizes, or an approximate layer list with its own."""
+    found = {m: (_json({"catalog": c}), CATALOG[c].launch_sizes) for m, c in catalog.items()}
+    return found | {m: (_json(d), sizes) for m, (d, sizes) in (approximate or {}).items()}
+
+
+def _workload_columns(key: str, workloads: dict) -> dict[str, pl.Expr]:
+    """``model_definition`` and the four size columns, looked up by the column ``key``."""
+    columns = {"model_definition": pl.col(key).replace_strict(
+        {m: d for m, (d, _) in workloads.items()}, return_dtype=pl.String)}  # fmt: skip
+    for size in ("num_sparse_features", "num_dense_features", "hash_size", "seq_len"):
+        columns[size] = pl.col(key).replace_strict(
+            {m: sizes[size] for m, (_, sizes) in workloads.items()}, return_dtype=pl.Int64
+        )
+    return columns
 
 
 def epoch_hardware_specs(
@@ -180,21 +188,7 @@ def sia_sources(traces: Path, epoch_table: Path) -> tuple[pl.DataFrame, pl.DataF
         candidate_hardware=pl.lit(types, dtype=pl.List(pl.String)),
         num_trainers="num_gpus",
         batch_size="local_bsz",
-        model_definition=pl.col("model").replace_strict(
-            {m: _json(d) for m, d in SIA_MODELS.items()}, return_dtype=pl.String
-        ),
-        num_sparse_features=pl.col("model").replace_strict(
-            {m: v[0] for m, v in _SIA_INPUTS.items()}, return_dtype=pl.Int64
-        ),
-        num_dense_features=pl.col("model").replace_strict(
-            {m: v[1] for m, v in _SIA_INPUTS.items()}, return_dtype=pl.Int64
-        ),
-        hash_size=pl.col("model").replace_strict(
-            {m: v[2] for m, v in _SIA_INPUTS.items()}, return_dtype=pl.Int64
-        ),
-        seq_len=pl.col("model").replace_strict(
-            {m: v[3] for m, v in _SIA_INPUTS.items()}, return_dtype=pl.Int64
-        ),
+        **_workload_columns("model", _workloads(SIA_CATALOG, SIA_APPROXIMATE)),
         status=pl.lit("succeeded"),
         throughput=pl.col("num_gpus") * pl.col("local_bsz") / pl.col("step_time"),
     )
@@ -233,6 +227,18 @@ LAMBDA_GPUS: dict[str, tuple[str, str]] = {
     "H100 80GB PCIe Gen5": ("H100-PCIe", "NVIDIA H100 PCIe"),
     "H100 80GB SXM5": ("H100-SXM", "NVIDIA H100 SXM5 80GB"),
 }
+# Lambda model column -> (catalog model, divisor). Each cell is in its model's own unit; dividing
+# by the divisor gives samples of the catalog entry, whose FLOPs summarize counts (your-fleet.md):
+# tokens/s of GNMT count source and target tokens, a sample is one of each; Transformer-XL's
+# tokens/s become segments of its tgt_len (192, 256); WaveGlow's audio samples/s become its
+# 8000-sample segments. Tacotron 2's items are mel frames, a sample is one frame.
+LAMBDA_MODELS: dict[str, tuple[str, float]] = {
+    "resnet50": ("resnet50", 1.0), "ssd": ("ssd300", 1.0), "maskrcnn": ("mask_rcnn", 1.0),
+    "bert_base_squad": ("bert_base_squad", 1.0), "bert_large_squad": ("bert_large_squad", 1.0),
+    "gnmt": ("gnmt", 2.0), "ncf": ("ncf", 1.0), "tacotron2": ("tacotron2", 1.0),
+    "waveglow": ("waveglow", 8000.0), "transformerxlbase": ("transformer_xl_base", 192.0),
+    "transformerxllarge": ("transformer_xl_large", 256.0),
+}  # fmt: skip
 _LAMBDA_PREFIX = r"^(?:LambdaCloud|DellTexas|Dell|SMC|1CC|RAIDZ1)\s+"
 _LAMBDA_COUNT = r"^\d+x\s*"
 LAMBDA_DAY = dt.date(2024, 7, 24)  # the v1 files' last change: an upper bound on the runs
@@ -263,7 +269,14 @@ def lambda_sources(
     folder: Path, epoch_table: Path
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(job_attempts, allocations, hardware_specs) from the Lambda v1 throughput and batch-size
-    tables (``pytorch-train-{throughput,bs}-{fp16,fp32}.csv``) of one snapshot folder."""
+    tables (``pytorch-train-{throughput,bs}-{fp16,fp32}.csv``) of one snapshot folder.
+
+    Each model column names a catalog model (``LAMBDA_MODELS``): ``model_definition`` is
+    ``{"catalog": name}`` with the entry's sizes, and the throughput is in the entry's samples per
+    second. GNMT's tokens/s is halved (a sample is one source and one target token),
+    Transformer-XL's divided by its segment length (192 base, 256 large: segments/s) and
+    WaveGlow's audio samples/s by 8000 (segments/s). The batch stays Lambda's: GNMT's counts
+    sentences and Tacotron 2's utterances, not samples."""
     folder = Path(folder)
     frames = []
     for precision in ("fp16", "fp32"):
@@ -297,6 +310,9 @@ def lambda_sources(
     unknown = sorted(set(rows["gpu"]) - set(LAMBDA_GPUS))
     if unknown:
         raise ContractError(f"Lambda GPU label(s) {unknown} have no entry in LAMBDA_GPUS")
+    unknown = sorted(set(rows["model"]) - set(LAMBDA_MODELS))
+    if unknown:
+        raise ContractError(f"Lambda model column(s) {unknown} have no entry in LAMBDA_MODELS")
     rows = rows.with_row_index("n").with_columns(
         hardware_type=pl.col("gpu").replace_strict({k: v[0] for k, v in LAMBDA_GPUS.items()}),
         per_gpu_batch=(pl.col("global_batch") / pl.col("num_gpu")).round(0).cast(pl.Int64),
@@ -318,8 +334,10 @@ def lambda_sources(
         num_trainers="num_gpu",
         batch_size=pl.col("per_gpu_batch").fill_null(1),  # batch unknown: one sample per GPU
         precision="precision",
+        **_workload_columns("model", _workloads({m: c for m, (c, _) in LAMBDA_MODELS.items()})),
         status=pl.lit("succeeded"),
-        throughput="throughput",
+        throughput=pl.col("throughput")
+        / pl.col("model").replace_strict({m: d for m, (_, d) in LAMBDA_MODELS.items()}),
     )
     attempts = with_contract_columns(attempts, "job_attempts").cast(dict(contract))
     allocations = attempts.select(

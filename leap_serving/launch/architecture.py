@@ -30,6 +30,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from leap_serving.launch.model_catalog import resolve_definition
+
 ARCHITECTURE_SUMMARY_KEYS: tuple[str, ...] = (
     "n_layers_total",
     "n_embedding_tables",
@@ -77,6 +79,11 @@ def parse_definition(definition: str | Mapping[str, Any]) -> list[dict[str, Any]
             definition = json.loads(definition)
         except (ValueError, RecursionError) as exc:  # not JSON, too deep, an integer too long
             raise ModelDefinitionError(f"model_definition is not valid JSON: {exc}") from exc
+    if isinstance(definition, Mapping) and "catalog" in definition:  # a model_catalog name
+        try:
+            definition = resolve_definition(definition)
+        except ValueError as exc:
+            raise ModelDefinitionError(str(exc)) from exc
     if not isinstance(definition, Mapping) or not isinstance(definition.get("layers"), list):
         raise ModelDefinitionError("model_definition must be an object with a 'layers' list")
     return list(definition["layers"])
