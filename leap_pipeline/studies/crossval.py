@@ -317,6 +317,7 @@ def run_split(
     profile: str = "fast",
     n_jobs: int = -1,
     log: Callable[[str], None] = lambda _: None,
+    out_of_fold: bool = False,
 ) -> dict:
     """Out-of-fold predictions and decisions of every model and rule, scored.
 
@@ -394,4 +395,6 @@ def run_split(
         **{kind: dict(published[kind]) for kind in KINDS},
         "best_on_test_fold": {kind: best_on_test[kind] / max(1, len(masks)) for kind in KINDS},
     }
+    if out_of_fold:  # the rows, and each model's prediction of a row from the fold holding it out
+        result["out_of_fold"] = {"rows": rows, "held_out": scored, "predicted": predicted}
     return result
