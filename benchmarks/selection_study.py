@@ -9,11 +9,16 @@ the validation regrets alone, so any number of rules are scored on the same fold
 refitting, each nested: the rule never sees the test decisions it is scored on.
 
 Choosing *among rules* by their test scores would be selection on the scoring folds again, so
-the rule is chosen across data sets: the rule best on one set's splits (fewest misses of the
-issue's bar: at most the best rule's mean regret and at most 1.25x the best single candidate's)
-is scored on the other set, and the other way round.
+the rule is chosen across data sets, leaving one set out: each set is scored under the rule
+with the fewest rows past the issue's bar (at most the best rule's mean regret and at most 1.25x
+the best single candidate's) on the *other* sets' splits (``selection.leave_one_set_out``).
+The sets: Lambda, Sia and NeuSight's 52 rows (a folder in the data contract, read as
+``leap crossval --source contract`` reads one).
 
-    python benchmarks/selection_study.py --jobs 2            # both public sets, every split
+A fold publishes its ranking as ``leap crossval`` does: a decision the chosen candidate cannot
+estimate every type of goes to the fold's published GBDT (``selection.published_regrets``).
+
+    python benchmarks/selection_study.py --jobs 1            # the three sets, every split
     python benchmarks/selection_study.py --draws 3           # and on two more validation draws
     python benchmarks/selection_study.py --explain sia:partial-history
 
@@ -41,7 +46,7 @@ import polars as pl
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from leap_pipeline.data.public_data import public_sources  # noqa: E402
+from leap_pipeline.app.commands import _static_source  # noqa: E402
 from leap_pipeline.studies.combinations import (  # noqa: E402
     COMBINED,
     GBDT_BLEND,
@@ -65,18 +70,27 @@ from leap_pipeline.studies.decisions import (  # noqa: E402
     TIE,
     WITHIN,
     cells,
+    decision_coverage,
     decision_regrets,
 )
-from leap_pipeline.studies.selection import per_type_difference  # noqa: E402
+from leap_pipeline.studies.selection import (  # noqa: E402
+    fallbacks,
+    fewest_misses,
+    leave_one_set_out,
+    per_type_difference,
+    published_regrets,
+)
 from leap_pipeline.studies.splits import validation_folds  # noqa: E402
 from leap_serving.launch.families import with_family  # noqa: E402
 
 PUBLIC = PROJECT.parent / "shared" / "data" / "public"
-SETS = {
-    "lambda": PUBLIC / "lambda-dl-benchmark" / "head-aa5addb" / "pytorch",
-    "sia": PUBLIC / "sia-sosp23-traces" / "traces",
-}
 HARDWARE = PUBLIC / "epoch-ml-hardware" / "ml_hardware.csv"
+# each set as `leap crossval` reads it: --source, --path, --hardware
+SETS = {
+    "lambda": ("lambda", PUBLIC / "lambda-dl-benchmark" / "head-aa5addb" / "pytorch", HARDWARE),
+    "sia": ("sia", PUBLIC / "sia-sosp23-traces" / "traces", HARDWARE),
+    "neusight": ("contract", PUBLIC / "neusight-asplos25" / "contract", None),
+}
 CACHE = PROJECT / "data" / "selection-study"
 BAR = 1.25  # leap's mean regret at most this times the best single candidate's
 
@@ -88,7 +102,7 @@ def _code_version() -> str:
     """A digest of the code a fold's regrets come from: a cache from other code is not reused."""
     studies = PROJECT / "leap_pipeline" / "studies"
     digest = hashlib.sha256()
-    for name in ("crossval.py", "splits.py", "decisions.py", "combinations.py"):
+    for name in ("crossval.py", "splits.py", "decisions.py", "combinations.py", "selection.py"):
         digest.update((studies / name).read_bytes())
     return digest.hexdigest()[:12]
 
@@ -96,6 +110,13 @@ def _code_version() -> str:
 def _stem(name: str, split: str, profile: str) -> str:
     """The cache files' name for a set's split at this code (a draw's adds ``-r<draw>``)."""
     return f"{name}-{split}-{profile}-{_code_version()}"
+
+
+def load_set(name: str):
+    """A set's (job_attempts, hardware_specs), read as ``leap crossval`` reads them."""
+    source, path, hardware = SETS[name]
+    args = argparse.Namespace(source=source, path=str(path), hardware=hardware and str(hardware))
+    return _static_source(args)
 
 
 def _lists(value):
@@ -142,9 +163,11 @@ def fold_regrets(
     folds drawn with other seeds, and ``validation``/``clusters`` pool every repeat's (each
     repeat's model types voting apart). ``draw`` > 0 validates on that repeat's folds alone
     instead of the fold's own: how much a choice hangs on one draw of validation folds."""
-    attempts, _, specs = public_sources(name, SETS[name], HARDWARE)
+    attempts, specs = load_set(name)
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     masks = folds(rows, split)
+    if not masks:
+        raise ValueError(f"{name}: split={split!r} makes no fold here")
     stem = _stem(name, split, profile)
 
     def outer() -> list[dict]:
@@ -157,6 +180,7 @@ def fold_regrets(
             "validation": fold["choice"]["validation"],
             "clusters": fold["choice"]["clusters"],
             "published": fold["choice"]["ranking"],
+            "gbdt": fold["choice"]["gbdt"],  # who takes the decisions it cannot estimate
             "test": {c: r for c, r in fold["regrets"].items() if c != "leap"},
             # what the combined candidates are built from (``with_combined``)
             "validation_predictions": {
@@ -222,11 +246,17 @@ def _draws_differ(rows, split: str, masks: list, draw: int) -> bool:
     return False
 
 
-def _regrets(rows, specs, held, predicted: dict) -> tuple[dict, np.ndarray]:
-    """Every candidate's regrets, the combined ones too, on the decisions ``held`` touches."""
+def _regrets(rows, specs, held, predicted: dict, coverage: bool = False) -> tuple:
+    """Every candidate's regrets, the combined ones too, on the decisions ``held`` touches, and
+    their model types; with ``coverage``, also whether each candidate scores every type of
+    each decision (``decision_coverage``)."""
     full = with_blends({n: np.where(held, p, np.nan) for n, p in predicted.items()})
     table = cells(rows, specs, held, full)
-    return decision_regrets(table, list(full), scores=combined_scores(list(full)))
+    scores = combined_scores(list(full))
+    regrets, models = decision_regrets(table, list(full), scores=scores)
+    if not coverage:
+        return regrets, models
+    return regrets, models, decision_coverage(table, list(full), scores=scores)
 
 
 def _same(rebuilt: dict, kept: dict, where: str) -> None:
@@ -265,7 +295,7 @@ def with_combined(
             for n, p in fold["test_predictions"].items():
                 full[n] = np.full(rows.height, np.nan)
                 full[n][mask] = p
-            test, _ = _regrets(rows, specs, mask, full)
+            test, _, fold["test_coverage"] = _regrets(rows, specs, mask, full, coverage=True)
             _same(test, fold["test"], f"{split} fold {seed}, test")
             fold["test"] |= {name: test[name] for name in COMBINED}
     return kept
@@ -409,9 +439,10 @@ BASE_RULES: dict[str, Rule] = {
 # the candidates before the GBDTs' blend was one; the bar's "best single candidate" is theirs
 SINGLES = tuple(c for c in CANDIDATES if c != GBDT_BLEND)
 EVERY = (*CANDIDATES, *COMBINED)
+SHIPPED = "sign majority, GBDT blend offered (shipped)"  # ``choose_ranking`` on CANDIDATES
 RULES_COMPARED: dict[str, Rule] = {
     **{label: pooled(rule, SINGLES) for label, rule in BASE_RULES.items()},
-    "sign majority, GBDT blend offered (shipped)": pooled(choose_ranking, CANDIDATES),
+    SHIPPED: pooled(choose_ranking, CANDIDATES),
     "lowest mean, GBDT blend offered": pooled(lowest_mean, CANDIDATES),
     "lower bound, 0.5 SE, GBDT blend offered": pooled(lower_bound(0.5), CANDIDATES),
     "sign majority, every combination offered": pooled(choose_ranking, EVERY),
@@ -425,15 +456,24 @@ RULES_COMPARED: dict[str, Rule] = {
 # -- scoring ------------------------------------------------------------------------------------
 
 
+def published(fold: dict, kind: str, pick: str) -> np.ndarray:
+    """The test regrets of ``pick`` as the fold publishes it (``leap crossval``'s ``leap``): each
+    decision it cannot estimate every type of taken by the fold's GBDT, or else the rule."""
+    return published_regrets(fold["test"], fold["test_coverage"], kind, pick,
+                             fallbacks(fold["gbdt"], kind))  # fmt: skip
+
+
 def split_scores(fold_list: list[dict], kind: str) -> dict:
-    """Mean test regret of each candidate, of each rule's choice, over the split's decisions."""
+    """Mean test regret of each candidate, and of each rule's choice as published, over the
+    split's decisions."""
     candidates = {
         c: float(np.mean(np.concatenate([f["test"][c][kind] for f in fold_list]))) for c in EVERY
     }
     chosen = {}
     for label, rule in RULES_COMPARED.items():
         picks = [rule(f["validation"], kind, f["clusters"]) for f in fold_list]
-        regret = np.concatenate([f["test"][p][kind] for f, p in zip(fold_list, picks, strict=True)])
+        regret = np.concatenate([published(f, kind, p) for f, p in zip(fold_list, picks,
+                                                                      strict=True)])  # fmt: skip
         chosen[label] = {"mean": float(np.mean(regret)), "picks": picks}
     return {"candidates": candidates, "rules": chosen}
 
@@ -445,6 +485,24 @@ def misses(scores: dict, label: str) -> float:
     best_rule = min(scores["candidates"][r] for r in RULES)
     best_single = min(scores["candidates"][c] for c in SINGLES)
     return max(0.0, mean - best_rule) + max(0.0, mean - BAR * best_single - TIE)
+
+
+def held_out_result(table: dict, held: str, label: str) -> dict:
+    """Set ``held``'s rows under the rule ``label``: its mean regret per split and kind beside
+    the bar's two terms, and its rows past the bar."""
+    per_row = []
+    for (name, split, kind), scores in table.items():
+        if name != held:
+            continue
+        cands = scores["candidates"]
+        best_single = min(SINGLES, key=cands.get)
+        per_row.append({"split": split, "kind": kind, "mean": scores["rules"][label]["mean"],
+                        "best_rule": min(cands[r] for r in RULES), "best_single": best_single,
+                        "best_single_mean": cands[best_single],
+                        "miss": misses(scores, label)})  # fmt: skip
+    return {"rule": label, "rows": len(per_row),
+            "rows_past_bar": sum(r["miss"] > 0 for r in per_row),
+            "misses": sum(r["miss"] for r in per_row), "per_row": per_row}  # fmt: skip
 
 
 def explain(fold_list: list[dict], kind: str) -> None:
@@ -480,7 +538,7 @@ def explain(fold_list: list[dict], kind: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", default="sia,lambda")
+    parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--profile", default="fast")
     parser.add_argument("--jobs", type=int, default=-1)
     parser.add_argument("--refresh", action="store_true", help="run the folds again")
@@ -507,7 +565,12 @@ def main() -> int:
             if args.refresh:  # every cache of the split, its draws too, run again once
                 for path in CACHE.glob(f"{_stem(name, split, args.profile)}*.json"):
                     path.unlink()
-            fold_list = fold_regrets(name, split, args.profile, args.jobs, False, args.repeats)
+            try:
+                fold_list = fold_regrets(name, split, args.profile, args.jobs, False,
+                                         args.repeats)  # fmt: skip
+            except ValueError as exc:  # a split this set cannot make; the others still count
+                print(f"{name} {split}: skipped: {exc}", file=sys.stderr)
+                continue
             for kind in KINDS:
                 table[(name, split, kind)] = split_scores(fold_list, kind)
             for draw in range(1, args.draws):
@@ -523,13 +586,12 @@ def main() -> int:
         ]
         for lb in labels
     }
-    names = sorted({n for n, _, _ in table})
-    # the rule for each set is the one with the fewest misses on the *other* sets
-    transfer = {}
-    for held in names:
-        others = [v for (n, _, _), v in table.items() if n != held]
-        if others:
-            transfer[held] = min(labels, key=lambda lb: sum(misses(v, lb) for v in others))
+    # each set scored under the rule chosen on the other sets alone; a fleet outside them all
+    # (what `leap crossval` ships for) under the rule chosen on every set
+    by_row = {key: {lb: misses(v, lb) for lb in labels} for key, v in table.items()}
+    transfer = leave_one_set_out(by_row)
+    every_set = fewest_misses(list(by_row.values()))
+    held_out = {held: held_out_result(table, held, label) for held, label in transfer.items()}
     out = []
     for (name, split, kind), scores in table.items():
         cands = scores["candidates"]
@@ -544,7 +606,9 @@ def main() -> int:
         }  # fmt: skip
         out.append(row)
     if args.json:
-        print(json.dumps({"rows": out, "transfer": transfer, "rows_past_bar_by_draw": draws}))
+        print(json.dumps({"rows": out, "transfer": transfer, "leave_one_set_out": held_out,
+                          "chosen_on_every_set": every_set, "shipped": SHIPPED,
+                          "rows_past_bar_by_draw": draws}))  # fmt: skip
         return 0
     print("| set | split | kind | best rule | best single (same folds) | "
           + " | ".join(labels) + " |")  # fmt: skip
@@ -561,7 +625,16 @@ def main() -> int:
         bad = sum(misses(v, lb) > 0 for v in table.values())
         other = f"; on other draws {draws[lb][1:]}" if args.draws > 1 else ""
         print(f"{lb}: {bad} of {len(table)} rows past the bar, misses summed {total:.3f}{other}")
-    print(f"chosen on the other set: {transfer}")
+    print()
+    for held, result in held_out.items():
+        print(f"{held}, under the rule chosen on the other sets ({result['rule']}): "
+              f"{result['rows_past_bar']} of {result['rows']} rows past the bar, misses summed "
+              f"{result['misses']:.3f}")  # fmt: skip
+        for r in result["per_row"]:
+            print(f"  {r['split']} {r['kind']}: {r['mean']:.3f} (best rule {r['best_rule']:.3f}, "
+                  f"best single {r['best_single_mean']:.3f} {r['best_single']}, "
+                  f"{'past the bar' if r['miss'] > 0 else 'within'})")  # fmt: skip
+    print(f"chosen on every set, for a fleet outside them: {every_set}; shipped: {SHIPPED}")
     return 0
 
 

@@ -41,7 +41,7 @@ from leap_pipeline.studies.decisions import (
     decision_regrets,
     summarize,
 )  # fmt: skip
-from leap_pipeline.studies.selection import INCUMBENT, choose_ranking
+from leap_pipeline.studies.selection import INCUMBENT, choose_ranking, with_published
 from leap_pipeline.studies.splits import (
     SPLITS,
     exclude_groups,
@@ -304,8 +304,7 @@ def run_fold(
     for name in PREDICTORS:
         full[name] = np.full(rows.height, np.nan)
         full[name][test_mask] = predicted[name]
-    regrets, _ = decision_regrets(cells(rows, specs, test_mask, full), list(PREDICTORS))
-    regrets["leap"] = {kind: regrets[choice["ranking"][kind]][kind] for kind in KINDS}
+    regrets = with_published(cells(rows, specs, test_mask, full), list(PREDICTORS), choice)
     return {"test": np.flatnonzero(test_mask), "predicted": predicted, "regrets": regrets,
             "choice": choice, "intervals": intervals}  # fmt: skip
 

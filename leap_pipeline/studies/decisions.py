@@ -103,8 +103,7 @@ def decision_regrets(
     add candidates that combine others; an expression may use ``pl.Expr.over(keys)``, as it is
     evaluated on the table of decisions."""
     by = list(keys)
-    decisions = table.filter((pl.len().over(by) >= 2) & pl.col("held").any().over(by))
-    decisions = decisions.with_columns(
+    decisions = _decisions(table, by).with_columns(
         fastest=pl.col("q").max().over(by) / pl.col("q") - 1,
         per_cost=(pl.col("q") / pl.col("cost")).max().over(by) / (pl.col("q") / pl.col("cost")) - 1,
     )
@@ -120,12 +119,41 @@ def decision_regrets(
                     .sort_by("_s", descending=True, nulls_last=True, maintain_order=True)
                     .first()
                 )
-                .otherwise(pl.col(kind).mean())
+                .otherwise(pl.col(kind).fill_nan(None).mean())  # over the types it can price
                 .alias("regret")
             )
             out[name][kind] = per_decision["regret"].to_numpy()
     models = decisions.group_by(by, maintain_order=True).agg(_model=pl.col("model_type").first())
     return out, models["_model"].to_numpy()
+
+
+def _decisions(table: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """The (decision, type) rows that make a decision: two types or more, one held out."""
+    return table.filter((pl.len().over(by) >= 2) & pl.col("held").any().over(by))
+
+
+def decision_coverage(
+    table: pl.DataFrame,
+    predictors: list[str],
+    keys: Sequence[str] = CONFIG,
+    scores: dict[str, dict[str, pl.Expr]] | None = None,
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per candidate and kind, per decision (in ``decision_regrets``' order): whether the
+    candidate scores every type of the decision. A candidate that does not (the fleet ratio on
+    a type no training configuration ran, a GBDT fitted on too few rows, a rule on a type with
+    no peak or price) ranks the types it cannot estimate last."""
+    by = list(keys)
+    decisions = _decisions(table, by)
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name, by_kind in (scores or candidate_scores(predictors)).items():
+        out[name] = {}
+        for kind, score in by_kind.items():
+            scored = decisions.with_columns(_s=score.fill_nan(None))
+            per_decision = scored.group_by(by, maintain_order=True).agg(
+                pl.col("_s").is_not_null().all().alias("covered")
+            )
+            out[name][kind] = per_decision["covered"].to_numpy().astype(bool)
+    return out
 
 
 def summarize(regrets: np.ndarray) -> dict:

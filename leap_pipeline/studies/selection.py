@@ -1,12 +1,15 @@
 """Which ranking a fold of ``leap crossval`` publishes for a decision kind, from its candidates'
 regrets on the validation folds (``crossval._inner_selection``): a rule unless a candidate is
-lower than it on more validation model types than higher."""
+lower than it on more validation model types than higher. A decision the published ranking
+cannot estimate every type of goes to the published GBDT (``published_regrets``). Which
+selection rule to ship is chosen across data sets, leaving one out (``leave_one_set_out``)."""
 
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
-from leap_pipeline.studies.decisions import TIE
+from leap_pipeline.studies.decisions import KINDS, TIE, decision_coverage, decision_regrets
 
 # the rule each decision kind starts from: a challenger must beat it on validation decisions
 INCUMBENT = {"fastest": "highest_fp16_peak", "per_cost": "best_fp16_peak_per_dollar"}
@@ -53,3 +56,75 @@ def choose_ranking(
         if net > 0 and key > best_key:
             best, best_key = name, key
     return best
+
+
+def fallbacks(gbdt: str, kind: str) -> tuple[str, ...]:
+    """Who takes a decision the published ranking cannot estimate every type of: the fold's
+    published GBDT, then the rule made for the kind."""
+    return (gbdt, INCUMBENT[kind])
+
+
+def published_regrets(
+    regrets: dict[str, dict[str, np.ndarray]],
+    coverage: dict[str, dict[str, np.ndarray]],
+    kind: str,
+    chosen: str,
+    fallback: tuple[str, ...],
+) -> np.ndarray:
+    """The regret of each decision as the fold publishes it for ``kind``: ``chosen``'s, but
+    where ``chosen`` has no estimate for a type of the decision (``decisions.decision_coverage``),
+    the first of ``fallback`` that estimates every type of it. A new type's first ranking never
+    goes to a candidate that would rank it last for want of an estimate: the fleet ratio has
+    none for a type no training configuration ran. Where none covers, ``chosen`` stands."""
+    out = np.array(regrets[chosen][kind], dtype=float)
+    missing = ~np.asarray(coverage[chosen][kind], dtype=bool)
+    for name in fallback:
+        if name == chosen or name not in regrets or not missing.any():
+            continue
+        take = missing & np.asarray(coverage[name][kind], dtype=bool)
+        out[take] = regrets[name][kind][take]
+        missing &= ~take
+    return out
+
+
+def with_published(table: pl.DataFrame, predictors: list[str], choice: dict) -> dict:
+    """Every candidate's regrets on a fold's decisions (``decisions.cells``' ``table``), and
+    ``leap``'s: per kind the ranking ``choice`` published (``choice["ranking"]``), each decision
+    it cannot estimate every type of taken by ``choice["gbdt"]`` or the rule
+    (``published_regrets``)."""
+    regrets, _ = decision_regrets(table, predictors)
+    coverage = decision_coverage(table, predictors)
+    regrets["leap"] = {
+        kind: published_regrets(
+            regrets, coverage, kind, choice["ranking"][kind], fallbacks(choice["gbdt"], kind)
+        )
+        for kind in KINDS
+    }
+    return regrets
+
+
+def fewest_misses(rows: list[dict[str, float]]) -> str | None:
+    """Of the rules each of ``rows`` scores (how far each is past the bar there, 0 when
+    within): the one past the bar on the fewest rows, the smaller sum of misses breaking a tie,
+    then the order the rules are listed in. None without rows."""
+    if not rows:
+        return None
+    labels = list(rows[0])
+    return min(labels, key=lambda label: (sum(row[label] > 0 for row in rows),
+                                          sum(row[label] for row in rows),
+                                          labels.index(label)))  # fmt: skip
+
+
+def leave_one_set_out(misses: dict[tuple, dict[str, float]]) -> dict[str, str]:
+    """The selection rule each data set is scored under, chosen on the other sets alone.
+
+    ``misses`` maps each row of the comparison (a key whose first element names its set, e.g.
+    (set, split, kind)) to how far each rule is past the bar there (0 when within;
+    ``benchmarks/selection_study.py``). Per set: ``fewest_misses`` over the *other* sets'
+    rows. A set with no other set to choose on gets no rule."""
+    chosen = {}
+    for held in dict.fromkeys(key[0] for key in misses):
+        rule = fewest_misses([row for key, row in misses.items() if key[0] != held])
+        if rule is not None:
+            chosen[held] = rule
+    return chosen
