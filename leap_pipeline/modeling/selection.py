@@ -100,7 +100,8 @@ def fit_models(
     cascade_params: dict | None = None,
 ) -> TrainedModels:
     """Fit the cascade, the single GBDT, the single GBDT on the history's prior
-    (``residual_on_prior``) and the lookup table on a window of feature-table rows, and select
+    (``residual_on_prior``), the efficiency GBDT on the per-layer cost prior
+    (``efficiency_on_cost``) and the lookup table on a window of feature-table rows, and select
     the model to publish.
 
     The window's last day is held out for the selection (``select_model``); the models train on
@@ -118,6 +119,9 @@ def fit_models(
         "single_gbdt": BinnedCascade(**(params | {"n_bins": 1}), random_state=random_state),
         "single_gbdt_prior": BinnedCascade(
             **(params | {"n_bins": 1, "residual_on_prior": True}), random_state=random_state
+        ),
+        "efficiency_gbdt": BinnedCascade(
+            **(params | {"n_bins": 1, "efficiency_on_cost": True}), random_state=random_state
         ),
     }
     units = {
@@ -139,13 +143,13 @@ def fit_models(
         models[name], seconds[name] = model, fit_seconds
         progress.phase = name
         progress.advance("fitted on the cluster", units[name])
-    cascade, one_bin, on_prior = models.values()
+    cascade, one_bin, on_prior, efficiency = models.values()
     selection = select_model(
         cascade,
         one_bin,
         selection_rows.select(FEATURE_COLUMNS).to_numpy(),
         selection_rows["throughput"].to_numpy(),
-        challengers={"single_gbdt_prior": on_prior},
+        challengers={"single_gbdt_prior": on_prior, "efficiency_gbdt": efficiency},
     )
     selection["selection_day"] = selection_rows["ds"].max().isoformat()
     ranks = (

@@ -48,6 +48,7 @@ def ablation(
         ("+ job history", ("job", "cfg", "hw", "hist")),
         ("+ throughput-ratio features", ("job", "cfg", "hw", "hist", "ratio")),
         ("+ architecture features", ("job", "cfg", "hw", "hist", "ratio", "arch")),
+        ("+ per-layer cost model", ("job", "cfg", "hw", "hist", "ratio", "arch", "cost")),
     ]
     training, _ = split_window(window)
     y = training["log_q"].to_numpy()
