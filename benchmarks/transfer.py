@@ -219,8 +219,25 @@ def load_set(name: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     from leap_pipeline.app.commands import _static_source
 
     source, path, hardware = SETS[name]
-    return _static_source(argparse.Namespace(source=source, path=str(path),
-                                             hardware=str(hardware or "")))  # fmt: skip
+    attempts, specs = _static_source(argparse.Namespace(source=source, path=str(path),
+                                                        hardware=str(hardware or "")))  # fmt: skip
+    if name == "neusight":  # switchxl4 has no layer list in the contract: its catalog entry
+        attempts = with_catalog_definitions(attempts)
+    return attempts, specs
+
+
+def with_catalog_definitions(attempts: pl.DataFrame) -> pl.DataFrame:
+    """NeuSight's rows without a ``model_definition`` name their model's catalog entry
+    (``model_catalog.NEUSIGHT_MODELS``), as any user's import may: the vocabulary could not
+    state switchxl4 (cross-attention, a wider attention, experts) when the contract was
+    written."""
+    from leap_serving.launch.model_catalog import NEUSIGHT_MODELS
+
+    named = pl.col("model_type").replace_strict(
+        {m: json.dumps({"catalog": c}) for m, c in NEUSIGHT_MODELS.items()}, default=None,
+        return_dtype=pl.String,
+    )  # fmt: skip
+    return attempts.with_columns(model_definition=pl.coalesce("model_definition", named))
 
 
 def score_split(result: dict, baselines: pl.DataFrame | None = None) -> dict:

@@ -267,16 +267,25 @@ def feature_matrix(
         )
     for k in ARCHITECTURE_SUMMARY_KEYS:
         f[f"arch_{k}"] = a[k]
-    f.update(step_costs(
-        a, global_batch=global_batch, devices=devices, devices_per_host=spec["devices_per_host"],
-        tensor_parallel=f["job_tensor_parallel"], pipeline_parallel=f["job_pipeline_parallel"],
-        bytes_per_value=bytes_per_value,
-        optimizer_known=np.array([o is not None for o in rows.values("optimizer")], dtype=bool),
-        spec=spec,
-    ))  # fmt: skip
+    optimizer_known = np.array([o is not None for o in rows.values("optimizer")], dtype=bool)
+
+    def costs(at: np.ndarray, on: np.ndarray) -> dict[str, np.ndarray]:
+        """The cost model's features of launch rows ``at`` on spec-table rows ``on``."""
+        dph = specs.matrix[on, HARDWARE_SPEC_COLUMNS.index("devices_per_host")]
+        return step_costs(
+            {k: v[at] for k, v in a.items()}, global_batch=global_batch[at],
+            devices=job_devices(trainers[at], requested[at], dph),
+            devices_per_host=dph, tensor_parallel=f["job_tensor_parallel"][at],
+            pipeline_parallel=f["job_pipeline_parallel"][at],
+            bytes_per_value=bytes_per_value[at], optimizer_known=optimizer_known[at],
+            spec={c: specs.matrix[on, j] for j, c in enumerate(HARDWARE_SPEC_COLUMNS)},
+        )  # fmt: skip
+
+    f.update(costs(np.arange(len(take)), take))
     for name in HISTORY_FEATURES:
         values = history[name]
         f[name] = values.cast(pl.Float64).to_numpy() if isinstance(values, pl.Series) else values
+    f["cost_history_gap"] = _history_prior(f.__getitem__) - f["cost_log_q"]
     # one array of the columns, then rows: a third of column_stack's time for a ranking's rows
     matrix = np.ascontiguousarray(
         np.array([f[name] for name in FEATURE_COLUMNS], dtype=np.float64)
@@ -354,15 +363,16 @@ PRIOR_COLUMNS: tuple[str, ...] = (
     "hist_mt_xfer_fleet_log_q",
     "hist_mean_log_q",
 )
-_HW_COUNT = FEATURE_COLUMNS.index("hist_hw_count")
-_HW_MEAN = FEATURE_COLUMNS.index("hist_hw_mean_log_q")
-_PRIOR = [FEATURE_COLUMNS.index(c) for c in PRIOR_COLUMNS]
+
+
+def _history_prior(column) -> np.ndarray:
+    prior = np.where(column("hist_hw_count") > 0, column("hist_hw_mean_log_q"), np.nan)
+    for name in PRIOR_COLUMNS:
+        prior = np.where(np.isnan(prior), column(name), prior)
+    return prior
 
 
 def prior_log_q(X: np.ndarray) -> np.ndarray:
     """The best point-in-time estimate of ln q each feature row's history gives (NaN where it
     gives none), in the order of ``PRIOR_COLUMNS`` after the family's own level on the type."""
-    prior = np.where(X[:, _HW_COUNT] > 0, X[:, _HW_MEAN], np.nan)
-    for column in _PRIOR:
-        prior = np.where(np.isnan(prior), X[:, column], prior)
-    return prior
+    return _history_prior(lambda name: X[:, FEATURE_COLUMNS.index(name)])

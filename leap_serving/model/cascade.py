@@ -87,11 +87,11 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
     efficiency_on_cost : bool
         True: the model predicts ln efficiency, ln q minus the per-layer cost model's prior
         (``cost_model``; the history's prior, then the training median, where a row has no
-        architecture), bounded above by ``efficiency_cap_`` so it never promises more than the
-        roofline (0), or than the most any training row beat it by where the spec table
-        understates a type (an fp32 job on TF32 cores). A bounded efficiency times a physical
-        prior carries to a type faster than any in training; trees on ln q clamp to the
-        fastest they saw. Takes precedence over ``residual_on_prior``.
+        architecture), its ln q bounded by the cost prior plus ``efficiency_cap_`` so it never
+        promises more than the roofline (cap 0), or than the most any training row beat it by
+        where the spec table understates a type (an fp32 job on TF32 cores). A bounded
+        efficiency times a physical prior carries to a type faster than any in training; trees
+        on ln q clamp to the fastest they saw. Takes precedence over ``residual_on_prior``.
     random_state : int
     n_jobs : int or None
         Experts fitted at once, through joblib: None is one unless a ``joblib.parallel_config``
@@ -265,10 +265,11 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         seconds = {"em": 0.0, "refit": 0.0, "classifier": 0.0}
         if self.residual_on_prior or self.efficiency_on_cost:
             self.prior_fallback_ = float(np.median(y))
-        y = y - self.offset(X)
         if self.efficiency_on_cost:
-            known = np.isfinite(cost_log_q(np.asarray(X, dtype=np.float64)))
-            self.efficiency_cap_ = float(max(0.0, y[known].max() if known.any() else 0.0))
+            over_roofline = y - cost_log_q(np.asarray(X, dtype=np.float64))
+            known = np.isfinite(over_roofline)
+            self.efficiency_cap_ = float(max(0.0, over_roofline[known].max() if known.any() else 0))
+        y = y - self.offset(X)
         with threadpool_limits(self.n_threads):
             edges, bins, merged = self._initial_bins(y)
             n_bins = len(edges) + 1
@@ -348,10 +349,11 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         correction = gate(
             proba, lambda b, rows: self.experts_[b].predict(X[rows]), self.gating, self.gate_top_k
         )
-        if self.efficiency_on_cost:
-            known = np.isfinite(cost_log_q(X))
-            correction = np.where(known, np.minimum(correction, self.efficiency_cap_), correction)
-        return self.offset(X) + correction
+        predicted = self.offset(X) + correction
+        if self.efficiency_on_cost:  # never past the roofline (plus the cap)
+            bound = cost_log_q(X) + self.efficiency_cap_
+            predicted = np.where(np.isfinite(bound), np.minimum(predicted, bound), predicted)
+        return predicted
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
