@@ -153,3 +153,70 @@ def test_the_efficiency_gbdt_ranks_a_type_faster_than_any_in_training_first():
     # and it survives its model file
     again = cascade_from_dict(cascade_dict(efficiency_model), "model", X.shape[1])
     np.testing.assert_allclose(again.predict(X), efficiency_model.predict(X))
+
+
+def test_serving_applies_the_efficiency_bound_the_selection_scored():
+    """The compiled cascade (what a ranker serves) predicts what ``BinnedCascade.predict``
+    does, the roofline bound included, on rows where the bound binds."""
+    from leap_serving.model.compiled import CompiledCascade
+
+    specs = _specs({"slow": (50.0, 800.0), "fast": (400.0, 3000.0)})
+    definition = json.dumps(GPT)
+    launches = _launches(
+        [{"hardware_type": hw, "model_definition": definition, "job_name": f"j{i}",
+          "batch_size": 4 + i % 5} for i in range(60) for hw in ("slow", "fast")]
+    )  # fmt: skip
+    X = _features(launches, specs)
+    rng = np.random.default_rng(1)
+    y = cost_log_q(X) + rng.normal(0.2, 0.3, len(X))  # most rows beat the roofline
+    y[0] += 5.0  # one outlier must not lift the bound for every launch: a percentile sets it
+    model = BinnedCascade(n_bins=1, min_bin_rows=20, max_iter=50, efficiency_on_cost=True)
+    model.fit(X, y)
+    assert 0.0 < model.efficiency_cap_ < 1.5
+    model.efficiency_cap_ = 0.0  # the roofline itself, so the bound binds on some rows
+    raw = model.offset(X) + model.experts_[0].predict(X)
+    bound = cost_log_q(X) + model.efficiency_cap_
+    assert (raw > bound).any()  # the bound binds somewhere
+    served, _, _ = CompiledCascade(model).predict(X)
+    np.testing.assert_allclose(served, model.predict(X), rtol=1e-9, atol=1e-9)
+    assert (served <= bound + 1e-9).all()
+
+
+def test_hosts_choose_the_link_and_a_small_type_holds_the_degrees_it_can():
+    specs = _specs({"big": (312.0, 2039.0), "single": (312.0, 2039.0)})
+    specs = specs.with_columns(
+        devices_per_host=pl.when(pl.col("hardware_type") == "single").then(1.0).otherwise(8.0)
+    )
+    definition = json.dumps(GPT)
+    launches = _launches([
+        # one host of 8 and two hosts of 4: the same devices, NVLink against the network
+        {"hardware_type": "big", "model_definition": definition, "batch_size": 64,
+         "requested_devices_per_host": 8},
+        {"hardware_type": "big", "model_definition": definition, "num_trainers": 2,
+         "batch_size": 32, "requested_devices_per_host": 4},
+        # eight tensor-parallel devices asked of a type with one per host: it has one
+        {"hardware_type": "big", "model_definition": definition, "batch_size": 8,
+         "requested_devices_per_host": 8, "tensor_parallel": 8},
+        {"hardware_type": "single", "model_definition": definition, "batch_size": 8,
+         "requested_devices_per_host": 8, "tensor_parallel": 8},
+    ])  # fmt: skip
+    X = _features(launches, specs)
+    comm = _column(X, "cost_share_communication")
+    assert comm[1] > 2 * comm[0]  # the inter-node link is slower
+    q = np.exp(cost_log_q(X))
+    assert q[2] > 2 * q[3]  # eight devices beat one, whatever the degree asked
+
+
+def test_a_transformer_given_its_ffn_width_fits_in_memory_like_one_given_the_multiple():
+    from leap_serving.launch.memory import bytes_per_device
+
+    layer = {"op": "transformer", "layers": 4, "d_model": 512, "heads": 8}
+    launch = {"batch_size": 8, "seq_len": 512, "precision": "bf16", "num_trainers": 1}
+    by_width = bytes_per_device(
+        launch | {"model_definition": json.dumps({"layers": [layer | {"d_ff": 2048}]})}, [8.0]
+    )
+    by_multiple = bytes_per_device(
+        launch | {"model_definition": json.dumps({"layers": [layer | {"ffn_mult": 4}]})}, [8.0]
+    )
+    np.testing.assert_allclose(by_width, by_multiple)
+    assert np.isfinite(by_width).all() and (by_width > 0).all()

@@ -15,7 +15,7 @@ Per data-parallel replica and step, each layer class is timed by whichever of it
   read and written once per step.
 A step is three forward passes of work (forward, and backward's two). Communication adds the
 data-parallel gradient all-reduce, 2(n-1)/n x parameter bytes over the link (intra-node while
-the job fits on one host, inter-node beyond), and tensor parallelism's activation all-reduces;
+the job runs on one host, inter-node beyond), and tensor parallelism's activation all-reduces;
 a pipeline with one micro-batch per step (the prior knows no other) runs its stages in turn, so
 its devices add no speed. The prior's throughput is the global batch over the step time.
 """
@@ -64,8 +64,8 @@ def step_costs(
     arch: dict[str, np.ndarray],
     *,
     global_batch: np.ndarray,
+    hosts: np.ndarray,
     devices: np.ndarray,
-    devices_per_host: np.ndarray,
     tensor_parallel: np.ndarray,
     pipeline_parallel: np.ndarray,
     bytes_per_value: np.ndarray,
@@ -81,9 +81,12 @@ def step_costs(
     tp = np.where(tensor_parallel >= 1, tensor_parallel, 1.0)
     pp = np.where(pipeline_parallel >= 1, pipeline_parallel, 1.0)
     bpv = np.where(bytes_per_value > 0, bytes_per_value, 4.0)
-    replicas = np.maximum(devices / (tp * pp), 1.0)
+    # a type with fewer devices than the degrees ask for holds the model on those it has
+    split = np.maximum(np.minimum(tp * pp, devices), 1.0)  # devices a replica's work spans
+    tp = np.minimum(tp, split)
+    pp = np.maximum(split / tp, 1.0)
+    replicas = np.maximum(devices / split, 1.0)
     per_replica = global_batch / replicas  # samples a replica runs each step
-    split = tp * pp  # devices a replica's work is spread over
     with np.errstate(invalid="ignore", divide="ignore"):
         half = np.where(bpv == 2.0, spec["peak_bf16_tflops"], np.nan)
         peak = np.where(np.isfinite(half), half, spec["peak_fp32_tflops"]) * 1e12
@@ -109,14 +112,16 @@ def step_costs(
         compute = matmul + attention + conv + memory
         # one micro-batch: the stages run in turn, each 1/pp of the replica's work
         compute = compute * pp
-        one_host = devices <= devices_per_host
+        one_host = ~(hosts > 1)  # the contract's trainers are hosts; unknown: one
         link = np.where(one_host, spec["intra_node_bandwidth_gbps"],
                         spec["inter_node_bandwidth_gbps"]) * 1e9  # fmt: skip
         link = np.where(link > 0, link, np.nan)
+        intra = spec["intra_node_bandwidth_gbps"] * 1e9
+        intra = np.where(intra > 0, intra, np.nan)
         gradient = 2.0 * (replicas - 1.0) / replicas * arch["dense_params"] * bpv / split / link
         exchange = (
             2.0 * (tp - 1.0) / tp * 2.0 * arch["tp_exchange_bytes_per_sample"] * per_replica
-            / spec["intra_node_bandwidth_gbps"].clip(min=1e-9) / 1e9
+            / intra
         )  # fmt: skip
         # a link the spec table does not know costs nothing rather than hiding the whole prior
         communication = np.where(replicas > 1, np.nan_to_num(gradient), 0.0) + np.where(

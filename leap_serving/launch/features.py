@@ -267,21 +267,13 @@ def feature_matrix(
         )
     for k in ARCHITECTURE_SUMMARY_KEYS:
         f[f"arch_{k}"] = a[k]
-    optimizer_known = np.array([o is not None for o in rows.values("optimizer")], dtype=bool)
-
-    def costs(at: np.ndarray, on: np.ndarray) -> dict[str, np.ndarray]:
-        """The cost model's features of launch rows ``at`` on spec-table rows ``on``."""
-        dph = specs.matrix[on, HARDWARE_SPEC_COLUMNS.index("devices_per_host")]
-        return step_costs(
-            {k: v[at] for k, v in a.items()}, global_batch=global_batch[at],
-            devices=job_devices(trainers[at], requested[at], dph),
-            devices_per_host=dph, tensor_parallel=f["job_tensor_parallel"][at],
-            pipeline_parallel=f["job_pipeline_parallel"][at],
-            bytes_per_value=bytes_per_value[at], optimizer_known=optimizer_known[at],
-            spec={c: specs.matrix[on, j] for j, c in enumerate(HARDWARE_SPEC_COLUMNS)},
-        )  # fmt: skip
-
-    f.update(costs(np.arange(len(take)), take))
+    f.update(step_costs(
+        a, global_batch=global_batch, hosts=trainers, devices=devices,
+        tensor_parallel=f["job_tensor_parallel"], pipeline_parallel=f["job_pipeline_parallel"],
+        bytes_per_value=bytes_per_value,
+        optimizer_known=np.array([o is not None for o in rows.values("optimizer")], dtype=bool),
+        spec=spec,
+    ))  # fmt: skip
     for name in HISTORY_FEATURES:
         values = history[name]
         f[name] = values.cast(pl.Float64).to_numpy() if isinstance(values, pl.Series) else values

@@ -156,7 +156,8 @@ def _layer_activations(
         n, h = float(layer["layers"]), float(layer["d_model"])
         if checkpointing:
             return n * s * h * v
-        a, m = float(layer["heads"]), float(layer["ffn_mult"])
+        a = float(layer["heads"])
+        m = float(layer["d_ff"]) / h if "d_ff" in layer and h else float(layer["ffn_mult"])
         return n * ((18.0 + 4.0 * m) * s * h + 5.0 * a * s * s) * v / 2.0
     if op in ("mlp", "experts"):
         experts = float(layer.get("num_experts", 1.0)) if op == "experts" else 1.0
@@ -170,4 +171,10 @@ def _layer_activations(
         return float(layer["blocks"]) * kept * pixels * float(layer["channels"]) * v
     if op == "lm_head":
         return 4.0 * float(layer["vocab"]) * s
+    if op == "lstm":  # four gates and the cell per token, layer and direction
+        directions = 2.0 if layer.get("bidirectional") else 1.0
+        return float(layer["layers"]) * directions * 6.0 * float(layer["hidden"]) * s * v
+    if op == "conv_net":  # the elements its layers write, or about one per 200 MACs
+        written = float(layer.get("activations") or float(layer["macs"]) / 200.0)
+        return (1.0 if checkpointing else 2.0) * written * v
     return 0.0  # interaction: a few values per sample

@@ -44,6 +44,12 @@ def make_single_gbdt_booster(profile: str = "fast", random_state: int = 0) -> GB
     return BinnedCascade(**params, random_state=random_state)._expert()
 
 
+# An efficiency model's bound over the cost prior: the 99th percentile of the training rows'
+# excess (0 where none beat the roofline), never above ln 4, which a model file may not exceed.
+EFFICIENCY_CAP_QUANTILE = 0.99
+EFFICIENCY_CAP_MAX = float(np.log(4.0))
+
+
 class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEstimator):
     """EM-binned cascade of median experts behind a bin classifier; predicts y = ln q.
 
@@ -88,8 +94,9 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         True: the model predicts ln efficiency, ln q minus the per-layer cost model's prior
         (``cost_model``; the history's prior, then the training median, where a row has no
         architecture), its ln q bounded by the cost prior plus ``efficiency_cap_`` so it never
-        promises more than the roofline (cap 0), or than the most any training row beat it by
-        where the spec table understates a type (an fp32 job on TF32 cores). A bounded
+        promises more than the roofline (cap 0), or than the 99th percentile of the training
+        rows' excess where the spec table understates a type (an fp32 job on TF32 cores) or the
+        prior a pipeline's overlap. A bounded
         efficiency times a physical prior carries to a type faster than any in training; trees
         on ln q clamp to the fastest they saw. Takes precedence over ``residual_on_prior``.
     random_state : int
@@ -267,8 +274,10 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
             self.prior_fallback_ = float(np.median(y))
         if self.efficiency_on_cost:
             over_roofline = y - cost_log_q(np.asarray(X, dtype=np.float64))
-            known = np.isfinite(over_roofline)
-            self.efficiency_cap_ = float(max(0.0, over_roofline[known].max() if known.any() else 0))
+            known = over_roofline[np.isfinite(over_roofline)]
+            # the 99th percentile: one outlier row must not lift the bound for every launch
+            excess = float(np.quantile(known, EFFICIENCY_CAP_QUANTILE)) if len(known) else 0.0
+            self.efficiency_cap_ = min(max(0.0, excess), EFFICIENCY_CAP_MAX)
         y = y - self.offset(X)
         with threadpool_limits(self.n_threads):
             edges, bins, merged = self._initial_bins(y)
@@ -349,11 +358,15 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         correction = gate(
             proba, lambda b, rows: self.experts_[b].predict(X[rows]), self.gating, self.gate_top_k
         )
-        predicted = self.offset(X) + correction
-        if self.efficiency_on_cost:  # never past the roofline (plus the cap)
-            bound = cost_log_q(X) + self.efficiency_cap_
-            predicted = np.where(np.isfinite(bound), np.minimum(predicted, bound), predicted)
-        return predicted
+        return self.bounded(X, self.offset(X) + correction)
+
+    def bounded(self, X: np.ndarray, log_q: np.ndarray) -> np.ndarray:
+        """``log_q`` held under the cost prior plus ``efficiency_cap_`` (an efficiency model's
+        bound; unchanged otherwise). Every prediction path calls it, compiled or not."""
+        if not self.efficiency_on_cost:
+            return log_q
+        bound = cost_log_q(np.asarray(X, dtype=np.float64)) + self.efficiency_cap_
+        return np.where(np.isfinite(bound), np.minimum(log_q, bound), log_q)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

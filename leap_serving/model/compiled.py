@@ -144,6 +144,7 @@ class CompiledCascade:
         self.gating = cascade.gating
         self.gate_top_k = cascade.gate_top_k
         self.offset = cascade.offset  # the prior a residual cascade's experts are added to
+        self.bounded = cascade.bounded  # and an efficiency cascade's bound
         self.n_trees = self.experts.n_trees + (self.classifier.n_trees if self.classifier else 0)
 
     def predict_proba_bins(self, X: np.ndarray, n_threads: int | None = None) -> np.ndarray:
@@ -178,5 +179,5 @@ class CompiledCascade:
             if n_threads is None
             else self.experts.predict_many(X, top, n_threads)
         )
-        log_q = self.offset(X) + combine(experts, weight, self.gating)
+        log_q = self.bounded(X, self.offset(X) + combine(experts, weight, self.gating))
         return log_q, best, proba[np.arange(len(X)), best]

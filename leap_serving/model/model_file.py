@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .boosters import GBDTClassifier, GBDTRegressor
-from .cascade import BinnedCascade
+from .cascade import EFFICIENCY_CAP_MAX, BinnedCascade
 from .lgb_text import ModelTextError
 
 FORMAT = "leap-model"
@@ -283,6 +283,8 @@ def _cascade_fitted(cascade: BinnedCascade, fitted: Any, where: str) -> None:
         cascade.prior_fallback_ = _number(fitted["prior_fallback_"], float, f"{at}.prior_fallback_")
     if cascade.efficiency_on_cost:
         cap = _number(fitted["efficiency_cap_"], float, f"{at}.efficiency_cap_", 0)
+        if cap > EFFICIENCY_CAP_MAX:
+            raise ModelFileError(f"{at}.efficiency_cap_={cap} is above {EFFICIENCY_CAP_MAX:.4f}")
         cascade.efficiency_cap_ = cap
 
 
