@@ -184,6 +184,7 @@ class EmbeddedPostgres:
         never reaches the server's log), ``HBA_CONF`` written and the configuration reloaded;
         then wait until a connection without the password is refused."""
         import psycopg2
+        from psycopg2 import sql
         from psycopg2.extensions import encrypt_password
 
         connection = psycopg2.connect(self.uri)  # trust: no password asked yet
@@ -191,7 +192,9 @@ class EmbeddedPostgres:
             connection.autocommit = True
             verifier = encrypt_password(password, SUPERUSER, connection, "scram-sha-256")
             with connection.cursor() as cursor:
-                cursor.execute(f"ALTER ROLE {SUPERUSER} PASSWORD %s", (verifier,))
+                # a role is an identifier, quoted by psycopg2.sql; the verifier a bound value
+                statement = sql.SQL("ALTER ROLE {} PASSWORD %s").format(sql.Identifier(SUPERUSER))
+                cursor.execute(statement, (verifier,))
                 self._write_hba()
                 cursor.execute("SELECT pg_reload_conf()")
         finally:

@@ -35,7 +35,8 @@ def relocate_mlflow(store: Path, old: Path, new: Path) -> int:
     old_uri, new_uri, changed = old.as_uri() + "/", new.as_uri() + "/", 0
     with contextlib.closing(sqlite3.connect(store)) as con, con:
         for table, column in MLFLOW_LOCATIONS:
-            if column not in {row[1] for row in con.execute(f"PRAGMA table_info({table})")}:
+            found = con.execute("SELECT name FROM pragma_table_info(?)", (table,))
+            if column not in {row[0] for row in found}:
                 continue  # another MLflow release: no such table or column
             changed += con.execute(
                 f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
