@@ -67,8 +67,9 @@ def booster_dict(booster: GBDTRegressor | GBDTClassifier) -> dict[str, Any]:
     }
 
 
-# fitting settings added after FORMAT_VERSION 1 was written: a file saved before them lacks
-# them and loads with their default (they change how a model fits, not what it predicts)
+# settings added after FORMAT_VERSION 1 was written: a file saved before them lacks them and
+# loads with their default, which is what such a file's model did (the first three change how a
+# model fits; efficiency_on_cost, off in every older file, what it predicts)
 _LATER_PARAMS = frozenset(
     {"early_stopping_tol", "min_data_in_leaf", "min_data_in_bin", "efficiency_on_cost"}
 )
