@@ -991,6 +991,18 @@ def test_no_process_of_leap_up_has_a_secret_on_its_command_line(service):
     assert any("--app-name basic-auth" in line for line in seen)
 
 
+@pytest.mark.long
+def test_nothing_of_leap_up_listens_off_loopback(service):
+    """Every listening socket of leap up's processes (Dask's health routes included, which it
+    serves with the dashboard off) is on the loopback address."""
+    pids = {p.pid for p in _tree(service)}
+    listening = [c for c in psutil.net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.pid in pids]  # fmt: skip
+    assert len(listening) >= 5  # Postgres, MLflow, Dagster, the Dask scheduler and worker
+    off = [(c.pid, c.laddr) for c in listening if c.laddr.ip not in ("127.0.0.1", "::1")]
+    assert off == []
+
+
 def _daemon_process(service: Service) -> psutil.Process:
     (daemon,) = [p for p in psutil.Process(service.process.pid).children()
                  if "dagster-daemon" in " ".join(p.cmdline())]  # fmt: skip

@@ -80,6 +80,12 @@ class Ports:
     dask: int = 8786
 
 
+# Dask serves its health and metrics routes even with the dashboard off, on the dashboard's
+# address, which defaults to every interface (0.0.0.0:8787 for the scheduler): loopback only,
+# on a free port, so nothing of leap up listens off loopback without credentials
+LOOPBACK_DIAGNOSTICS = ("--no-dashboard", "--dashboard-address", "127.0.0.1:0")
+
+
 def _script(name: str) -> str:
     """A console script of this environment (``dagster-webserver``, ``dask``), else PATH's."""
     return shutil.which(name, path=sysconfig.get_path("scripts")) or shutil.which(name) or name
@@ -170,12 +176,12 @@ def commands(
         dask_env = {**env, "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
         found["dask-scheduler"] = (
             [_script("dask"), "scheduler", "--host", "127.0.0.1", "--port", str(ports.dask),
-             "--protocol", "tls", *tls, "--no-dashboard"],
+             "--protocol", "tls", *tls, *LOOPBACK_DIAGNOSTICS],
             dask_env,
         )  # fmt: skip
         found["dask-worker"] = (
             [_script("dask"), "worker", dask_address(ports), "--nworkers", str(dask_workers),
-             "--nthreads", "1", "--host", "127.0.0.1", *tls, "--no-dashboard",
+             "--nthreads", "1", "--host", "127.0.0.1", *tls, *LOOPBACK_DIAGNOSTICS,
              "--local-directory", scratch],
             dask_env,
         )  # fmt: skip
