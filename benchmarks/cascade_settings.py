@@ -5,7 +5,7 @@ on the 30 days before D at one profile (early-stopped on the window's last day, 
 and scored on D under each gating; the single GBDT (a one-bin cascade) beside them. Gating is a
 prediction-time choice, so the three gatings of a setting share one fit.
 
-Two groups of settings (``--group``):
+Three groups of settings (``--group``):
 
 - ``structure`` (default): the paper's cascade (13 bins, EM scored on the rows each expert trained
   on, experts on their own bin); out-of-fold EM; experts that also train on their neighbours'
@@ -16,6 +16,9 @@ Two groups of settings (``--group``):
   (``classifier_sample``), each tree on every feature instead of half (``feature_fraction``, for
   the cascade and for the single GBDT). Each setting's fit time is reported beside its w20, so
   the table says what each lever buys and what it costs.
+- ``designs``: the night's cascade beside designs that lean on the single GBDT for their bins or
+  their gating (``cascade_designs``: gating by its predicted bin, experts as corrections to it,
+  the classifier on every row with gating over neighbouring bins, EM on its residuals).
 
 Each (night, setting) result is kept in ``data/cascade-settings/`` under a digest of its settings
 and of the code it depends on (``CODE``), so a long run that is stopped (the levers at scale 1.0
@@ -23,7 +26,7 @@ take about 25 minutes a night with ``--n-jobs -1`` on 2 cores) resumes where it 
 fits again.
 
 Run: python benchmarks/cascade_settings.py [--scale 0.05] [--nights 10] [--spread 29]
-     [--profile fast] [--group structure|levers] [--warehouse PATH] [--jobs 2] [--n-jobs N]
+     [--profile fast] [--group structure|levers|designs] [--warehouse PATH] [--jobs 2] [--n-jobs N]
      [--refresh] [--json]
 e.g. python benchmarks/cascade_settings.py --scale 1.0 --profile paper --group levers \
      --nights 3 --spread 2 --jobs 1 --n-jobs -1 --warehouse data/bench-1.0.duckdb
@@ -55,6 +58,9 @@ from leap_serving.model.cascade import BinnedCascade
 from leap_serving.model.gating import GATINGS
 from leap_serving.model.profiles import PAPER_CASCADE, profile_params
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cascade_designs import DESIGNS, USES_SINGLE_GBDT
+
 PROJECT = Path(__file__).resolve().parents[1]
 CACHE = PROJECT / "data" / "cascade-settings"
 SPEED_LEVERS = ("em_sample", "classifier_sample", "feature_fraction")
@@ -78,6 +84,13 @@ GROUPS: dict[str, dict[str, dict]] = {
         "single_gbdt_all_features": {"n_bins": 1, "feature_fraction": 1.0},
         "em_all_rows": {"em_sample": 1.0},
     },
+    # designs that lean on the single GBDT (``cascade_designs``), beside the two models the
+    # night fits
+    "designs": {
+        "single_gbdt": {"design": "single_gbdt"},  # g itself, fitted once for the designs
+        "night": {},
+        **{name: {"design": name} for name in DESIGNS if name != "single_gbdt"},
+    },
 }
 
 
@@ -90,6 +103,7 @@ CODE = [
     PROJECT / "leap_pipeline" / "modeling" / "selection.py",
     PROJECT / "leap_pipeline" / "data" / "feature_table.py",
     *sorted((PROJECT / "leap_pipeline" / "simulation").glob("*.py")),
+    PROJECT / "benchmarks" / "cascade_designs.py",
 ]
 
 
@@ -115,14 +129,63 @@ def cached_score(name: str, params: dict, night: dt.date, warehouse: Path, args)
     with open_warehouse(warehouse, read_only=True) as wh:
         window = wh.read("feature_table", *training_window(night))
         rows = wh.read("feature_table", night, night)
-    result = score_setting(name, params, window, rows, args.profile, args.n_jobs)
+    if "design" in params:
+        single = single_gbdt_predictions(night, window, rows, args)
+        result = score_design(name, params["design"], window, rows, single, args)
+    else:
+        result = score_setting(name, params, window, rows, args.profile, args.n_jobs)
     result["params"] = params
-    CACHE.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(result))
-    os.replace(partial, path)  # whole or absent
+    _write_whole(path, lambda out: out.write(json.dumps(result).encode()))
     print(f"{night} {name}: {result['seconds']} s, w20 {result['w20']}", file=sys.stderr)
     return result
+
+
+def _write_whole(path: Path, write) -> None:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as out:
+        write(out)
+    os.replace(partial, path)  # whole or absent
+
+
+def single_gbdt_predictions(night: dt.date, window, rows, args) -> dict:
+    """The night's single GBDT g on the window and on day D, and its fit's seconds: fitted once
+    per night for every design that builds on it, and kept beside the results."""
+    path = CACHE / f"{cache_key('single_gbdt_predictions', {'n_bins': 1}, night, args)}.npz"
+    if path.exists() and not args.refresh:
+        with np.load(path) as kept:
+            return {key: kept[key] for key in kept.files}
+    X = window.select(FEATURE_COLUMNS).to_numpy()
+    start = time.perf_counter()
+    g = BinnedCascade(**(profile_params(args.profile) | {"n_bins": 1}), n_jobs=args.n_jobs)
+    g.fit(X, window["log_q"].to_numpy(), validation=validation_rows(window))
+    single = {
+        "train": g.predict(X),
+        "day": g.predict(rows.select(FEATURE_COLUMNS).to_numpy()),
+        "seconds": np.array(time.perf_counter() - start),
+    }
+    _write_whole(path, lambda out: np.savez(out, **single))
+    return single
+
+
+def score_design(name: str, design: str, window, rows, single: dict, args) -> dict:
+    """A design of ``cascade_designs`` on one night: w20 on day D by gating, and its fit's
+    seconds with g's where it builds on g."""
+    X = window.select(FEATURE_COLUMNS).to_numpy()
+    start = time.perf_counter()
+    predictions = DESIGNS[design](
+        profile_params(args.profile), X, window["log_q"].to_numpy(), validation_rows(window),
+        single["train"], rows.select(FEATURE_COLUMNS).to_numpy(), single["day"], args.n_jobs,
+    )  # fmt: skip
+    seconds = time.perf_counter() - start
+    if design in USES_SINGLE_GBDT:
+        seconds += float(single["seconds"])
+    measured = rows["throughput"].to_numpy()
+    return {
+        "setting": name,
+        "seconds": round(seconds, 1),
+        "w20": {g: metrics.within(np.exp(p), measured, 20) for g, p in predictions.items()},
+    }
 
 
 def score_setting(
@@ -216,7 +279,7 @@ def main() -> None:
     ]
     table = {}
     for name in settings:
-        for gating in GATINGS:
+        for gating in (*GATINGS, "neighbours"):
             series = [
                 r["w20"][gating]
                 for n in per_night
