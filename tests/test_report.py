@@ -181,8 +181,7 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     assert "flagged novel" in (tmp_path / "reports" / "report.md").read_text()
     # where the time went: every stage timed, within the whole run (each lap rounded to 0.1 s)
     phases = report["phase_seconds"]
-    stages = ("landing", "nights", "ablation", "importance", "holdouts", "holdout_regret",
-              "routing_and_figures")  # fmt: skip
+    stages = ("landing", "nights", "ablation", "importance", "holdouts", "routing_and_figures")
     assert set(phases) == set(stages)
     assert len(phases["nights"]) == 2 and all(s > 0 for s in phases["nights"])
     spent = sum(phases["nights"]) + sum(phases[k] for k in stages if k != "nights")
@@ -209,6 +208,75 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     assert saved["nightly_w20"] == report["nightly_w20"]
     for figure in report["figures"]:
         assert (tmp_path / "reports" / figure.split("/")[-1]).stat().st_size > 0
+
+
+def test_a_stopped_report_resumes_from_its_kept_nights(tmp_path, monkeypatch):
+    """A report stopped in its second night keeps the first; the next run computes only the
+    second (and the last night's studies), and a third run computes nothing: the same report,
+    every night and study read back. The selection's record of each night is in the JSON."""
+    from leap_pipeline.orchestration.runs import land_days
+    from leap_pipeline.studies import report as report_module
+    from leap_pipeline.studies.report import ReportSettings, build_report
+
+    settings = ReportSettings.quick_mode(tmp_path)
+    computed, real_run_night = [], report_module.run_night
+
+    def run_night(wh, day, *args, **kwargs):
+        if stop_on is not None and day == stop_on:
+            raise KeyboardInterrupt  # the user's Ctrl-C, in night 2
+        computed.append(day)
+        return real_run_night(wh, day, *args, **kwargs)
+
+    monkeypatch.setattr(report_module, "run_night", run_night)
+    first_night = dt.date(2026, 1, 9)  # the quick mode's 8-day window after 2026-01-01
+    stop_on = first_night + dt.timedelta(days=1)
+    with pytest.raises(KeyboardInterrupt):
+        build_report(settings, land_days, log=lambda line: None)
+    assert computed == [first_night]
+
+    stop_on, computed, lines = None, [], []
+    resumed = build_report(settings, land_days, log=lines.append)
+    assert computed == [first_night + dt.timedelta(days=1)]  # night 1 kept, with its model
+    assert any("1 night(s) kept" in line and "1 of 2 nights to compute" in line for line in lines)
+    assert not any(line.startswith("landing") for line in lines)  # every day was landed
+    assert resumed["per_night"][1]["staleness"]["model_age_days"] == 1  # against night 1's kept
+    assert set(resumed["published_shares"]) == {s["published"] for s in resumed["selection"]}
+    assert sum(resumed["published_shares"].values()) == pytest.approx(1.0)
+    for night in resumed["selection"]:
+        assert night["published"] in night["selection_scores"] and night["selection_day"]
+
+    computed, lines = [], []
+    again = build_report(settings, land_days, log=lines.append)
+    assert computed == []  # every night and every study of the last night kept
+    assert not any(line in ("ablation", "importance", "holdouts") for line in lines)
+    for key in ("nightly", "selection", "per_night", "ablation", "importance", "holdout_regret",
+                "holdout_hardware", "routing", "first_choice", "exploration", "table1"):  # fmt: skip
+        assert again[key] == resumed[key], key
+
+
+def test_a_kept_night_is_computed_again_for_other_data(tmp_path):
+    """A night's key holds the landed content of its window and day: a day landed with other
+    content gives the night another key, while the other nights keep theirs."""
+    from leap_pipeline.data.warehouse import open_warehouse
+    from leap_pipeline.orchestration.runs import land_days
+    from leap_pipeline.studies.report_nights import NightStore
+
+    warehouse = tmp_path / "w.duckdb"
+    land_days(dt.date(2026, 1, 1), dt.date(2026, 1, 4), "simulator:seed=0,scale=0.02",
+              str(warehouse))  # fmt: skip
+    store = NightStore(tmp_path / "nights", {"scale": 0.02})
+    days = [dt.date(2026, 1, 3), dt.date(2026, 1, 4)]
+    with open_warehouse(warehouse, read_only=True) as wh:
+        before = [store.key(wh, day, 2) for day in days]
+    with open_warehouse(warehouse) as wh:
+        log = wh.read("source_log", days[1], days[1])
+        wh.replace_partition("source_log", days[1], log.with_columns(content_sha256=pl.lit("x")))
+    with open_warehouse(warehouse, read_only=True) as wh:
+        after = [store.key(wh, day, 2) for day in days]
+    assert after[0] == before[0] and after[1] != before[1]
+    with open_warehouse(warehouse, read_only=True) as wh:
+        other = NightStore(tmp_path / "nights", {"scale": 0.05}).key(wh, days[0], 2)
+    assert other != before[0]  # other settings, another key
 
 
 def test_first_choice_ties_are_ordered_by_type_name():

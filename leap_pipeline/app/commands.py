@@ -175,7 +175,9 @@ def report(args: argparse.Namespace) -> int:
                 "oracle_w20_median", "single_gbdt_w20_median", "table1", "ablation",
                 "holdout_hardware_delta_w20", "holdout_family_delta_w20", "holdout_regret",
                 "routing", "routing_capture", "per_night", "monitoring",
-                "exploration")  # fmt: skip
+                "exploration", "published_w20", "single_gbdt_w20", "lookup_w20_median",
+                "selection", "published_shares", "night_seconds", "night_peak_memory_mb",
+                "fits", "seconds")  # fmt: skip
         print(json.dumps({k: result[k] for k in keys}))
     else:
         print((settings.data / "reports" / "report.md").read_text())

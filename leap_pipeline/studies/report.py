@@ -21,14 +21,22 @@ import polars as pl
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.sources import source_from_uri
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.selection import serving_model
-from leap_pipeline.modeling.training import run_night
+from leap_pipeline.modeling.selection import serving_model, training_window
+from leap_pipeline.modeling.training import Night, run_night
 from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings, environment
 from leap_pipeline.studies.ablations import ablation, holdouts, permutation_importance
 from leap_pipeline.studies.exploration import exploration_value
 from leap_pipeline.studies.holdout_regret import holdout_regrets
 from leap_pipeline.studies.monitoring import monitoring_summary, night_monitoring
 from leap_pipeline.studies.report_markdown import figures, markdown
+from leap_pipeline.studies.report_nights import (
+    STUDY_MODULES,
+    NightStore,
+    missing_days,
+    peak_memory_mb,
+    published_shares,
+    remaining_line,
+)
 from leap_pipeline.studies.staleness import staleness_scores, staleness_summary
 from leap_serving.model.profiles import profile_params
 from leap_serving.model.publish import write_atomic
@@ -90,6 +98,11 @@ class ReportSettings:
             lookup_min_support=self.lookup_min_support, n_jobs=-1,
         )  # fmt: skip
 
+    def night_key(self) -> dict:
+        """The settings a kept night was computed under (``report_nights``): all but the
+        folder."""
+        return {k: v for k, v in vars(self).items() if k != "data"}
+
     @property
     def lookup_min_support(self) -> int:
         return max(2, round(MIN_SUPPORT * self.scale))
@@ -129,59 +142,67 @@ def build_report(
     last = first + dt.timedelta(days=days - 1)
     if discard_stale_warehouse(warehouse):
         log(f"removed {warehouse}: it was built with other features; landing it again")
-    log(f"landing {days} days of {source}")
-    land_days(first, last, source, str(warehouse))
+    missing = _days_to_land(warehouse, first, last)
+    if missing:  # from the first day a stopped run left unlanded: full-scale days take minutes
+        log(f"landing {missing[0]} .. {last} of {source} ({len(missing)} of {days} days)")
+        land_days(missing[0], last, source, str(warehouse))
+    else:
+        log(f"all {days} days of {source} are landed in {warehouse}")
     phases["landing"] = _lap()
     oracle = fleet.oracle()
 
     training = settings.training()
-    nightly, selections, per_night, explored, final = [], [], [], [], None
+    store = NightStore(root / "nights", settings.night_key())
+    nightly, selections, per_night, explored, records = [], [], [], [], []
     first_served: tuple[dt.date, LeapModel] | None = None  # the first night's model, as served
     with open_warehouse(warehouse, read_only=True) as wh:
-        for i in range(settings.nights):
-            day = first_night + dt.timedelta(days=i)
-            night = run_night(wh, day, training, oracle)
-            window, rows = night.window, night.rows
-            models, evaluation = night.models, night.evaluation
-            nightly.append(
-                {"ds": day.isoformat(), **{m: v["w20"] for m, v in evaluation["overall"].items()}}
-            )
-            selections.append(
-                {
-                    "ds": day.isoformat(),
-                    "published": models.selection["published"],
-                    "selection_scores": models.selection["scores"],
-                    "margin": models.selection["margin"],
-                    "required_margin": models.selection["required_margin"],
-                    "published_w20": nightly[-1]["published"],
-                    "single_gbdt_w20": nightly[-1]["single_gbdt"],
-                    "cascade_w20": nightly[-1]["cascade"],
-                }
-            )
-            per_night.append(night_monitoring(day, evaluation))
-            launches = wh.read("job_attempts", day, day)
-            before = day - dt.timedelta(days=1)
-            served = serving_model(
-                models,
-                wh.read("history_snapshot", before, before).drop("ds"),
-                wh.read("hardware_specs", day, day).drop("ds"),
-            )
-            if first_served is None:
-                first_served = (day, served)
-            else:  # the first night's model, as if every night since had failed
-                per_night[-1]["staleness"] = staleness_scores(
-                    served, first_served[1], first_served[0], launches, day
-                )
-            if evaluation.get("routing_launches") is not None:
+        night_days = [first_night + dt.timedelta(days=i) for i in range(settings.nights)]
+        keys = [store.key(wh, day, settings.window_days) for day in night_days]
+        kept = {key: store.load(key) for key in keys}
+        computed_seconds = [r["seconds"] for r in kept.values() if r]  # until nights run here
+        left = sum(r is None for r in kept.values())
+        log(f"{settings.nights - left} night(s) kept in {store.folder} from an earlier run; "
+            + remaining_line(left, settings.nights, computed_seconds))  # fmt: skip
+        final_key = keys[-1]
+        studies = {s: store.load(final_key, store.study_key(final_key, s)) for s in STUDY_MODULES}
+        final = None
+        for i, (day, key) in enumerate(zip(night_days, keys, strict=True)):
+            record = kept[key]
+            last_needed = i == settings.nights - 1 and any(v is None for v in studies.values())
+            if record is None or last_needed:
+                if first_served is None and i > 0:
+                    first_served = _first_served(store, keys[0], night_days[0], wh, training,
+                                                 oracle)  # fmt: skip
+                night = run_night(wh, day, training, oracle)
+                record, served = _night_record(wh, night, first_served)
+                record["seconds"] = _lap()
+                record["peak_memory_mb"] = peak_memory_mb()
+                store.save(key, record)
+                left -= kept[key] is None
+                if i == 0:
+                    store.save_model(key, served)
+                    first_served = (day, served)
+                computed_seconds.append(record["seconds"])  # this machine, now
+                final = night
+                how, spent = f"{record['seconds']:.0f} s", record["seconds"]
+            else:
+                how, spent = "kept", _lap()
+            records.append(record)
+            nightly.append(record["nightly"])
+            selections.append(record["selection"])
+            per_night.append(record["monitoring"])
+            if record.get("routing_launches") is not None:
+                launches = wh.read("job_attempts", day, day)
                 explored.append((launches.select("attempt_id", "family", "candidate_hardware"),
-                                 evaluation["routing_launches"]))  # fmt: skip
-            phases["nights"].append(_lap())
+                                 record["routing_launches"]))  # fmt: skip
+            phases["nights"].append(spent)  # this run's seconds (a kept night's are its reading)
             log(
-                f"night {i + 1}/{settings.nights} {day} ({phases['nights'][-1]:.0f} s): "
+                f"night {i + 1}/{settings.nights} {day} ({how}): "
                 + ", ".join(f"{m} {v:.3f}" for m, v in nightly[-1].items() if m != "ds")
+                + f"; {remaining_line(left, settings.nights, computed_seconds)}"
             )
-            final = (day, window, rows, models, evaluation)
-        day, window, rows, models, evaluation = final
+        day = night_days[-1]
+        window = wh.read("feature_table", *training_window(day, settings.window_days))
         snapshot_before = wh.read(
             "history_snapshot", day - dt.timedelta(days=1), day - dt.timedelta(days=1)
         ).drop("ds")
@@ -189,6 +210,7 @@ def build_report(
         attempts = wh.read("job_attempts", day, day)
 
     series = pl.DataFrame(nightly)
+    last = records[-1]
     report = {
         "settings": {k: str(v) for k, v in settings.__dict__.items()},
         "evaluation_day": day.isoformat(),
@@ -200,7 +222,14 @@ def build_report(
         "published_w20_median": float(series["published"].median()),
         "single_gbdt_w20": series["single_gbdt"].to_list(),
         "single_gbdt_w20_median": float(series["single_gbdt"].median()),
+        # per night: what the selection published and the selection day's evidence for it
         "selection": selections,
+        "published_shares": published_shares(selections),
+        # per night: its seconds and this process's peak memory when it ended, as computed
+        # (a night kept from an earlier run carries that run's figures)
+        "night_seconds": [r["seconds"] for r in records],
+        "night_peak_memory_mb": [r["peak_memory_mb"] for r in records],
+        "fits": "Dask: " + training.dask_scheduler if training.dask_scheduler else "in process",
         # per night: the published model's interval coverage and routing value on its day
         "per_night": per_night,
         "monitoring": monitoring_summary(per_night),
@@ -210,43 +239,26 @@ def build_report(
         "exploration": exploration_value(explored, oracle),
         "lookup_w20_median": float(series["lookup"].median()),
         "oracle_w20_median": float(series["oracle"].median()),
-        "table1": {
-            "covered_jobs": evaluation["table1"]["covered_attempts"],
-            "coverage": evaluation["table1"]["coverage"],
-            **{
-                k: evaluation["table1"][k]
-                for k in evaluation["table1"]
-                if "_w" in k or "ratio" in k
-            },
-        },
+        "table1": last["table1"],
     }
-    log("ablation ladder")
-    report["ablation"] = ablation(window, rows, settings.profile, models.single_gbdt_booster,
-                                  models.cascade)  # fmt: skip
-    phases["ablation"] = _lap()
-    log("permutation importance")
-    report["importance"] = permutation_importance(models.cascade, rows, settings.shuffles)
-    phases["importance"] = _lap()
-    log("hold-outs")
-    table4, refits = holdouts(window, rows, models.published)
-    report.update(table4)
-    phases["holdouts"] = _lap()
-    log("hold-outs as decisions")
-    report["holdout_regret"] = holdout_regrets(
-        attempts, snapshot_before, specs, oracle, models.published,
-        {key: (report[f"holdout_{key}"]["target"], refit) for key, refit in refits.items()},
-    )  # fmt: skip
-    phases["holdout_regret"] = _lap()
+    for study, run in _last_night_studies(final, window, settings, oracle, attempts,
+                                          snapshot_before, specs).items():  # fmt: skip
+        if studies[study] is None:
+            log(study)
+            studies[study] = run()
+            store.save(final_key, studies[study], store.study_key(final_key, study))
+            phases[study] = _lap()
+        report.update(studies[study])
     log("first choices and routing")
     # the last night's replay (``routing.day_routing``, which each night's evaluation holds)
-    if "policies" not in evaluation.get("routing", {}):
-        raise RuntimeError(f"the routing replay of {day} did not run: {evaluation.get('routing')}")
-    first = evaluation["routing_launches"]["first"]
+    if "policies" not in last["routing"]:
+        raise RuntimeError(f"the routing replay of {day} did not run: {last['routing']}")
+    first = last["routing_launches"]["first"]
     report["first_choice"] = first_choice_shares(
         attempts, {a: [first[a]] if a in first else [] for a in attempts["attempt_id"]}
     )
-    report["routing"] = evaluation["routing"]["policies"]
-    report["routing_capture"] = evaluation["routing"]["capture"]["leap"]
+    report["routing"] = last["routing"]["policies"]
+    report["routing_capture"] = last["routing"]["capture"]["leap"]
     report["figures"] = figures(window, series, report, root)
     phases["routing_and_figures"] = _lap()
     report["phase_seconds"] = phases
@@ -254,6 +266,90 @@ def build_report(
     write_atomic(root / "report.json", json.dumps(report, indent=2))
     write_atomic(root / "report.md", markdown(report))
     return report
+
+
+def _days_to_land(warehouse: Path, first: dt.date, last: dt.date) -> list[dt.date]:
+    if not warehouse.exists():
+        return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+    with open_warehouse(warehouse, read_only=True) as wh:
+        return missing_days(wh, first, last)
+
+
+def _night_record(
+    wh, night: Night, first_served: tuple[dt.date, LeapModel] | None
+) -> tuple[dict, LeapModel]:
+    """What the report keeps of a computed night (JSON), and its model as served."""
+    day, models, evaluation = night.day, night.models, night.evaluation
+    overall = {m: v["w20"] for m, v in evaluation["overall"].items()}
+    before = day - dt.timedelta(days=1)
+    served = serving_model(
+        models,
+        wh.read("history_snapshot", before, before).drop("ds"),
+        wh.read("hardware_specs", day, day).drop("ds"),
+    )
+    monitoring = night_monitoring(day, evaluation)
+    if first_served is not None:  # the first night's model, as if every night since had failed
+        launches = wh.read("job_attempts", day, day)
+        monitoring["staleness"] = staleness_scores(
+            served, first_served[1], first_served[0], launches, day
+        )
+    table1 = evaluation["table1"]
+    record = {
+        "nightly": {"ds": day.isoformat(), **overall},
+        "selection": {
+            "ds": day.isoformat(),
+            "published": models.selection["published"],
+            "selection_day": models.selection.get("selection_day"),
+            "selection_scores": models.selection["scores"],
+            "margin": models.selection["margin"],
+            "required_margin": models.selection["required_margin"],
+            "published_w20": overall["published"],
+            "single_gbdt_w20": overall["single_gbdt"],
+            "cascade_w20": overall["cascade"],
+        },
+        "monitoring": monitoring,
+        "routing_launches": evaluation.get("routing_launches"),
+        "routing": evaluation.get("routing", {}),
+        "table1": {
+            "covered_jobs": table1["covered_attempts"],
+            "coverage": table1["coverage"],
+            **{k: table1[k] for k in table1 if "_w" in k or "ratio" in k},
+        },
+    }
+    return json.loads(json.dumps(record)), served  # as it reads back from disk
+
+
+def _first_served(store: NightStore, key: str, day: dt.date, wh, training, oracle):
+    """The first night's served model: kept, or computed again when it is not."""
+    model = store.load_model(key)
+    if model is None:
+        model = _night_record(wh, run_night(wh, day, training, oracle), None)[1]
+        store.save_model(key, model)
+    return day, model
+
+
+def _last_night_studies(final: Night | None, window, settings, oracle, attempts, snapshot,
+                        specs) -> dict[str, Callable[[], dict]]:  # fmt: skip
+    """The studies of the last night's models, each a function run only when not kept."""
+
+    def ablation_study() -> dict:
+        models = final.models
+        ladder = ablation(window, final.rows, settings.profile, models.single_gbdt_booster,
+                          models.cascade)  # fmt: skip
+        return {"ablation": ladder}
+
+    def importance_study() -> dict:
+        cascade, rows = final.models.cascade, final.rows
+        return {"importance": permutation_importance(cascade, rows, settings.shuffles)}
+
+    def holdout_study() -> dict:
+        published = final.models.published
+        table4, refits = holdouts(window, final.rows, published)
+        targets = {k: (table4[f"holdout_{k}"]["target"], refit) for k, refit in refits.items()}
+        regret = holdout_regrets(attempts, snapshot, specs, oracle, published, targets)
+        return {**table4, "holdout_regret": regret}
+
+    return {"ablation": ablation_study, "importance": importance_study, "holdouts": holdout_study}
 
 
 def first_choice_shares(attempts: pl.DataFrame, lists: dict[str, list]) -> list[dict]:

@@ -107,7 +107,12 @@ def markdown(report: dict) -> str:
             f"({_points(night['required_margin'])}) | "
             f"{_pct(night['published_w20'])} | {_pct(night['single_gbdt_w20'])} |"
         )
+    shares = report.get("published_shares", {})
     lines += [
+        "",
+        "Nights each model was published on: "
+        + ", ".join(f"{name} {_pct(share)}" for name, share in shares.items())
+        + f". The nights' fits ran {report.get('fits', 'in process')}.",
         "",
         f"## Routing, the last night ({report['evaluation_day']})",
         "",
