@@ -213,6 +213,14 @@ def test_ci_runs_ruff_before_the_readme_tests_and_the_long_runs_beside_them(tmp_
     assert all(calls.index(c) < readme_pytest for c in calls if c[0].endswith("/bin/ruff"))
     pytest_runs = [c for c in calls if c[1:3] == ["-m", "pytest"]]
     assert [c[0] for c in pytest_runs if c[-2:] == ["-m", "long"]] == [".venv-3.13/bin/python"]
+    # the long runs are split between the lanes, each file in exactly one: the service-free ones
+    # in the README's .venv after its tests, the rest in the long lane
+    (long_lane,) = [c for c in pytest_runs if c[-2:] == ["-m", "long"]]
+    (readme_long,) = [c for c in pytest_runs if c[0] == ".venv/bin/python" and "long" in c]
+    assert calls.index(readme_long) > readme_pytest
+    files = readme_long[readme_long.index("long") + 1 :]
+    assert files and all(f.startswith("tests/test_") for f in files)
+    assert [a.removeprefix("--ignore=") for a in long_lane if a.startswith("--ignore=")] == files
 
 
 @pytest.mark.parametrize(
