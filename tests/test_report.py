@@ -1,6 +1,7 @@
 """The report in its quick mode, its studies on hand-made rows, and the routing simulation on
 hand-made jobs."""
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -249,9 +250,25 @@ def test_a_stopped_report_resumes_from_its_kept_nights(tmp_path, monkeypatch):
     again = build_report(settings, land_days, log=lines.append)
     assert computed == []  # every night and every study of the last night kept
     assert not any(line in ("ablation", "importance", "holdouts") for line in lines)
-    for key in ("nightly", "selection", "per_night", "ablation", "importance", "holdout_regret",
-                "holdout_hardware", "routing", "first_choice", "exploration", "table1"):  # fmt: skip
+    for key in ("nightly", "selection", "per_night", "ablation", "importance",
+                "holdout_regret", "holdout_hardware", "routing", "first_choice", "exploration",
+                "table1"):  # fmt: skip
         assert again[key] == resumed[key], key
+
+    # the warehouse landed by other code (its stamp says): every day landed again, and as the
+    # simulator gave the same content, every night still kept
+    stamp = tmp_path / "report-0.02-0.duckdb.landed-by"
+    stamp.write_text("other code")
+    computed, lines = [], []
+    build_report(settings, land_days, log=lines.append)
+    assert any("landed by other code" in line for line in lines) and computed == []
+
+    # a shorter report keeps the longer one's first night; its last night, the first, is fitted
+    # again for its studies, and its served model published again over the kept one
+    computed, lines = [], []
+    shorter = build_report(dataclasses.replace(settings, nights=1), land_days, log=lines.append)
+    assert computed == [first_night] and shorter["nightly"] == resumed["nightly"][:1]
+    assert any("1 night(s) kept" in line and "1 of 1 nights to compute" in line for line in lines)
 
 
 def test_a_kept_night_is_computed_again_for_other_data(tmp_path):

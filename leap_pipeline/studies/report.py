@@ -21,23 +21,25 @@ import polars as pl
 from leap_pipeline.data.feature_table import discard_stale_warehouse
 from leap_pipeline.data.sources import source_from_uri
 from leap_pipeline.data.warehouse import open_warehouse
-from leap_pipeline.modeling.selection import serving_model, training_window
+from leap_pipeline.modeling.selection import training_window
 from leap_pipeline.modeling.training import Night, run_night
 from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings, environment
 from leap_pipeline.studies.ablations import ablation, holdouts, permutation_importance
 from leap_pipeline.studies.exploration import exploration_value
 from leap_pipeline.studies.holdout_regret import holdout_regrets
-from leap_pipeline.studies.monitoring import monitoring_summary, night_monitoring
+from leap_pipeline.studies.monitoring import monitoring_summary
 from leap_pipeline.studies.report_markdown import figures, markdown
 from leap_pipeline.studies.report_nights import (
     STUDY_MODULES,
     NightStore,
+    landing_digest,
     missing_days,
+    night_record,
     peak_memory_mb,
     published_shares,
     remaining_line,
 )
-from leap_pipeline.studies.staleness import staleness_scores, staleness_summary
+from leap_pipeline.studies.staleness import staleness_summary
 from leap_serving.model.profiles import profile_params
 from leap_serving.model.publish import write_atomic
 from leap_serving.model.published import LeapModel
@@ -99,9 +101,10 @@ class ReportSettings:
         )  # fmt: skip
 
     def night_key(self) -> dict:
-        """The settings a kept night was computed under (``report_nights``): all but the
-        folder."""
-        return {k: v for k, v in vars(self).items() if k != "data"}
+        """The settings a kept night's figures depend on (``report_nights``): the fleet and the
+        profile; the window and the lookup support follow from them. Not the number of nights,
+        so a longer report keeps a shorter one's nights."""
+        return {k: getattr(self, k) for k in ("scale", "seed", "profile", "quick")}
 
     @property
     def lookup_min_support(self) -> int:
@@ -143,8 +146,13 @@ def build_report(
     if discard_stale_warehouse(warehouse):
         log(f"removed {warehouse}: it was built with other features; landing it again")
     missing = _days_to_land(warehouse, first, last)
+    if len(missing) < days and not _landed_by_this_code(warehouse):
+        log(f"{warehouse} was landed by other code: landing every day again")
+        missing = [first + dt.timedelta(days=i) for i in range(days)]
     if missing:  # from the first day a stopped run left unlanded: full-scale days take minutes
         log(f"landing {missing[0]} .. {last} of {source} ({len(missing)} of {days} days)")
+        # stamped first: a landing stopped part way was this code's, and resumes from its gap
+        _stamp(warehouse).write_text(landing_digest())
         land_days(missing[0], last, source, str(warehouse))
     else:
         log(f"all {days} days of {source} are landed in {warehouse}")
@@ -157,14 +165,18 @@ def build_report(
     first_served: tuple[dt.date, LeapModel] | None = None  # the first night's model, as served
     with open_warehouse(warehouse, read_only=True) as wh:
         night_days = [first_night + dt.timedelta(days=i) for i in range(settings.nights)]
-        keys = [store.key(wh, day, settings.window_days) for day in night_days]
+        keys = [store.key(wh, night_days[0], settings.window_days)]
+        keys += [store.key(wh, day, settings.window_days, keys[0]) for day in night_days[1:]]
         kept = {key: store.load(key) for key in keys}
-        computed_seconds = [r["seconds"] for r in kept.values() if r]  # until nights run here
-        left = sum(r is None for r in kept.values())
-        log(f"{settings.nights - left} night(s) kept in {store.folder} from an earlier run; "
-            + remaining_line(left, settings.nights, computed_seconds))  # fmt: skip
         final_key = keys[-1]
-        studies = {s: store.load(final_key, store.study_key(final_key, s)) for s in STUDY_MODULES}
+        study_keys = {s: store.study_key(final_key, s, settings.shuffles) for s in STUDY_MODULES}
+        studies = {s: store.load(final_key, part) for s, part in study_keys.items()}
+        computed_seconds = [r["seconds"] for r in kept.values() if r]  # until nights run here
+        # the nights to compute: those not kept, and the last again when a study of it is not
+        left = sum(r is None for r in kept.values())
+        left += kept[final_key] is not None and any(v is None for v in studies.values())
+        log(f"{sum(r is not None for r in kept.values())} night(s) kept in {store.folder}; "
+            + remaining_line(left, settings.nights, computed_seconds))  # fmt: skip
         final = None
         for i, (day, key) in enumerate(zip(night_days, keys, strict=True)):
             record = kept[key]
@@ -173,12 +185,13 @@ def build_report(
                 if first_served is None and i > 0:
                     first_served = _first_served(store, keys[0], night_days[0], wh, training,
                                                  oracle)  # fmt: skip
+                    _lap()  # a night's seconds are its own, not the first night's again
                 night = run_night(wh, day, training, oracle)
-                record, served = _night_record(wh, night, first_served)
+                record, served = night_record(wh, night, first_served)
                 record["seconds"] = _lap()
                 record["peak_memory_mb"] = peak_memory_mb()
                 store.save(key, record)
-                left -= kept[key] is None
+                left -= 1
                 if i == 0:
                     store.save_model(key, served)
                     first_served = (day, served)
@@ -246,7 +259,7 @@ def build_report(
         if studies[study] is None:
             log(study)
             studies[study] = run()
-            store.save(final_key, studies[study], store.study_key(final_key, study))
+            store.save(final_key, studies[study], study_keys[study])
             phases[study] = _lap()
         report.update(studies[study])
     log("first choices and routing")
@@ -268,6 +281,16 @@ def build_report(
     return report
 
 
+def _stamp(warehouse: Path) -> Path:
+    """Beside the warehouse: the digest of the code that landed it (``landing_digest``)."""
+    return warehouse.with_name(warehouse.name + ".landed-by")
+
+
+def _landed_by_this_code(warehouse: Path) -> bool:
+    stamp = _stamp(warehouse)
+    return stamp.is_file() and stamp.read_text().strip() == landing_digest()
+
+
 def _days_to_land(warehouse: Path, first: dt.date, last: dt.date) -> list[dt.date]:
     if not warehouse.exists():
         return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
@@ -275,55 +298,11 @@ def _days_to_land(warehouse: Path, first: dt.date, last: dt.date) -> list[dt.dat
         return missing_days(wh, first, last)
 
 
-def _night_record(
-    wh, night: Night, first_served: tuple[dt.date, LeapModel] | None
-) -> tuple[dict, LeapModel]:
-    """What the report keeps of a computed night (JSON), and its model as served."""
-    day, models, evaluation = night.day, night.models, night.evaluation
-    overall = {m: v["w20"] for m, v in evaluation["overall"].items()}
-    before = day - dt.timedelta(days=1)
-    served = serving_model(
-        models,
-        wh.read("history_snapshot", before, before).drop("ds"),
-        wh.read("hardware_specs", day, day).drop("ds"),
-    )
-    monitoring = night_monitoring(day, evaluation)
-    if first_served is not None:  # the first night's model, as if every night since had failed
-        launches = wh.read("job_attempts", day, day)
-        monitoring["staleness"] = staleness_scores(
-            served, first_served[1], first_served[0], launches, day
-        )
-    table1 = evaluation["table1"]
-    record = {
-        "nightly": {"ds": day.isoformat(), **overall},
-        "selection": {
-            "ds": day.isoformat(),
-            "published": models.selection["published"],
-            "selection_day": models.selection.get("selection_day"),
-            "selection_scores": models.selection["scores"],
-            "margin": models.selection["margin"],
-            "required_margin": models.selection["required_margin"],
-            "published_w20": overall["published"],
-            "single_gbdt_w20": overall["single_gbdt"],
-            "cascade_w20": overall["cascade"],
-        },
-        "monitoring": monitoring,
-        "routing_launches": evaluation.get("routing_launches"),
-        "routing": evaluation.get("routing", {}),
-        "table1": {
-            "covered_jobs": table1["covered_attempts"],
-            "coverage": table1["coverage"],
-            **{k: table1[k] for k in table1 if "_w" in k or "ratio" in k},
-        },
-    }
-    return json.loads(json.dumps(record)), served  # as it reads back from disk
-
-
 def _first_served(store: NightStore, key: str, day: dt.date, wh, training, oracle):
     """The first night's served model: kept, or computed again when it is not."""
     model = store.load_model(key)
     if model is None:
-        model = _night_record(wh, run_night(wh, day, training, oracle), None)[1]
+        model = night_record(wh, run_night(wh, day, training, oracle), None)[1]
         store.save_model(key, model)
     return day, model
 

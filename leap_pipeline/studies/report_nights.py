@@ -28,7 +28,10 @@ from pathlib import Path
 
 from leap_pipeline.data.digest import frame_digest
 from leap_pipeline.data.warehouse import Warehouse
-from leap_pipeline.modeling.selection import training_window
+from leap_pipeline.modeling.selection import serving_model, training_window
+from leap_pipeline.modeling.training import Night, window_gaps
+from leap_pipeline.studies.monitoring import night_monitoring
+from leap_pipeline.studies.staleness import staleness_scores
 from leap_serving.model.publish import write_atomic
 from leap_serving.model.published import LeapModel, ModelArtifactError
 
@@ -50,17 +53,24 @@ NIGHT_CODE: tuple[str, ...] = (
 STUDY_MODULES = {
     "ablation": ("ablations",),
     "importance": ("ablations",),
-    "holdouts": ("ablations", "holdout_regret"),
+    "holdouts": ("ablations", "holdout_regret", "decisions"),
 }
-LIBRARIES = ("lightgbm", "numpy", "polars", "scikit-learn", "duckdb")
+# what lands a simulated day: the simulator, the data layer and the feature code it runs
+LANDING_CODE = (
+    "leap_pipeline/simulation",
+    "leap_pipeline/data",
+    "leap_serving/launch",
+    "leap_pipeline/orchestration/data_assets.py",
+)
+LIBRARIES = ("lightgbm", "numpy", "polars", "scikit-learn", "scipy", "duckdb")
 
 
-def code_digest(*studies: str) -> str:
-    """SHA-256 over ``NIGHT_CODE``'s Python files (path and bytes, in path order), the
-    ``studies``' files, and the versions of the libraries that fit and score."""
+def code_digest_of(entries: tuple[str, ...] | list[str]) -> str:
+    """SHA-256 over the Python files of ``entries`` (folders or files under the project, path
+    and bytes, in path order) and the versions of the libraries that fit and score."""
     digest = hashlib.sha256(b"leap-report-night/1\n")
     files: list[Path] = []
-    for entry in (*NIGHT_CODE, *studies):
+    for entry in entries:
         path = PACKAGES / entry
         files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
     for path in files:
@@ -71,6 +81,11 @@ def code_digest(*studies: str) -> str:
         except PackageNotFoundError:
             digest.update(f"{name} absent".encode())
     return digest.hexdigest()
+
+
+def code_digest(*studies: str) -> str:
+    """``code_digest_of`` ``NIGHT_CODE`` and the ``studies``' files."""
+    return code_digest_of((*NIGHT_CODE, *studies))
 
 
 def data_digest(wh: Warehouse, first: dt.date, last: dt.date) -> str:
@@ -94,10 +109,12 @@ class NightStore:
         self._settings = json.dumps(settings, sort_keys=True, default=str)
         self._code = code_digest()
 
-    def key(self, wh: Warehouse, day: dt.date, window_days: int) -> str:
-        first, _ = training_window(day, window_days)
-        digest = hashlib.sha256(f"{self._code}\n{self._settings}\n{day}\n".encode())
-        digest.update(data_digest(wh, first, day).encode())
+    def key(self, wh: Warehouse, day: dt.date, window_days: int, first: str = "") -> str:
+        """Night ``day``'s key; ``first``, the first night's key for every later night, whose
+        staleness is scored against the first night's model."""
+        start, _ = training_window(day, window_days)
+        digest = hashlib.sha256(f"{self._code}\n{self._settings}\n{day}\n{first}\n".encode())
+        digest.update(data_digest(wh, start, day).encode())
         return f"{day}-{digest.hexdigest()[:16]}"
 
     def _path(self, key: str, part: str = "night") -> Path:
@@ -119,10 +136,12 @@ class NightStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(record))
 
-    def study_key(self, key: str, study: str) -> str:
-        """A study of the last night's models (``ablation``, ...), keyed also by its module."""
+    def study_key(self, key: str, study: str, shuffles: int) -> str:
+        """A study of the last night's models (``ablation``, ...), keyed also by its modules
+        (and the importance by its shuffles)."""
         files = [f"leap_pipeline/studies/{module}.py" for module in STUDY_MODULES[study]]
-        return f"{study}-{code_digest(*files)[:16]}"
+        extra = f"-{shuffles}" if study == "importance" else ""
+        return f"{study}{extra}-{code_digest(*files)[:16]}"
 
     def load_model(self, key: str) -> LeapModel | None:
         folder = self.folder / key / "served"
@@ -137,21 +156,25 @@ class NightStore:
     def save_model(self, key: str, model: LeapModel) -> None:
         folder = self.folder / key / "served"
         folder.parent.mkdir(parents=True, exist_ok=True)
-        if folder.exists():  # a folder another run left: published again, whole
-            for leftover in sorted(folder.rglob("*"), reverse=True):
-                leftover.unlink() if leftover.is_file() else leftover.rmdir()
-            folder.rmdir()
-        model.save(folder)
+        model.save(folder)  # published whole, an earlier run's folder replaced in one step
 
 
 def missing_days(wh: Warehouse, first: dt.date, last: dt.date) -> list[dt.date]:
-    """Days ``first`` .. ``last`` lacking a feature table or a history snapshot (the landing's
-    last two assets): the days a resumed report still has to land."""
+    """Days ``first`` .. ``last`` a resumed report still has to land: without a history snapshot
+    (the landing's last asset), or without feature rows unless landed with no measured attempt
+    (``training.window_gaps``)."""
     days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
-    if not (wh.has("feature_table") and wh.has("history_snapshot")):
+    if not (wh.has("feature_table") and wh.has("history_snapshot") and wh.has("source_log")):
         return days
-    landed = set(wh.partitions("feature_table")) & set(wh.partitions("history_snapshot"))
-    return [day for day in days if day not in landed]
+    snapshots = set(wh.partitions("history_snapshot"))
+    gaps = set(window_gaps(wh, first, last))
+    return [day for day in days if day in gaps or day not in snapshots]
+
+
+def landing_digest() -> str:
+    """The code that lands a day's rows from the simulator: a warehouse landed by other code
+    is landed again whole (same columns, other values would pass every other check)."""
+    return code_digest_of(LANDING_CODE)
 
 
 def remaining_line(left: int, total: int, seconds: list[float]) -> str:
@@ -169,3 +192,47 @@ def published_shares(selections: list[dict]) -> dict[str, float]:
     """The share of nights each model was published on, from the nights' own records."""
     names = [s["published"] for s in selections]
     return {name: names.count(name) / len(names) for name in sorted(set(names))}
+
+
+def night_record(
+    wh: Warehouse, night: Night, first_served: tuple[dt.date, LeapModel] | None
+) -> tuple[dict, LeapModel]:
+    """What the report keeps of a computed night (JSON), and its model as served."""
+    day, models, evaluation = night.day, night.models, night.evaluation
+    overall = {m: v["w20"] for m, v in evaluation["overall"].items()}
+    before = day - dt.timedelta(days=1)
+    served = serving_model(
+        models,
+        wh.read("history_snapshot", before, before).drop("ds"),
+        wh.read("hardware_specs", day, day).drop("ds"),
+    )
+    monitoring = night_monitoring(day, evaluation)
+    if first_served is not None:  # the first night's model, as if every night since had failed
+        launches = wh.read("job_attempts", day, day)
+        monitoring["staleness"] = staleness_scores(
+            served, first_served[1], first_served[0], launches, day
+        )
+    table1 = evaluation["table1"]
+    record = {
+        "nightly": {"ds": day.isoformat(), **overall},
+        "selection": {
+            "ds": day.isoformat(),
+            "published": models.selection["published"],
+            "selection_day": models.selection.get("selection_day"),
+            "selection_scores": models.selection["scores"],
+            "margin": models.selection["margin"],
+            "required_margin": models.selection["required_margin"],
+            "published_w20": overall["published"],
+            "single_gbdt_w20": overall["single_gbdt"],
+            "cascade_w20": overall["cascade"],
+        },
+        "monitoring": monitoring,
+        "routing_launches": evaluation.get("routing_launches"),
+        "routing": evaluation.get("routing", {}),
+        "table1": {
+            "covered_jobs": table1["covered_attempts"],
+            "coverage": table1["coverage"],
+            **{k: table1[k] for k in table1 if "_w" in k or "ratio" in k},
+        },
+    }
+    return json.loads(json.dumps(record)), served  # as it reads back from disk
