@@ -130,7 +130,8 @@ def cached_score(name: str, params: dict, night: dt.date, warehouse: Path, args)
         window = wh.read("feature_table", *training_window(night))
         rows = wh.read("feature_table", night, night)
     if "design" in params:
-        single = single_gbdt_predictions(night, window, rows, args)
+        uses = params["design"] in USES_SINGLE_GBDT
+        single = single_gbdt_predictions(night, window, rows, args) if uses else {}
         result = score_design(name, params["design"], window, rows, single, args)
     else:
         result = score_setting(name, params, window, rows, args.profile, args.n_jobs)
@@ -142,7 +143,7 @@ def cached_score(name: str, params: dict, night: dt.date, warehouse: Path, args)
 
 def _write_whole(path: Path, write) -> None:
     CACHE.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
+    partial = path.with_name(f"{path.name}.partial-{os.getpid()}")  # one per process
     with open(partial, "wb") as out:
         write(out)
     os.replace(partial, path)  # whole or absent
@@ -152,7 +153,7 @@ def single_gbdt_predictions(night: dt.date, window, rows, args) -> dict:
     """The night's single GBDT g on the window and on day D, and its fit's seconds: fitted once
     per night for every design that builds on it, and kept beside the results."""
     path = CACHE / f"{cache_key('single_gbdt_predictions', {'n_bins': 1}, night, args)}.npz"
-    if path.exists() and not args.refresh:
+    if path.exists() and not (args.refresh and path not in _REFITTED):  # --refresh: once a run
         with np.load(path) as kept:
             return {key: kept[key] for key in kept.files}
     X = window.select(FEATURE_COLUMNS).to_numpy()
@@ -165,7 +166,11 @@ def single_gbdt_predictions(night: dt.date, window, rows, args) -> dict:
         "seconds": np.array(time.perf_counter() - start),
     }
     _write_whole(path, lambda out: np.savez(out, **single))
+    _REFITTED.add(path)
     return single
+
+
+_REFITTED: set[Path] = set()  # g's files this process fitted
 
 
 def score_design(name: str, design: str, window, rows, single: dict, args) -> dict:
@@ -175,7 +180,8 @@ def score_design(name: str, design: str, window, rows, single: dict, args) -> di
     start = time.perf_counter()
     predictions = DESIGNS[design](
         profile_params(args.profile), X, window["log_q"].to_numpy(), validation_rows(window),
-        single["train"], rows.select(FEATURE_COLUMNS).to_numpy(), single["day"], args.n_jobs,
+        single.get("train"), rows.select(FEATURE_COLUMNS).to_numpy(), single.get("day"),
+        args.n_jobs,
     )  # fmt: skip
     seconds = time.perf_counter() - start
     if design in USES_SINGLE_GBDT:
