@@ -6,9 +6,11 @@ nights again. Each finished night's figures are written, whole or not at all, un
 
 - the code a night's figures depend on (``NIGHT_CODE``: the models, the features, the data
   layer, the simulator, the night's studies) and the libraries that fit them;
-- the report's settings (scale, seed, profile, window, lookup support);
+- the report's fleet and profile (scale, seed, profile, quick: the window and the lookup support
+  follow from them; not the number of nights, so a longer report keeps a shorter one's);
 - the data the night read: each landed day's ``content_sha256`` from the warehouse's source log,
-  for its window and its day.
+  for its window and its day; for every night after the first, also the first night's key, as
+  its staleness is scored against the first night's model.
 
 A night is reused only when all three match; other code or other data computes it again. The
 last night also keeps the studies run on its models (ladder, importance, hold-outs), each once
