@@ -144,6 +144,18 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     assert report["ablation"][-2]["w20"] == report["single_gbdt_w20"][-1]
     assert report["importance"]["base_w20"] == report["nightly_w20"][-1]
     assert len(report["published_w20"]) == len(report["single_gbdt_w20"]) == 2
+    # every model's median and range over the nights, from the nights' own figures
+    by_model = report["w20_by_model"]
+    assert set(by_model) == {"published", "cascade", "single_gbdt", "lookup", "oracle"}
+    for name, w in by_model.items():
+        values = [n[name] for n in report["nightly"] if n[name] is not None]
+        assert (w["low"], w["high"], w["nights"]) == (min(values), max(values), len(values))
+        assert w["median"] == pytest.approx(np.median(values)), name
+    assert by_model["published"]["median"] == report["published_w20_median"]
+    assert report["night_seconds_median"] == np.median(report["night_seconds"])
+    assert report["night_peak_memory_mb_max"] == max(report["night_peak_memory_mb"]) > 0
+    page = (tmp_path / "reports" / "report.md").read_text()
+    assert "w20 over the 2 night(s)" in page and "| oracle |" in page
     _check_nightly_selection(report)
     # each night's monitoring: its intervals' coverage and what routing by its model was worth
     assert [n["ds"] for n in report["per_night"]] == [n["ds"] for n in report["selection"]]

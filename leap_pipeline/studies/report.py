@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from leap_pipeline.data.feature_table import discard_stale_warehouse
@@ -235,6 +236,7 @@ def build_report(
         "published_w20_median": float(series["published"].median()),
         "single_gbdt_w20": series["single_gbdt"].to_list(),
         "single_gbdt_w20_median": float(series["single_gbdt"].median()),
+        "w20_by_model": w20_by_model(series),
         # per night: what the selection published and the selection day's evidence for it
         "selection": selections,
         "published_shares": published_shares(selections),
@@ -242,6 +244,8 @@ def build_report(
         # (a night kept from an earlier run carries that run's figures)
         "night_seconds": [r["seconds"] for r in records],
         "night_peak_memory_mb": [r["peak_memory_mb"] for r in records],
+        "night_seconds_median": float(np.median([r["seconds"] for r in records])),
+        "night_peak_memory_mb_max": max(r["peak_memory_mb"] for r in records),
         "fits": "Dask: " + training.dask_scheduler if training.dask_scheduler else "in process",
         # per night: the published model's interval coverage and routing value on its day
         "per_night": per_night,
@@ -329,6 +333,21 @@ def _last_night_studies(final: Night | None, window, settings, oracle, attempts,
         return {**table4, "holdout_regret": regret}
 
     return {"ablation": ablation_study, "importance": importance_study, "holdouts": holdout_study}
+
+
+def w20_by_model(series: pl.DataFrame) -> dict[str, dict[str, float | None]]:
+    """Each model's nightly w20 over the nights: median, lowest and highest (None for a model
+    with no figure on any night), in the order the nights record them."""
+    summary = {}
+    for name in (c for c in series.columns if c != "ds"):
+        values = series[name].drop_nulls()
+        summary[name] = {
+            "median": float(values.median()) if len(values) else None,
+            "low": float(values.min()) if len(values) else None,
+            "high": float(values.max()) if len(values) else None,
+            "nights": len(values),
+        }
+    return summary
 
 
 def first_choice_shares(attempts: pl.DataFrame, lists: dict[str, list]) -> list[dict]:

@@ -79,6 +79,7 @@ def markdown(report: dict) -> str:
         f"{_pct(novelty.get('flagged_share'))}; {_pct(novelty.get('w20_flagged'))} / "
         f"{_pct(novelty.get('w20_unflagged'))}; {_pct(novelty.get('flag_right'))} | - |",
         f"| routing capture of the oracle's saving | {_pct(report['routing_capture'])} | - |",
+        *_nightly_lines(report),
         "",
         "## Hold-outs as decisions (Table 4): regret per dollar, mean / p90 / within 5%",
         "",
@@ -155,6 +156,33 @@ def markdown(report: dict) -> str:
     lines += ["", "## Importance by group (drop in w20)", ""]
     lines += [f"- {g}: {v:.3f}" for g, v in report["importance"]["per_group"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _nightly_lines(report: dict) -> list[str]:
+    """Every model's w20 over the nights (median, lowest, highest), and what a night cost."""
+    by_model = report.get("w20_by_model")
+    if not by_model:
+        return []
+    nights = len(report["nightly"])
+    lines = [
+        "",
+        f"## w20 over the {nights} night(s): median (lowest - highest)",
+        "",
+        "| model | median | range |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {name} | {_pct(w['median'])} | {_pct(w['low'])} - {_pct(w['high'])} |"
+        for name, w in by_model.items()
+    ]
+    seconds, memory = report.get("night_seconds_median"), report.get("night_peak_memory_mb_max")
+    if seconds is not None and memory is not None:
+        lines += [
+            "",
+            f"A night took a median {seconds:,.0f} s as computed (a kept night carries the run "
+            f"that computed it); the largest peak memory at a night's end was {memory:,.0f} MB.",
+        ]
+    return lines
 
 
 def _holdout_row(key: str, part: dict) -> str:
