@@ -174,14 +174,15 @@ def build_report(
         studies = {s: store.load(final_key, part) for s, part in study_keys.items()}
         computed_seconds = [r["seconds"] for r in kept.values() if r]  # until nights run here
         # the nights to compute: those not kept, and the last again when a study of it is not
+        study_missing = any(v is None for v in studies.values())
         left = sum(r is None for r in kept.values())
-        left += kept[final_key] is not None and any(v is None for v in studies.values())
+        left += kept[final_key] is not None and study_missing
         log(f"{sum(r is not None for r in kept.values())} night(s) kept in {store.folder}; "
             + remaining_line(left, settings.nights, computed_seconds))  # fmt: skip
         final = None
         for i, (day, key) in enumerate(zip(night_days, keys, strict=True)):
             record = kept[key]
-            last_needed = i == settings.nights - 1 and any(v is None for v in studies.values())
+            last_needed = i == settings.nights - 1 and study_missing
             if record is None or last_needed:
                 if first_served is None and i > 0:
                     first_served = _first_served(store, keys[0], night_days[0], wh, training,
@@ -216,7 +217,12 @@ def build_report(
                 + f"; {remaining_line(left, settings.nights, computed_seconds)}"
             )
         day = night_days[-1]
-        window = wh.read("feature_table", *training_window(day, settings.window_days))
+        # the last night's window: as that night read it, or from the warehouse when it was kept
+        window = (
+            final.window
+            if final is not None and final.day == day
+            else wh.read("feature_table", *training_window(day, settings.window_days))
+        )
         snapshot_before = wh.read(
             "history_snapshot", day - dt.timedelta(days=1), day - dt.timedelta(days=1)
         ).drop("ds")
