@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from leap_pipeline.app.commands import REPORT_JSON_KEYS
 from leap_pipeline.modeling import routing
 from leap_pipeline.modeling.progress import LOGGER_NAME
 from leap_pipeline.modeling.selection import split_window, validation_rows
@@ -154,6 +155,7 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     assert by_model["published"]["median"] == report["published_w20_median"]
     assert report["night_seconds_median"] == np.median(report["night_seconds"])
     assert report["night_peak_memory_mb_max"] == max(report["night_peak_memory_mb"]) > 0
+    assert set(REPORT_JSON_KEYS) <= set(report)  # what `leap report --json` prints
     page = (tmp_path / "reports" / "report.md").read_text()
     assert "w20 over the 2 night(s)" in page and "| oracle |" in page
     _check_nightly_selection(report)

@@ -161,6 +161,19 @@ def _saved(outcome, as_json: bool, what: str) -> int:
     return 0
 
 
+# what `leap report --json` prints of report.json (the whole file is in <data>/reports/)
+REPORT_JSON_KEYS = (
+    "settings", "nightly_w20", "nightly_w20_median", "published_w20_median", "oracle_w20_median",
+    "single_gbdt_w20_median", "table1", "ablation",
+    "holdout_hardware_delta_w20", "holdout_family_delta_w20", "holdout_regret",
+    "routing", "routing_capture", "per_night", "monitoring",
+    "exploration", "published_w20", "single_gbdt_w20", "lookup_w20_median",
+    "selection", "published_shares", "night_seconds", "night_peak_memory_mb",
+    "w20_by_model", "night_seconds_median", "night_peak_memory_mb_max",
+    "staleness", "phase_seconds", "fits", "seconds",
+)  # fmt: skip
+
+
 def report(args: argparse.Namespace) -> int:
     from leap_pipeline.orchestration.runs import land_days
     from leap_pipeline.studies.report import ReportSettings, build_report
@@ -171,14 +184,7 @@ def report(args: argparse.Namespace) -> int:
 
     result = build_report(settings, land_days, log=lambda line: print(line, file=sys.stderr))
     if args.json:
-        keys = ("settings", "nightly_w20", "nightly_w20_median", "published_w20_median",
-                "oracle_w20_median", "single_gbdt_w20_median", "table1", "ablation",
-                "holdout_hardware_delta_w20", "holdout_family_delta_w20", "holdout_regret",
-                "routing", "routing_capture", "per_night", "monitoring",
-                "exploration", "published_w20", "single_gbdt_w20", "lookup_w20_median",
-                "selection", "published_shares", "night_seconds", "night_peak_memory_mb",
-                "fits", "seconds")  # fmt: skip
-        print(json.dumps({k: result[k] for k in keys}))
+        print(json.dumps({k: result[k] for k in REPORT_JSON_KEYS}))
     else:
         print((settings.data / "reports" / "report.md").read_text())
     return 0
