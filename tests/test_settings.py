@@ -41,3 +41,12 @@ def test_a_run_executes_its_steps_in_its_process_unless_more_at_once_are_asked_f
     assert many.apply_config_mapping({}).value["config"]["max_concurrent"] == 3
     with pytest.raises(ValueError, match="LEAP_MAX_CONCURRENT_STEPS='0'"):
         environment({"LEAP_MAX_CONCURRENT_STEPS": "0"})
+
+
+@pytest.mark.parametrize("seconds", [float("inf"), float("nan"), -1.0])
+def test_a_night_refuses_a_window_wait_it_could_never_end_or_measure(seconds):
+    from leap_pipeline.orchestration.resources import TrainingResource
+
+    assert TrainingResource(window_wait_s=60).window_wait() == 60.0
+    with pytest.raises(ValueError, match="window_wait_s="):
+        TrainingResource(window_wait_s=seconds).window_wait()

@@ -57,10 +57,10 @@ def train_nights(
     change since it was published is reused, not fitted again."""
     record_worker(context)
     per_day, records = [], {}
-    settings = training.training_settings()
+    settings, wait_s = training.training_settings(), training.window_wait()
     with warehouse.open() as wh:
         for day in partition_days(context):
-            inputs = _complete_inputs(context, wh, day, settings, training.window_wait_s)
+            inputs = _complete_inputs(context, wh, day, settings, wait_s)
             if inputs.rows.height == 0:
                 records[day.isoformat()] = {"skipped": f"{day} has no measured attempt to score"}
                 context.log.warning(f"{day}: no measured attempt, so no night to score: skipped")

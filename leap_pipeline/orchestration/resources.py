@@ -7,6 +7,7 @@ starts.
 """
 
 import datetime as dt
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -92,6 +93,13 @@ class TrainingResource(dg.ConfigurableResource):
             self.profile, self.window_days, self.lookup_min_support, self.n_jobs,
             self.dask_scheduler,
         )  # fmt: skip
+
+    def window_wait(self) -> float:
+        """``window_wait_s``, checked before a night starts: finite and not negative (an endless
+        wait would hold the run and the night's lock for good)."""
+        if not (math.isfinite(self.window_wait_s) and self.window_wait_s >= 0):
+            raise ValueError(f"window_wait_s={self.window_wait_s!r} must be finite seconds >= 0")
+        return float(self.window_wait_s)
 
     def gate_settings(self) -> GateSettings:
         return GateSettings(self.gate_floor, self.gate_margin)
