@@ -3,10 +3,12 @@ service's registry (here a second store standing in for the server), which then 
 ranking; a service registry with a production model of its own is never touched."""
 
 import datetime as dt
+import os
 import subprocess
 import sys
 
 from http_model import registered_model
+from mlflow import MlflowClient
 
 from leap_pipeline.app.carry import ACTOR, carry_production
 from leap_pipeline.modeling import registry
@@ -29,8 +31,17 @@ def test_the_demos_production_model_is_carried_once_and_serves_the_same(tmp_path
         assert carried is not None and said[-1].startswith(
             f"carried production version {original.version} of {embedded / 'mlflow.db'}"
         )
+        # MLflow still points at the service, and the carried run was logged there, beside its
+        # version, not into the demo's store
+        assert os.environ["MLFLOW_TRACKING_URI"] == f"sqlite:///{service}"
         version = registry.production_version()  # the service's, as configured now
         assert str(version.version) == carried
+        assert MlflowClient(f"sqlite:///{service}").get_run(version.run_id).info.run_id
+        demo_runs = MlflowClient(f"sqlite:///{embedded / 'mlflow.db'}").search_runs(
+            [e.experiment_id for e in MlflowClient(
+                f"sqlite:///{embedded / 'mlflow.db'}").search_experiments()]
+        )  # fmt: skip
+        assert version.run_id not in {r.info.run_id for r in demo_runs}
         assert version.tags[SHA256_TAG] == original.tags[SHA256_TAG]
         assert version.tags["evaluation_day"] == original.tags["evaluation_day"]
         (move,) = registry.promotion_history()

@@ -18,8 +18,11 @@ and the pipeline's account):
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ACTOR = "leap up"
@@ -27,20 +30,46 @@ ACTOR = "leap up"
 CARRIED_METRICS = {"published_w20": "published_w20"}
 
 
-def embedded_production(store: Path) -> dict | None:
-    """The production version of the SQLite store in ``store`` (``mlflow.db``), as
-    ``{"version", "tags"}``, or None when there is no store or it names no production model."""
+@contextmanager
+def pointed_at(uri: str) -> Iterator[None]:
+    """MLflow's tracking and registry at ``uri`` inside the block, and back where they were
+    after it: ``mlflow.set_tracking_uri`` also writes ``$MLFLOW_TRACKING_URI``, which
+    ``registry.configure_tracking`` reads, so without the restore the carried run would be logged
+    into the embedded store while its version is registered on the server."""
     import mlflow
 
-    from leap_pipeline.modeling import registry
-
-    database = store / "mlflow.db"
-    if not database.exists():
-        return None
-    uri = f"sqlite:///{database.resolve()}"
+    variable = os.environ.get("MLFLOW_TRACKING_URI")
+    tracking, registry_uri = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
-    version = registry.production_version()
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(tracking)
+        mlflow.set_registry_uri(registry_uri)
+        if variable is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = variable
+
+
+def embedded_uri(store: Path) -> str | None:
+    """The SQLite store in ``store`` (``mlflow.db``) as a tracking URI; None when it is absent."""
+    database = store / "mlflow.db"
+    return f"sqlite:///{database.resolve()}" if database.exists() else None
+
+
+def embedded_production(store: Path) -> dict | None:
+    """The production version of the SQLite store in ``store`` (``mlflow.db``), as
+    ``{"version", "tags"}``, or None when there is no store or it names no production model.
+    MLflow is left pointed where it was."""
+    from leap_pipeline.modeling import registry
+
+    uri = embedded_uri(store)
+    if uri is None:
+        return None
+    with pointed_at(uri):
+        version = registry.production_version()
     return None if version is None else {"version": str(version.version), "tags": version.tags}
 
 
@@ -64,8 +93,11 @@ def carry_production(store: Path, log=print) -> str | None:
     tags = found["tags"]
     with tempfile.TemporaryDirectory(prefix="leap-carry-") as scratch:
         # downloaded from the SQLite store, every file checked against the version's records
-        local, version, _ = fetch_registered(registry.model_uri(), found["version"], dst=scratch)
-        registry.configure_tracking()  # the server again
+        with pointed_at(embedded_uri(store)):
+            local, version, _ = fetch_registered(
+                registry.model_uri(), found["version"], dst=scratch
+            )
+        registry.configure_tracking()  # the server, run and version alike
         mlflow.set_registry_uri(server)
         first, _, last = tags["training_window"].partition("..")
         _, carried = registry.log_candidate(
