@@ -279,3 +279,39 @@ def test_the_backup_names_what_lies_outside_the_folder(tmp_path, variables, left
     values |= {k: v.format(data=tmp_path / "data") for k, v in variables.items()}
     notes = uncovered(environment(values))
     assert [note.split("=")[0].split(" ")[0] for note in notes] == left_out
+
+
+def test_a_file_removed_during_the_backup_is_noted_and_every_duckdb_is_copied_under_its_lock(
+    tmp_path, monkeypatch
+):
+    """A live install's files come and go (an atomic write's temporary, a night's folder
+    published again): one gone between the listing and its copy is left out with a note, not a
+    traceback. A report's warehouse beside the install's is copied as the warehouse is, under
+    DuckDB's lock, and opens from the backup."""
+    import datetime as dt
+
+    import polars as pl
+
+    from leap_pipeline.app import backup as backup_module
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "leap.toml").write_text("# calendar\n")
+    with open_warehouse(data / "report-0.02-0.duckdb") as report:
+        report.replace_partition("source_log", dt.date(2026, 1, 1), pl.DataFrame({"n": [1]}))
+    listed = backup_module._entries
+
+    def entries(folder, skip):
+        yield "file", folder / ".tmp-gone.json"  # listed, then removed by its writer
+        yield from listed(folder, skip)
+
+    monkeypatch.setattr(backup_module, "_entries", entries)
+    outcome = backup(data, tmp_path / "backup")
+    assert any(".tmp-gone.json was removed during the backup" in n for n in outcome.notes)
+    files = json.loads((tmp_path / "backup" / MANIFEST).read_text())["files"]
+    assert "data/report-0.02-0.duckdb" in files and "data/leap.toml" in files
+    assert not any("gone" in name for name in files)
+    monkeypatch.setattr(backup_module, "_entries", listed)  # restore lists the backup's own
+    restore(tmp_path / "backup", tmp_path / "restored")
+    with open_warehouse(tmp_path / "restored" / "report-0.02-0.duckdb", True) as copy:
+        assert copy.tables() == ["source_log"]

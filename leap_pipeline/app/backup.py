@@ -25,7 +25,7 @@ import secrets
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from urllib.parse import parse_qs, urlsplit
@@ -136,6 +136,11 @@ def _is_companion(path: Path) -> bool:
     return database.is_file() and _is_sqlite(database)
 
 
+def _is_duckdb_wal(path: Path) -> bool:
+    """A DuckDB file's write-ahead log, which ``_copy_warehouse`` copies with its database."""
+    return path.name.endswith(".duckdb.wal") and path.with_name(path.name[:-4]).is_file()
+
+
 def _entries(folder: Path, skip: set[Path]) -> Iterator[tuple[str, Path]]:
     """("dir" | "link" | "file" | "other", path) under ``folder``, sorted, links not followed,
     the paths in ``skip`` (and what they hold) left out."""
@@ -233,23 +238,47 @@ def backup(data: Path, dest: Path, warehouse: Path | None = None) -> Outcome:
                 raise BackupError(f"Postgres started on {postgres} during the backup: try again")
             for kind, path in _entries(data, skip):
                 name, copy = path.relative_to(data).as_posix(), inside / path.relative_to(data)
-                if kind == "link":
-                    target = os.readlink(path)
-                    manifest["links"][f"{DATA}/{name}"] = target
-                    copy.parent.mkdir(parents=True, exist_ok=True)
-                    os.symlink(target, copy)
-                    if not (path.parent / target).resolve().is_relative_to(data):
-                        outcome.notes.append(f"{name} links outside the folder, to {target}: "
-                                             "what it names is not in this backup")  # fmt: skip
-                elif kind == "dir":
-                    manifest["folders"][f"{DATA}/{name}"] = path.stat().st_mode & 0o7777
-                    copy.mkdir(parents=True, exist_ok=True)
-                elif kind == "file" and not (name.endswith(SKIPPED_SUFFIX) or _is_companion(path)):
-                    keep(copy, (_copy_sqlite if _is_sqlite(path) else _copy)(path, copy))
+                try:
+                    _keep_entry(kind, path, copy, name, data, manifest, outcome, keep)
+                except FileNotFoundError:  # a temporary of an atomic write, a replaced folder
+                    outcome.notes.append(f"{name} was removed during the backup: not in it")
         manifest["postgres"] = "dumped" if url else "copied stopped" if stopped else "none"
         manifest["created"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
     return _finish(outcome, manifest, started)
+
+
+def _keep_entry(
+    kind: str,
+    path: Path,
+    copy: Path,
+    name: str,
+    data: Path,
+    manifest: dict,
+    outcome: Outcome,
+    keep: Callable[[Path, dict], None],
+) -> None:
+    """One entry of the data folder into the backup: a link as its target, a folder with its
+    mode, a file copied (SQLite by its online backup, DuckDB under its lock, the rest by bytes).
+    A file another process removes meanwhile raises ``FileNotFoundError``."""
+    if kind == "link":
+        target = os.readlink(path)
+        manifest["links"][f"{DATA}/{name}"] = target
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, copy)
+        if not (path.parent / target).resolve().is_relative_to(data):
+            outcome.notes.append(f"{name} links outside the folder, to {target}: "
+                                 "what it names is not in this backup")  # fmt: skip
+    elif kind == "dir":
+        manifest["folders"][f"{DATA}/{name}"] = path.stat().st_mode & 0o7777
+        copy.mkdir(parents=True, exist_ok=True)
+    elif kind == "file" and path.name.endswith(".duckdb"):  # a report's warehouse, say
+        for copied, entry in _copy_warehouse(path, copy).items():
+            keep(copied, entry)
+    elif kind == "file" and not (
+        name.endswith(SKIPPED_SUFFIX) or _is_companion(path) or _is_duckdb_wal(path)
+    ):
+        keep(copy, (_copy_sqlite if _is_sqlite(path) else _copy)(path, copy))
 
 
 def _finish(outcome: Outcome, manifest: dict, started: float) -> Outcome:
