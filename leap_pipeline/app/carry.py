@@ -18,7 +18,6 @@ and the pipeline's account):
 from __future__ import annotations
 
 import datetime as dt
-import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -34,11 +33,11 @@ CARRIED_METRICS = {"published_w20": "published_w20"}
 def pointed_at(uri: str) -> Iterator[None]:
     """MLflow's tracking and registry at ``uri`` inside the block, and back where they were
     after it: ``mlflow.set_tracking_uri`` also writes ``$MLFLOW_TRACKING_URI``, which
-    ``registry.configure_tracking`` reads, so without the restore the carried run would be logged
-    into the embedded store while its version is registered on the server."""
+    ``registry.configure_tracking`` reads, so without the restore (which writes it back the same
+    way) the carried run would be logged into the embedded store while its version is
+    registered on the server."""
     import mlflow
 
-    variable = os.environ.get("MLFLOW_TRACKING_URI")
     tracking, registry_uri = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
@@ -47,10 +46,6 @@ def pointed_at(uri: str) -> Iterator[None]:
     finally:
         mlflow.set_tracking_uri(tracking)
         mlflow.set_registry_uri(registry_uri)
-        if variable is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = variable
 
 
 def embedded_uri(store: Path) -> str | None:
