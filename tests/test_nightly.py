@@ -13,7 +13,12 @@ import pytest
 
 from leap_pipeline.orchestration.calendar import CALENDAR_FILE, DATA_ENV, Calendar
 from leap_pipeline.orchestration.definitions import build_definitions, materialize_days
-from leap_pipeline.orchestration.nightly_plan import NIGHTS_TAG, NightlyState, plan_tick
+from leap_pipeline.orchestration.nightly_plan import (
+    NIGHTS_TAG,
+    NightlyState,
+    plan_tick,
+    whole_landings,
+)
 from leap_pipeline.orchestration.resources import (
     MlflowResource,
     SourceResource,
@@ -176,6 +181,21 @@ def test_a_window_with_a_day_never_landed_lands_it_first_then_trains_tonight():
     landing, night = _plan(40, landed=[d for d in _days(1, 39) if d != _day(25)],
                            trained=_days(8, 39))  # fmt: skip
     assert landing.asset_selection == LANDING
+    assert landing.tags["dagster/asset_partition_range_start"] == _day(25).isoformat()
+    assert landing.tags["dagster/asset_partition_range_end"] == _day(25).isoformat()
+    assert night.tags[NIGHTS_TAG] == f"{_day(40)}..{_day(40)}"
+
+
+def test_a_day_whose_landing_died_before_its_features_is_landed_again():
+    """A landing killed after the source tables and before the feature table: day 25 is in the
+    landing log with no features. It counts as landed only while a live run is on it; else the
+    plan lands it again before tonight's night, as it would a day never landed."""
+    logged, featured = set(_days(1, 39)), set(_days(1, 39)) - {_day(25)}
+    assert whole_landings(logged, featured, empty=(), live=()) == featured
+    assert whole_landings(logged, featured, empty=(), live={_day(25)}) == logged
+    assert whole_landings(logged, featured, empty={_day(25)}, live=()) == logged  # no attempts
+    landed = whole_landings(logged, featured, empty=(), live=())
+    landing, night = _plan(40, landed=landed, trained=_days(8, 39))
     assert landing.tags["dagster/asset_partition_range_start"] == _day(25).isoformat()
     assert landing.tags["dagster/asset_partition_range_end"] == _day(25).isoformat()
     assert night.tags[NIGHTS_TAG] == f"{_day(40)}..{_day(40)}"

@@ -24,6 +24,7 @@ from leap_pipeline.orchestration.nightly_plan import (
     NightlyState,
     plan_tick,
     tagged_days,
+    whole_landings,
 )
 from leap_pipeline.orchestration.nightly_retry import (
     RETRY_INTERVAL_S,
@@ -72,12 +73,15 @@ def nightly_state(
     versions, and the instance's runs."""
     from leap_pipeline.modeling import registry
 
-    landed = set(warehouse.landed_days("source_log"))
     empty = set(warehouse.empty_days())
     refused = set(warehouse.refused_days())
     mlflow_tracking.configure()
     trained = {dt.date.fromisoformat(day) for day in registry.registered_nights()}
     in_flight, failed = runs_state(instance)
+    landed = whole_landings(
+        warehouse.landed_days("source_log"), set(warehouse.landed_days("feature_table")), empty,
+        live_days(instance),
+    )  # fmt: skip
     adapter = source.source()
     return NightlyState(landed, trained, in_flight, adapter.has_day, failed, empty, refused)
 
@@ -89,6 +93,16 @@ def trains_nights(run: dg.DagsterRun) -> bool:
     if run.asset_selection is not None:
         return bool(set(run.asset_selection) & set(MODEL_ASSET_KEYS))
     return run.job_name != "daily_pipeline"
+
+
+def live_days(instance: dg.DagsterInstance) -> set[dt.date]:
+    """The day partitions every live run targets, landing or training."""
+    return {
+        day
+        for record in instance.get_run_records(dg.RunsFilter(statuses=list(LIVE)))
+        if run_is_alive(record.dagster_run)
+        for day in tagged_days(record.dagster_run.tags)
+    }
 
 
 def runs_state(instance: dg.DagsterInstance) -> tuple[set[dt.date], dict[str, int]]:

@@ -56,11 +56,26 @@ def days_between(first: dt.date, last: dt.date) -> list[dt.date]:
     return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
 
 
+def whole_landings(
+    logged: Collection[dt.date],
+    featured: Collection[dt.date],
+    empty: Collection[dt.date],
+    live: Collection[dt.date],
+) -> set[dt.date]:
+    """The days whose landing finished: in the landing log with their feature rows built, or
+    landed with no measured attempt, or on a live run's hands now. A landing killed between
+    its source tables and its feature table leaves a day logged with no features; counted as
+    landed, every night over it would wait for it and fail until a person landed it again, so
+    the plan lands it again instead."""
+    return {d for d in logged if d in featured or d in empty or d in live}
+
+
 @dataclass(frozen=True)
 class NightlyState:
-    """What happened so far, read from the records: days whose landing is recorded (empty days
-    included), nights with a registered version, nights a live run is working on, and how many
-    runs of a span already ended without finishing (so a retry gets a new run key)."""
+    """What happened so far, read from the records: days whose landing finished
+    (``whole_landings``: empty days included), nights with a registered version, nights a live
+    run is working on, and how many runs of a span already ended without finishing (so a retry
+    gets a new run key)."""
 
     landed: Collection[dt.date]
     trained: Collection[dt.date]
