@@ -5,6 +5,7 @@ import pytest
 
 from leap_pipeline.app.cli import main
 from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.simulation import SimulatedFleet
 
 
@@ -41,17 +42,24 @@ def _tables(data):
         }
 
 
-def test_import_lands_days_quarantines_bad_rows_and_is_idempotent(files, tmp_path, capsys):
+def test_import_lands_days_quarantines_bad_rows_and_is_idempotent(
+    files, tmp_path, capsys, monkeypatch
+):
+    """With a relative --data, as typed: the calendar still names the staged logs by their
+    absolute path, since the UI and the daemon that read it start in another directory."""
     root, rows_in = files
-    assert _import(root, tmp_path) == 0
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    assert _import(root, "data") == 0
     out = capsys.readouterr().out
     assert f"rows in {rows_in:,}" in out and "quarantined 2" in out
     assert "hardware_type: TPU-v9 is not in the spec table (2)" in out
-    first = _tables(tmp_path)
+    assert Calendar.load(data).source == f"files:{data.resolve() / 'imports' / 'staging'}"
+    first = _tables(data)
     assert first["job_attempts"]["ds"].n_unique() == 4
     assert first["feature_table"].height == first["job_attempts"].height
-    assert _import(root, tmp_path) == 0
-    second = _tables(tmp_path)
+    assert _import(root, "data") == 0  # staging moved to a new folder: read where it now is
+    second = _tables(data)
     for table, rows in first.items():
         assert second[table].equals(rows), table
 

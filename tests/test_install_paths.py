@@ -111,3 +111,22 @@ def test_a_calendar_reads_back_whatever_its_source_holds(tmp_path, source):
     calendar = Calendar(first_day=dt.date(2026, 3, 1), timezone="Europe/Paris", source=source)
     calendar.save(tmp_path)
     assert Calendar.load(tmp_path) == calendar
+
+
+def test_leap_model_uses_the_server_a_variable_names_even_with_data(folders, tmp_path, monkeypatch):
+    """`leap model --data DIR` opened DIR's SQLite registry even with MLFLOW_TRACKING_URI set
+    (`leap up`'s exports), so a rollback moved an alias no night or Ranker reads: --data picks
+    the store only when the variable is unset, as `leap rank` and `leap serve` read it."""
+    from leap_pipeline.app.cli import main
+    from leap_pipeline.modeling import alias_records, registry
+
+    given = []
+    monkeypatch.setattr(registry, "configure_tracking", given.append)
+    monkeypatch.setattr(registry, "promotion_history", lambda: [])
+    monkeypatch.setattr(alias_records, "pinned", lambda: None)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
+    assert main(["model", "--data", str(tmp_path / "mine"), "history"]) == 0
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert main(["model", "--data", str(tmp_path / "mine"), "history"]) == 0
+    assert main(["model", "history"]) == 0
+    assert given == [None, tmp_path / "mine" / "mlflow", folders[0] / "mlflow"]

@@ -50,3 +50,26 @@ def test_a_night_refuses_a_window_wait_it_could_never_end_or_measure(seconds):
     assert TrainingResource(window_wait_s=60).window_wait() == 60.0
     with pytest.raises(ValueError, match="window_wait_s="):
         TrainingResource(window_wait_s=seconds).window_wait()
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"gate_floor": 2.0}, "gate_floor=2.0"),
+        ({"gate_margin": -0.1}, "gate_margin=-0.1"),
+        ({"keep_versions": 0}, "keep_versions=0"),
+        ({"run_kind": "weekly"}, "run_kind='weekly'"),
+    ],
+)
+def test_a_bad_gate_or_registry_setting_is_an_error_naming_it(config, named):
+    """Read as the training starts (``train_nights``), not once the nights trained: a run_kind
+    the registry would refuse as it logs a night is refused here too."""
+    from leap_pipeline.modeling.registry import RUN_KINDS
+    from leap_pipeline.orchestration.resources import TrainingResource
+
+    for kind in ("", *RUN_KINDS):  # empty: the run's own kind, nightly or adhoc
+        assert TrainingResource(run_kind=kind).registry_settings().run_kind == kind
+    resource = TrainingResource(**config)
+    with pytest.raises(ValueError, match=f"^{named}"):
+        resource.gate_settings()
+        resource.registry_settings()

@@ -143,8 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     server = commands.add_parser("serve", help="the Ranker over HTTP (docs/serving.md)")
     server.add_argument("--host", default="", help="default $LEAP_SERVE_HOST, else 127.0.0.1")
-    server.add_argument("--port", type=int, default=None, help="default $LEAP_SERVE_PORT, "
-                        "else 8765")  # fmt: skip
+    server.add_argument("--port", type=command.parse_port, default=None, help="default "
+                        "$LEAP_SERVE_PORT, else 8765")  # fmt: skip
     server.add_argument("--model", default="", help="models:/name@alias or a model folder "
                         "(default: $LEAP_MODEL_URI, else the production alias)")  # fmt: skip
     server.add_argument("--data", default="", help="where the demo's MLflow store lives, "
@@ -185,19 +185,19 @@ def build_parser() -> argparse.ArgumentParser:
     ui = commands.add_parser("ui", help="the Dagster and MLflow UIs on the project's data")
     ui.add_argument("--data", default="", help="the folder the demo and pipeline write "
                     "(default: $LEAP_DATA, else data)")  # fmt: skip
-    ui.add_argument("--dagster-port", type=int, default=3000)
-    ui.add_argument("--mlflow-port", type=int, default=5000)
+    ui.add_argument("--dagster-port", type=command.parse_port, default=3000)
+    ui.add_argument("--mlflow-port", type=command.parse_port, default=5000)
     ui.set_defaults(handler=command.user_interfaces)
 
     up = commands.add_parser("up", help="the service on this machine: Postgres, MLflow, "
                              "Dagster's webserver and daemon (the service extra)")  # fmt: skip
     up.add_argument("--data", default="", help="the install's folder; Postgres keeps its data "
                     "in DATA/postgres (default: $LEAP_DATA, else data)")  # fmt: skip
-    up.add_argument("--dagster-port", type=int, default=3000)
-    up.add_argument("--mlflow-port", type=int, default=5000)
+    up.add_argument("--dagster-port", type=command.parse_port, default=3000)
+    up.add_argument("--mlflow-port", type=command.parse_port, default=5000)
     up.add_argument("--dask", action="store_true", help="also a Dask scheduler and workers, "
                     "for the training resource's dask_scheduler")  # fmt: skip
-    up.add_argument("--dask-port", type=int, default=8786)
+    up.add_argument("--dask-port", type=command.parse_port, default=8786)
     up.add_argument("--dask-workers", type=int, default=0, help="worker processes of one "
                     "thread each (default: one per core)")  # fmt: skip
     up.add_argument("--upgrade", action="store_true", help="after installing a new release: "
@@ -227,8 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "passing night move it again (default: pinned until unpin)")  # fmt: skip
     model_commands.add_parser("unpin", help="let passing nights move production again")
     model_commands.add_parser("history", help="every recorded move of the pointer, and the pin")
-    model.add_argument("--data", default="", help="data folder (default: $MLFLOW_TRACKING_URI "
-                       "or $LEAP_DATA/mlflow)")  # fmt: skip
+    model.add_argument("--data", default="", help="the install's folder, its MLflow store used "
+                       "unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
+                       "data)")  # fmt: skip
     model.set_defaults(handler=command.model_command)
 
     saved = commands.add_parser("backup", help="a consistent copy of an install's data folder: "
@@ -297,6 +298,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return args.handler(args)
     except (FleetArgumentError, ValueError, WarehouseError) as exc:  # ContractError included
         parser.exit(2, f"leap: error: {exc}\n")
+    except Exception as exc:
+        # Dagster only now: importing it up front would cost every command a second
+        import dagster as dg
+
+        if not isinstance(exc, dg.Failure):
+            raise
+        # a run refused (a day mostly quarantined, a night without its window): execute_in_process
+        # re-raises the step's Failure as it is, and its description says what to do
+        parser.exit(2, f"leap: error: {exc.description or exc}\n")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,19 @@ def parse_date(text: str) -> dt.date:
         raise argparse.ArgumentTypeError(f"{text!r} is not a date YYYY-MM-DD") from None
 
 
+def parse_port(text: str) -> int:
+    """A TCP port, 1..65535, checked as the flags are read: ``leap up`` hands its ports to the
+    servers it starts one after another, and one out of range would fail only once Postgres and
+    the others before it had started."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port 1..65535")
+    return port
+
+
 def fleet_stats(args: argparse.Namespace) -> int:
     warehouse = Path(args.warehouse) if args.warehouse else default_path()
     use_warehouse = args.read == "warehouse" or (args.read == "auto" and warehouse.exists())
@@ -113,7 +126,10 @@ def model_command(args: argparse.Namespace) -> int:
     from leap_pipeline.modeling import alias_records, registry
     from leap_pipeline.orchestration.promotion import alias_lock
 
-    registry.configure_tracking(Path(args.data) / "mlflow" if args.data else None)
+    # the install's store unless MLFLOW_TRACKING_URI names one, as rank and serve read it: the
+    # server `leap up` exports is where the nights register and move the alias
+    tracking = environment().mlflow_tracking_uri
+    registry.configure_tracking(None if tracking else install(args).mlflow_store)
     if args.model_command == "promote":
         with alias_lock(install(args).data):  # never between a night's read and its move
             record = registry.promote(args.version, reason=args.reason)
@@ -212,7 +228,9 @@ def import_logs(args: argparse.Namespace) -> int:
     from leap_pipeline.orchestration.definitions import materialize_days
 
     data = install(args).data
-    staging = data / "imports" / "staging"
+    # absolute, since the calendar names it as the source for a UI or daemon started in another
+    # directory; staging itself not resolved: it is a link each import moves to a new folder
+    staging = data.resolve() / "imports" / "staging"
     staged = stage_import(
         Path(args.attempts), Path(args.allocations), Path(args.hardware), staging, args.days_from
     )

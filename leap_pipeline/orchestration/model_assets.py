@@ -58,6 +58,10 @@ def train_nights(
     record_worker(context)
     per_day, records = [], {}
     settings, wait_s = training.training_settings(), training.window_wait()
+    # used only after the nights trained (model_evaluation, production_model): checked here, a bad
+    # gate_floor, keep_versions or run_kind fails before hours of training
+    training.gate_settings()
+    training.registry_settings()
     with warehouse.open() as wh:
         for day in partition_days(context):
             inputs = _complete_inputs(context, wh, day, settings, wait_s)

@@ -105,6 +105,12 @@ class TrainingResource(dg.ConfigurableResource):
         return GateSettings(self.gate_floor, self.gate_margin)
 
     def registry_settings(self) -> RegistrySettings:
+        """``run_kind``, when set, checked here too: the registry checks it only as it logs a
+        night, after the night trained."""
+        from leap_pipeline.modeling.registry import RUN_KINDS
+
+        if self.run_kind and self.run_kind not in RUN_KINDS:
+            raise ValueError(f"run_kind={self.run_kind!r} is not one of {RUN_KINDS}")
         return RegistrySettings(self.run_kind, self.promote, self.keep_versions)
 
 

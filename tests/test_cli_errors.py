@@ -1,0 +1,49 @@
+"""What `leap` says when it cannot go on: a bad flag or a refused run exits 2 with one line on
+stderr naming what was wrong, never a traceback."""
+
+import dagster as dg
+import pytest
+
+from leap_pipeline.app import commands
+from leap_pipeline.app.cli import build_parser, main
+
+PORT_FLAGS = [
+    ("up", "--dagster-port"), ("up", "--mlflow-port"), ("up", "--dask-port"),
+    ("ui", "--dagster-port"), ("ui", "--mlflow-port"), ("serve", "--port"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("command", "flag"), PORT_FLAGS)
+@pytest.mark.parametrize("value", ["70000", "0", "-1", "http"])
+def test_a_port_out_of_range_is_refused_as_the_flags_are_read(command, flag, value, capsys):
+    """`leap up --dask-port 70000` failed with an OverflowError traceback once Postgres, MLflow
+    and Dagster had started."""
+    assert getattr(build_parser().parse_args([command, flag, "8080"]), flag[2:].replace("-", "_"))
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args([command, flag, value])
+    assert stop.value.code == 2
+    assert f"argument {flag}: '{value}' is not a port 1..65535" in capsys.readouterr().err
+
+
+def test_a_refused_run_is_an_error_naming_why_not_a_traceback(monkeypatch, capsys):
+    """A day mostly quarantined fails its step with a Failure, which `execute_in_process`
+    re-raises as it is: `leap import` and `leap materialize` printed its traceback."""
+    why = "feature_table: 1 day(s) not published, each keeps the rows it had"
+
+    def refused(args):
+        raise dg.Failure(description=why)
+
+    monkeypatch.setattr(commands, "materialize", refused)
+    with pytest.raises(SystemExit) as stop:
+        main(["materialize", "--start", "2026-01-01"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == f"leap: error: {why}\n"
+
+
+def test_any_other_exception_still_reaches_the_caller(monkeypatch):
+    def broken(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(commands, "materialize", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["materialize", "--start", "2026-01-01"])
