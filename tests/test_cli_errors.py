@@ -47,3 +47,26 @@ def test_any_other_exception_still_reaches_the_caller(monkeypatch):
     monkeypatch.setattr(commands, "materialize", broken)
     with pytest.raises(RuntimeError, match="a bug"):
         main(["materialize", "--start", "2026-01-01"])
+
+
+def test_leap_ui_refuses_a_folder_leap_up_serves(tmp_path, capsys):
+    """`leap up` holds locks/up.lock while it runs; `leap ui` on its folder would start a second
+    daemon on another instance and registry, with the nightly schedule on: it is refused, naming
+    the holder. Once the lock is free the check passes."""
+    import fcntl
+    import json
+
+    from leap_pipeline.app.ui import up_holder
+
+    lock = tmp_path / "locks" / "up.lock"
+    lock.parent.mkdir(parents=True)
+    with lock.open("a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        json.dump({"pid": 4242, "since": "2026-12-05T18:00:00", "servers": {}}, held)
+        held.flush()
+        with pytest.raises(SystemExit) as stop:
+            main(["ui", "--data", str(tmp_path)])
+        assert stop.value.code == 2
+        said = capsys.readouterr().err
+        assert "leap up serves this folder (pid 4242" in said and str(tmp_path) in said
+    assert up_holder(tmp_path) is None  # released: a stopped leap up leaves the folder free

@@ -11,6 +11,8 @@ one that exits (``up.supervise``); both build the MLflow server's command with `
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import shutil
 import signal
@@ -182,10 +184,36 @@ def watch(processes: dict[str, subprocess.Popen], log: Callable = print) -> int:
         time.sleep(0.5)
 
 
+def up_holder(data: Path) -> dict | None:
+    """The ``leap up`` that serves ``data``, as its lock file records it (its pid, since when),
+    or None when none does: its lock (``locks/up.lock``, an ``flock`` held while it runs) is
+    free."""
+    path = data / "locks" / "up.lock"
+    if not path.is_file():
+        return None
+    with path.open() as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                return json.loads(handle.read() or "{}")
+            except ValueError:
+                return {}
+    return None
+
+
 def serve(
     data: Path, dagster_port: int = 3000, mlflow_port: int = 5000, log: Callable = print
 ) -> int:
-    """Run both UIs until Ctrl-C (or SIGTERM), or until one of them exits."""
+    """Run both UIs until Ctrl-C (or SIGTERM), or until one of them exits. Not on a folder
+    ``leap up`` serves: its webserver is that folder's UI, and this one's daemon would be a
+    second scheduler on another instance and registry, training the same nights again."""
+    holder = up_holder(data)
+    if holder is not None:
+        raise ValueError(
+            f"--data {data}: leap up serves this folder (pid {holder.get('pid', '?')}, since "
+            f"{holder.get('since', '?')}); open the Dagster and MLflow UIs it printed instead"
+        )
     (data / "dagster").mkdir(parents=True, exist_ok=True)
     (data / "mlflow").mkdir(parents=True, exist_ok=True)
     calendar = Calendar.load(data)  # a malformed file stops here, naming the field
