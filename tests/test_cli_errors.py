@@ -70,3 +70,38 @@ def test_leap_ui_refuses_a_folder_leap_up_serves(tmp_path, capsys):
         said = capsys.readouterr().err
         assert "leap up serves this folder (pid 4242" in said and str(tmp_path) in said
     assert up_holder(tmp_path) is None  # released: a stopped leap up leaves the folder free
+
+
+def test_a_second_ctrl_c_while_the_uis_stop_does_not_cut_the_stop_short(tmp_path, monkeypatch):
+    """Ctrl-C stops `leap ui`; a second one pressed while its servers stop used to raise out of
+    the stop and leave them running. Here a stand-in server is stopped while SIGINT arrives."""
+    import os
+    import signal
+    import sys
+
+    import psutil
+
+    from leap_pipeline.app import ui
+
+    server = [sys.executable, "-c", "import time; time.sleep(600)"]
+    monkeypatch.setattr(ui, "commands", lambda data, d, m: {"dagster": (server, dict(os.environ))})
+    started = []
+    real_start, real_stop = ui.start_group, ui.stop_groups
+
+    def start(argv, env):
+        started.append(real_start(argv, env))
+        return started[-1]
+
+    def stop(processes):
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, mid-stop
+        real_stop(processes)
+
+    def interrupted(processes, log):
+        raise KeyboardInterrupt  # the first Ctrl-C
+
+    monkeypatch.setattr(ui, "start_group", start)
+    monkeypatch.setattr(ui, "stop_groups", stop)
+    monkeypatch.setattr(ui, "watch", interrupted)
+    assert ui.serve(tmp_path / "data", log=lambda line: None) == 0
+    assert not psutil.pid_exists(started[0].pid) or started[0].poll() is not None
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

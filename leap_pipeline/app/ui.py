@@ -173,6 +173,19 @@ def interrupted_by_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored in the block, then restored: a second Ctrl-C while the servers
+    stop must not cut the stop short, leaving servers (and ``leap up``'s Postgres) running. The
+    stop is bounded anyway: each group gets SIGKILL after ``STOP_TIMEOUT_S``."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def watch(processes: dict[str, subprocess.Popen], log: Callable = print) -> int:
     """Wait until one of the servers exits (1, having said which); Ctrl-C raises
     ``KeyboardInterrupt`` out of the wait."""
@@ -235,4 +248,5 @@ def serve(
             log("stopping both servers")
             return 0
         finally:
-            stop_groups(processes)
+            with signals_ignored():
+                stop_groups(processes)

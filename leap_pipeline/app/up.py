@@ -49,6 +49,7 @@ from leap_pipeline.app.ui import (
     answers,
     interrupted_by_signals,
     mlflow_server,
+    signals_ignored,
     start_group,
     stop_groups,
     ui_environment,
@@ -379,10 +380,11 @@ def serve(
             log("stopping the service")
             return 0
         finally:
-            stop_groups(processes)
-            stop_retired(retired, log)
-            log("the servers stopped; stopping Postgres")
-            how = postgres.stop()
+            with signals_ignored():  # a second Ctrl-C must not leave Postgres or a server up
+                stop_groups(processes)
+                stop_retired(retired, log)
+                log("the servers stopped; stopping Postgres")
+                how = postgres.stop()
             log("Postgres stopped" if how in ("fast", "not running") else
                 f"Postgres stopped ({how}: the fast stop did not end it within "
                 f"{STOP_WAIT_S} s; see {postgres.folder / 'log'})")  # fmt: skip
