@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from leap_pipeline.app.commands import REPORT_JSON_KEYS
+from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling import routing
 from leap_pipeline.modeling.progress import LOGGER_NAME
 from leap_pipeline.modeling.selection import split_window, validation_rows
@@ -216,6 +217,22 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
                 assert r["decisions"] == decisions and r["mean"] >= 0.0, (key, name, kind)
                 assert r["top1"] <= r["within_5pct"], (key, name, kind)
     assert "Hold-outs as decisions" in (tmp_path / "reports" / "report.md").read_text()
+    # Table 4's refits saw no history of what they held out: rebuilt as if it had never run,
+    # a row of the held-out type has no family level on it, where the night's rows have one
+    assert report["holdout_hardware"]["history_removed"]
+    assert report["holdout_family"]["history_removed"]
+    day = dt.date.fromisoformat(report["evaluation_day"])
+    for column, value, counted in (("hardware_type", report["holdout_hardware"]["target"],
+                                    "hist_hw_count"),
+                                   ("model_type", report["holdout_family"]["target"],
+                                    "hist_count")):  # fmt: skip
+        with open_warehouse(tmp_path / "report-0.02-0.duckdb", read_only=True) as wh:
+            unseen = ablations.features_without(wh, day, day, column, value).rows
+            shipped = wh.read("feature_table", day, day)
+        assert sorted(unseen["attempt_id"]) == sorted(shipped["attempt_id"])
+        held = pl.col(column) == value
+        assert shipped.filter(held)[counted].fill_null(0).max() > 0, column
+        assert unseen.filter(held)[counted].fill_null(0).max() == 0, column
     assert set(report["routing"]) == {"as_logged", "lookup", "leap", "leap_lower", "oracle"}
     assert report["routing"]["as_logged"]["top_choice_share"] == 1.0
     assert set(report["importance"]["per_group"]) == set(FEATURE_GROUPS)

@@ -10,17 +10,23 @@ study scores that model rather than fitting it again.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 from sklearn.base import clone
 
+from leap_pipeline.data.feature_table import HISTORY_LOOKBACK_DAYS, build_feature_table
+from leap_pipeline.data.warehouse import Warehouse
 from leap_pipeline.modeling.evaluation import novelty_scores
 from leap_pipeline.modeling.progress import Progress
 from leap_pipeline.modeling.selection import split_window, validation_rows
 from leap_serving.decide import metrics
 from leap_serving.launch.features import FEATURE_COLUMNS, FEATURE_GROUPS
+from leap_serving.launch.snapshot import SNAPSHOT_INPUT_COLUMNS, history_snapshot
 from leap_serving.model.cascade import BinnedCascade
 from leap_serving.model.compiled import CompiledCascade
 from leap_serving.model.fitting import SINGLE_GBDT_UNITS, cascade_units, fit_booster
@@ -119,14 +125,63 @@ def permutation_importance(cascade: BinnedCascade, rows: pl.DataFrame, shuffles:
     }
 
 
+@dataclass(frozen=True)
+class Unseen:
+    """Days' feature rows as if one value (a hardware type, a model type) had never run
+    (``features_without``), and the history snapshot as of the day before the last of them."""
+
+    rows: pl.DataFrame
+    snapshot: pl.DataFrame
+
+
+# builds ``Unseen`` for (column, value) over the night's window and day: ``features_without`` on
+# the report's warehouse
+RebuildUnseen = Callable[[str, str], Unseen]
+
+
+def features_without(
+    wh: Warehouse, first: dt.date, last: dt.date, column: str, value: str
+) -> Unseen:
+    """The feature rows of days ``first`` .. ``last`` (every attempt of each day), each day's
+    history from a snapshot of the attempts before it whose ``column`` is not ``value``, built
+    as the pipeline builds them (``history_snapshot``, ``build_feature_table``).
+
+    Leaving the held-out rows out of training is not enough for Table 4: the feature table's
+    history comes from snapshots of every earlier attempt, so a row of a held-out hardware type
+    still carries its family's measured level there, the lookup key's level and the type's
+    fleet ratios, and training rows carry levels transferred from it. A type just bought, or a
+    model never run, has none of that."""
+    lookback = dt.timedelta(days=HISTORY_LOOKBACK_DAYS)
+    past = wh.read(
+        "job_attempts", first - lookback, last - dt.timedelta(days=1), SNAPSHOT_INPUT_COLUMNS
+    ).filter(pl.col(column) != value)
+    tables, snapshot = [], None
+    for offset in range((last - first).days + 1):
+        day = first + dt.timedelta(days=offset)
+        before = day - dt.timedelta(days=1)
+        recent = past.filter(pl.col("ds").is_between(day - lookback, before))
+        snapshot = history_snapshot(recent, as_of=before)
+        tables.append(build_feature_table(
+            wh.read("job_attempts", day, day), wh.read("allocations", day, day),
+            wh.read("hardware_specs", day, day).drop("ds"), snapshot,
+        ))  # fmt: skip
+    return Unseen(pl.concat(tables), snapshot)
+
+
 def holdouts(
-    window: pl.DataFrame, rows: pl.DataFrame, published: BinnedCascade
-) -> tuple[dict, dict[str, BinnedCascade]]:
+    window: pl.DataFrame,
+    rows: pl.DataFrame,
+    published: BinnedCascade,
+    rebuild: RebuildUnseen | None = None,
+) -> tuple[dict, dict[str, tuple[BinnedCascade, pl.DataFrame | None]]]:
     """Table 4: remove one hardware type, or one model type, from the night's training rows and
     refit the published model (what ships) at its own parameters; the same number of random rows
     removed is the control. Scored on the held-out day's rows of that type beside ``published``
-    itself. Returns the table's entries and the two refits without the held-out value, keyed
-    ``hardware`` and ``family``, which ``holdout_regret`` scores as decisions."""
+    itself. With ``rebuild`` the refit and its day-D rows also lose the held-out value's history
+    (``features_without``), as for a type just bought; without it (tests of the mechanics) only
+    the training rows go. Returns the table's entries and, keyed ``hardware`` and ``family``,
+    each refit with the snapshot it ranks from (None: the night's), which ``holdout_regret``
+    scores as decisions."""
     training, _ = split_window(window)
     X_all, y_all = training.select(FEATURE_COLUMNS).to_numpy(), training["log_q"].to_numpy()
     held_out = validation_rows(training)
@@ -148,16 +203,21 @@ def holdouts(
         control[rng.choice(len(y_all), size=int(removed.sum()), replace=False)] = True
         X_day = scored.select(FEATURE_COLUMNS).to_numpy()
         w20 = {"full": _w20_log(published.predict(X_day), scored)}
+        unseen = rebuild(column, target) if rebuild is not None else None
         predicted = {}
         for name, drop in (("held_out", removed), ("control", control)):
             progress.phase = (f"{column} {target} held out" if name == "held_out"
                               else f"{column} control: as many random rows out")  # fmt: skip
+            X_fit, X_scored = X_all[~drop], X_day
+            if name == "held_out" and unseen is not None:
+                X_fit, X_scored = _unseen_matrices(unseen.rows, training, scored, ~drop)
             fitted = clone(published).fit(
-                X_all[~drop], y_all[~drop], validation=held_out[~drop], progress=progress
+                X_fit, y_all[~drop], validation=held_out[~drop], progress=progress
             )
             if name == "held_out":
-                refits[key] = fitted
-            predicted[name] = np.exp(fitted.predict(X_day))
+                refits[key] = (fitted, None if unseen is None else unseen.snapshot)
+                X_unseen = X_fit
+            predicted[name] = np.exp(fitted.predict(X_scored))
             w20[name] = _w20_log(np.log(predicted[name]), scored)
         out[f"holdout_{key}"] = {
             "target": target,  # (the w20 below named "held_out" is the refit's)
@@ -167,11 +227,33 @@ def holdouts(
         }
         if key == "family":  # the novelty flag where the model type really is new to the model
             reference = NoveltyReference.fit(training.filter(~removed)["model_type"].to_list(),
-                                             X_all[~removed])  # fmt: skip
+                                             X_unseen)  # fmt: skip
+            X_new = X_day if unseen is None else _unseen_matrices(
+                unseen.rows, training, scored, ~removed)[1]  # fmt: skip
             out["holdout_family"]["novelty"] = novelty_scores(
-                reference.assess_rows(scored["model_type"].to_list(), X_day),
+                reference.assess_rows(scored["model_type"].to_list(), X_new),
                 predicted["held_out"], scored["throughput"].to_numpy(),
             )  # fmt: skip
+        out[f"holdout_{key}"]["history_removed"] = unseen is not None
         out[f"holdout_{key}_delta_w20"] = w20["held_out"] - w20["full"]
         out[f"holdout_{key}_control_delta_w20"] = w20["control"] - w20["full"]
     return out, refits
+
+
+def _unseen_matrices(
+    unseen: pl.DataFrame, training: pl.DataFrame, scored: pl.DataFrame, kept: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The kept training rows' and the scored rows' features from ``unseen``, row for row with
+    ``training[kept]`` and ``scored`` (matched by attempt: the same attempts, other history)."""
+
+    def matrix(frame: pl.DataFrame) -> np.ndarray:
+        found = frame.select("attempt_id").join(
+            unseen.unique("attempt_id", keep="first"), on="attempt_id", how="left",
+            maintain_order="left",
+        )  # fmt: skip
+        if found["ds"].null_count():  # every rebuilt row has its day
+            missing = found.filter(pl.col("ds").is_null())["attempt_id"].head(3).to_list()
+            raise ValueError(f"attempts {missing} have no rebuilt features: other days' rows?")
+        return found.select(FEATURE_COLUMNS).to_numpy()
+
+    return matrix(training.filter(pl.Series(kept))), matrix(scored)

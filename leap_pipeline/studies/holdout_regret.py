@@ -46,22 +46,26 @@ def holdout_regrets(
     specs: pl.DataFrame,
     oracle,
     published,
-    refits: dict[str, tuple[str, object]],
+    refits: dict[str, tuple[str, object, pl.DataFrame | None]],
 ) -> dict:
     """Per hold-out (hardware type, model type): the value held out (``target``), and mean /
     p90 / within-5% regret and top-1 of the published model refitted without its rows
     (``held_out``), of the full published model (``full``) and of the rules, fastest and per
     dollar, over the day's launches of the held-out value. ``refits`` maps each hold-out
-    (``hardware``, ``family``) to the value it removed and the refit without it: Table 4's
-    (``ablations.holdouts``), so one refit answers both the w20 and the decisions."""
+    (``hardware``, ``family``) to the value it removed, the refit without it and the snapshot
+    it ranks from (None: ``snapshot``; ``ablations.features_without``'s: no history of the
+    value, as a launcher has for a type just bought): Table 4's (``ablations.holdouts``), so one
+    refit answers both the w20 and the decisions. The full model ranks from ``snapshot``."""
     out = {}
     for key, column in TARGETS:
-        target, refit = refits[key]
+        target, refit, unseen_snapshot = refits[key]
         day = launches.filter(pl.col(column) == target)
         pairs, X = candidate_features(day, snapshot, specs)
+        X_unseen = X if unseen_snapshot is None else candidate_features(
+            day, unseen_snapshot, specs)[1]  # fmt: skip
         truth = oracle.true_medians(day["attempt_id"].to_list(), specs["hardware_type"].to_list())
         table = _decision_table(pairs, truth, specs).with_columns(
-            held_out=pl.Series(np.exp(refit.predict(X))),
+            held_out=pl.Series(np.exp(refit.predict(X_unseen))),
             full=pl.Series(np.exp(published.predict(X))),
         )
         regrets, _ = decision_regrets(table, ["held_out", "full"], keys=["attempt_id"])

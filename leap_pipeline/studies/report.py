@@ -25,7 +25,13 @@ from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling.selection import training_window
 from leap_pipeline.modeling.training import Night, run_night
 from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings, environment
-from leap_pipeline.studies.ablations import ablation, holdouts, permutation_importance
+from leap_pipeline.studies.ablations import (
+    Unseen,
+    ablation,
+    features_without,
+    holdouts,
+    permutation_importance,
+)
 from leap_pipeline.studies.exploration import exploration_value
 from leap_pipeline.studies.holdout_regret import holdout_regrets
 from leap_pipeline.studies.monitoring import monitoring_summary
@@ -265,7 +271,7 @@ def build_report(
         "table1": last["table1"],
     }
     for study, run in _last_night_studies(final, window, settings, oracle, attempts,
-                                          snapshot_before, specs).items():  # fmt: skip
+                                          snapshot_before, specs, warehouse).items():  # fmt: skip
         if studies[study] is None:
             log(study)
             studies[study] = run()
@@ -318,7 +324,7 @@ def _first_served(store: NightStore, key: str, day: dt.date, wh, training, oracl
 
 
 def _last_night_studies(final: Night | None, window, settings, oracle, attempts, snapshot,
-                        specs) -> dict[str, Callable[[], dict]]:  # fmt: skip
+                        specs, warehouse: Path) -> dict[str, Callable[[], dict]]:  # fmt: skip
     """The studies of the last night's models, each a function run only when not kept."""
 
     def ablation_study() -> dict:
@@ -333,8 +339,14 @@ def _last_night_studies(final: Night | None, window, settings, oracle, attempts,
 
     def holdout_study() -> dict:
         published = final.models.published
-        table4, refits = holdouts(window, final.rows, published)
-        targets = {k: (table4[f"holdout_{k}"]["target"], refit) for k, refit in refits.items()}
+        first, day = window["ds"].min(), final.day
+
+        def rebuild(column: str, value: str) -> Unseen:  # the window and day D, value unseen
+            with open_warehouse(warehouse, read_only=True) as wh:
+                return features_without(wh, first, day, column, value)
+
+        table4, refits = holdouts(window, final.rows, published, rebuild)
+        targets = {k: (table4[f"holdout_{k}"]["target"], *fit) for k, fit in refits.items()}
         regret = holdout_regrets(attempts, snapshot, specs, oracle, published, targets)
         return {**table4, "holdout_regret": regret}
 
