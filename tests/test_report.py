@@ -148,9 +148,12 @@ def test_the_quick_report_has_every_section(tmp_path, caplog):
     assert len(report["published_w20"]) == len(report["single_gbdt_w20"]) == 2
     # every model's median and range over the nights, from the nights' own figures
     by_model = report["w20_by_model"]
-    assert set(by_model) == {"published", "cascade", "single_gbdt", "lookup", "oracle"}
+    assert set(by_model) == {"published", "cascade", "single_gbdt", "lookup", "oracle", "physics"}
+    assert len(report["physics_w20"]) == 2 and all(0 <= w <= 1 for w in report["physics_w20"])
     for name, w in by_model.items():
-        values = [n[name] for n in report["nightly"] if n[name] is not None]
+        nights = [n.get(name) for n in report["nightly"]] if name != "physics" else (
+            report["physics_w20"])  # fmt: skip
+        values = [v for v in nights if v is not None]
         assert (w["low"], w["high"], w["nights"]) == (min(values), max(values), len(values))
         assert w["median"] == pytest.approx(np.median(values)), name
     assert by_model["published"]["median"] == report["published_w20_median"]

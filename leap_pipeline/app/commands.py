@@ -185,7 +185,7 @@ REPORT_JSON_KEYS = (
     "routing", "routing_capture", "per_night", "monitoring",
     "exploration", "published_w20", "single_gbdt_w20", "lookup_w20_median",
     "selection", "published_shares", "night_seconds", "night_peak_memory_mb",
-    "w20_by_model", "night_seconds_median", "night_peak_memory_mb_max",
+    "w20_by_model", "physics_w20", "night_seconds_median", "night_peak_memory_mb_max",
     "staleness", "phase_seconds", "fits", "seconds",
 )  # fmt: skip
 

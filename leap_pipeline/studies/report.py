@@ -47,6 +47,8 @@ from leap_pipeline.studies.report_nights import (
     remaining_line,
 )
 from leap_pipeline.studies.staleness import staleness_summary
+from leap_serving.decide import metrics
+from leap_serving.launch.features import FEATURE_COLUMNS, cost_log_q
 from leap_serving.model.profiles import profile_params
 from leap_serving.model.publish import write_atomic
 from leap_serving.model.published import LeapModel
@@ -168,7 +170,7 @@ def build_report(
 
     training = settings.training()
     store = NightStore(root / "nights", settings.night_key())
-    nightly, selections, per_night, explored, records = [], [], [], [], []
+    nightly, selections, per_night, explored, records, physics = [], [], [], [], [], []
     first_served: tuple[dt.date, LeapModel] | None = None  # the first night's model, as served
     with open_warehouse(warehouse, read_only=True) as wh:
         night_days = [first_night + dt.timedelta(days=i) for i in range(settings.nights)]
@@ -210,6 +212,7 @@ def build_report(
                 how, spent = "kept", _lap()
             records.append(record)
             nightly.append(record["nightly"])
+            physics.append(physics_w20(wh.read("feature_table", day, day)))
             selections.append(record["selection"])
             per_night.append(record["monitoring"])
             if record.get("routing_launches") is not None:
@@ -235,7 +238,8 @@ def build_report(
         specs = wh.read("hardware_specs", day, day).drop("ds")
         attempts = wh.read("job_attempts", day, day)
 
-    series = pl.DataFrame(nightly)
+    # physics, the baseline a launcher has without a model: scored here, beside the kept nights
+    series = pl.DataFrame(nightly).with_columns(physics=pl.Series(physics, dtype=pl.Float64))
     last = records[-1]
     report = {
         "settings": {k: str(v) for k, v in settings.__dict__.items()},
@@ -267,6 +271,7 @@ def build_report(
         # one trial run on a candidate the Ranker names, for 2% of each night's launches
         "exploration": exploration_value(explored, oracle),
         "lookup_w20_median": float(series["lookup"].median()),
+        "physics_w20": physics,
         "oracle_w20_median": float(series["oracle"].median()),
         "table1": last["table1"],
     }
@@ -351,6 +356,14 @@ def _last_night_studies(final: Night | None, window, settings, oracle, attempts,
         return {**table4, "holdout_regret": regret}
 
     return {"ablation": ablation_study, "importance": importance_study, "holdouts": holdout_study}
+
+
+def physics_w20(rows: pl.DataFrame) -> float:
+    """w20 of the per-layer cost model alone (``cost_log_q``: the roofline of each layer at the
+    type's peaks, no measurement) on a day's feature rows; a row without an architecture, which
+    it cannot predict, counts as a miss, as the lookup table's misses do."""
+    X = rows.select(FEATURE_COLUMNS).to_numpy()
+    return metrics.within(np.exp(cost_log_q(X)), rows["throughput"].to_numpy(), 20)
 
 
 def w20_by_model(series: pl.DataFrame) -> dict[str, dict[str, float | None]]:
