@@ -105,3 +105,28 @@ def test_a_second_ctrl_c_while_the_uis_stop_does_not_cut_the_stop_short(tmp_path
     assert ui.serve(tmp_path / "data", log=lambda line: None) == 0
     assert not psutil.pid_exists(started[0].pid) or started[0].poll() is not None
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_crossval_says_when_dated_rows_are_treated_as_one_day(tmp_path, capsys):
+    """`leap crossval` scores data without days: a folder of several days' logs is read as one
+    day (a test row's history may come from a later day), and it says so."""
+    import argparse
+    import datetime as dt
+
+    import polars as pl
+
+    from leap_pipeline.simulation.fleet import SimulatedFleet
+
+    fleet = SimulatedFleet(seed=2, scale=0.01)
+    attempts = pl.concat([d.attempts for _, d in fleet.days(0, 2)])
+    assert attempts["ds"].n_unique() == 2
+    attempts.write_parquet(tmp_path / "job_attempts.parquet")
+    fleet.hardware_specs().write_parquet(tmp_path / "hardware_specs.parquet")
+    args = argparse.Namespace(source="contract", path=str(tmp_path), hardware="")
+    commands._static_source(args)
+    assert "holds 2 days; crossval treats them as one" in capsys.readouterr().err
+    attempts.with_columns(ds=pl.lit(dt.date(2026, 1, 1))).write_parquet(
+        tmp_path / "job_attempts.parquet"
+    )
+    commands._static_source(args)
+    assert "crossval treats them as one" not in capsys.readouterr().err

@@ -331,6 +331,11 @@ def _static_source(args: argparse.Namespace):
     if validated.quarantined.height:
         print(f"quarantined {validated.quarantined.height} rows, e.g. "
               f"{validated.quarantined['reason'][0]}", file=sys.stderr)  # fmt: skip
+    days = validated.kept["ds"].n_unique() if "ds" in validated.kept.columns else 0
+    if days > 1:  # the folds cut by model and type, not by time
+        print(f"note: --path {path} holds {days} days; crossval treats them as one, so a test "
+              "row's history may come from a later day: for dated logs, `leap import` and the "
+              "nightly backtest score each day on the days before it", file=sys.stderr)  # fmt: skip
     return validated.kept, specs
 
 
