@@ -14,13 +14,14 @@ import datetime as dt
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 from sklearn.base import clone
 
 from leap_pipeline.data.feature_table import HISTORY_LOOKBACK_DAYS, build_feature_table
-from leap_pipeline.data.warehouse import Warehouse
+from leap_pipeline.data.warehouse import Warehouse, open_warehouse
 from leap_pipeline.modeling.evaluation import novelty_scores
 from leap_pipeline.modeling.progress import Progress
 from leap_pipeline.modeling.selection import split_window, validation_rows
@@ -134,9 +135,21 @@ class Unseen:
     snapshot: pl.DataFrame
 
 
-# builds ``Unseen`` for (column, value) over the night's window and day: ``features_without`` on
-# the report's warehouse
+# builds ``Unseen`` for (column, value) over the night's window and day (``unseen_in``)
 RebuildUnseen = Callable[[str, str], Unseen]
+# what a rebuilt row keeps: enough to match it to its attempt and to fit and score on it
+UNSEEN_COLUMNS = ("attempt_id", "ds", "model_type", "hardware_type", *FEATURE_COLUMNS)
+
+
+def unseen_in(warehouse: Path, window: pl.DataFrame, day: dt.date) -> RebuildUnseen:
+    """``features_without`` over ``window``'s days and ``day`` in the warehouse file, opened
+    read-only for each rebuild (the studies run after the report closed it)."""
+
+    def rebuild(column: str, value: str) -> Unseen:
+        with open_warehouse(warehouse, read_only=True) as wh:
+            return features_without(wh, window["ds"].min(), day, column, value)
+
+    return rebuild
 
 
 def features_without(
@@ -164,7 +177,7 @@ def features_without(
         tables.append(build_feature_table(
             wh.read("job_attempts", day, day), wh.read("allocations", day, day),
             wh.read("hardware_specs", day, day).drop("ds"), snapshot,
-        ))  # fmt: skip
+        ).select(UNSEEN_COLUMNS))  # fmt: skip
     return Unseen(pl.concat(tables), snapshot)
 
 
@@ -216,9 +229,10 @@ def holdouts(
             )
             if name == "held_out":
                 refits[key] = (fitted, None if unseen is None else unseen.snapshot)
-                X_unseen = X_fit
+                X_unseen, X_new = X_fit, X_scored
             predicted[name] = np.exp(fitted.predict(X_scored))
             w20[name] = _w20_log(np.log(predicted[name]), scored)
+        unseen = None  # the next hold-out's rebuild need not sit beside this one
         out[f"holdout_{key}"] = {
             "target": target,  # (the w20 below named "held_out" is the refit's)
             "rows_removed": int(removed.sum()),
@@ -228,13 +242,11 @@ def holdouts(
         if key == "family":  # the novelty flag where the model type really is new to the model
             reference = NoveltyReference.fit(training.filter(~removed)["model_type"].to_list(),
                                              X_unseen)  # fmt: skip
-            X_new = X_day if unseen is None else _unseen_matrices(
-                unseen.rows, training, scored, ~removed)[1]  # fmt: skip
             out["holdout_family"]["novelty"] = novelty_scores(
                 reference.assess_rows(scored["model_type"].to_list(), X_new),
                 predicted["held_out"], scored["throughput"].to_numpy(),
             )  # fmt: skip
-        out[f"holdout_{key}"]["history_removed"] = unseen is not None
+        out[f"holdout_{key}"]["history_removed"] = rebuild is not None
         out[f"holdout_{key}_delta_w20"] = w20["held_out"] - w20["full"]
         out[f"holdout_{key}_control_delta_w20"] = w20["control"] - w20["full"]
     return out, refits
@@ -244,15 +256,16 @@ def _unseen_matrices(
     unseen: pl.DataFrame, training: pl.DataFrame, scored: pl.DataFrame, kept: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The kept training rows' and the scored rows' features from ``unseen``, row for row with
-    ``training[kept]`` and ``scored`` (matched by attempt: the same attempts, other history)."""
+    ``training[kept]`` and ``scored`` (matched by attempt and day: the same attempts, other
+    history)."""
+    rebuilt = unseen.unique(["attempt_id", "ds"], keep="first").with_columns(_found=pl.lit(True))
 
     def matrix(frame: pl.DataFrame) -> np.ndarray:
-        found = frame.select("attempt_id").join(
-            unseen.unique("attempt_id", keep="first"), on="attempt_id", how="left",
-            maintain_order="left",
-        )  # fmt: skip
-        if found["ds"].null_count():  # every rebuilt row has its day
-            missing = found.filter(pl.col("ds").is_null())["attempt_id"].head(3).to_list()
+        found = frame.select("attempt_id", "ds").join(
+            rebuilt, on=["attempt_id", "ds"], how="left", maintain_order="left"
+        )
+        if found["_found"].null_count():
+            missing = found.filter(pl.col("_found").is_null())["attempt_id"].head(3).to_list()
             raise ValueError(f"attempts {missing} have no rebuilt features: other days' rows?")
         return found.select(FEATURE_COLUMNS).to_numpy()
 

@@ -26,11 +26,10 @@ from leap_pipeline.modeling.selection import training_window
 from leap_pipeline.modeling.training import Night, run_night
 from leap_pipeline.settings import MIN_SUPPORT, WINDOW_DAYS, TrainingSettings, environment
 from leap_pipeline.studies.ablations import (
-    Unseen,
     ablation,
-    features_without,
     holdouts,
     permutation_importance,
+    unseen_in,
 )
 from leap_pipeline.studies.exploration import exploration_value
 from leap_pipeline.studies.holdout_regret import holdout_regrets
@@ -344,12 +343,7 @@ def _last_night_studies(final: Night | None, window, settings, oracle, attempts,
 
     def holdout_study() -> dict:
         published = final.models.published
-        first, day = window["ds"].min(), final.day
-
-        def rebuild(column: str, value: str) -> Unseen:  # the window and day D, value unseen
-            with open_warehouse(warehouse, read_only=True) as wh:
-                return features_without(wh, first, day, column, value)
-
+        rebuild = unseen_in(warehouse, window, final.day)  # the value unseen, as if new
         table4, refits = holdouts(window, final.rows, published, rebuild)
         targets = {k: (table4[f"holdout_{k}"]["target"], *fit) for k, fit in refits.items()}
         regret = holdout_regrets(attempts, snapshot, specs, oracle, published, targets)
@@ -358,10 +352,12 @@ def _last_night_studies(final: Night | None, window, settings, oracle, attempts,
     return {"ablation": ablation_study, "importance": importance_study, "holdouts": holdout_study}
 
 
-def physics_w20(rows: pl.DataFrame) -> float:
+def physics_w20(rows: pl.DataFrame) -> float | None:
     """w20 of the per-layer cost model alone (``cost_log_q``: the roofline of each layer at the
     type's peaks, no measurement) on a day's feature rows; a row without an architecture, which
     it cannot predict, counts as a miss, as the lookup table's misses do."""
+    if rows.height == 0:
+        return None  # no measured attempt that day: nothing to score
     X = rows.select(FEATURE_COLUMNS).to_numpy()
     return metrics.within(np.exp(cost_log_q(X)), rows["throughput"].to_numpy(), 20)
 
@@ -371,7 +367,7 @@ def w20_by_model(series: pl.DataFrame) -> dict[str, dict[str, float | None]]:
     with no figure on any night), in the order the nights record them."""
     summary = {}
     for name in (c for c in series.columns if c != "ds"):
-        values = series[name].drop_nulls()
+        values = series[name].fill_nan(None).drop_nulls()  # a night with nothing to score
         summary[name] = {
             "median": float(values.median()) if len(values) else None,
             "low": float(values.min()) if len(values) else None,
