@@ -297,6 +297,7 @@ def test_a_file_removed_during_the_backup_is_noted_and_every_duckdb_is_copied_un
     data = tmp_path / "data"
     data.mkdir()
     (data / "leap.toml").write_text("# calendar\n")
+    (data / "notes.duckdb").write_text("not a database")  # a user's file, named like one
     with open_warehouse(data / "report-0.02-0.duckdb") as report:
         report.replace_partition("source_log", dt.date(2026, 1, 1), pl.DataFrame({"n": [1]}))
     listed = backup_module._entries
@@ -308,8 +309,10 @@ def test_a_file_removed_during_the_backup_is_noted_and_every_duckdb_is_copied_un
     monkeypatch.setattr(backup_module, "_entries", entries)
     outcome = backup(data, tmp_path / "backup")
     assert any(".tmp-gone.json was removed during the backup" in n for n in outcome.notes)
+    assert any(n.startswith("notes.duckdb was copied byte for byte") for n in outcome.notes)
     files = json.loads((tmp_path / "backup" / MANIFEST).read_text())["files"]
     assert "data/report-0.02-0.duckdb" in files and "data/leap.toml" in files
+    assert "data/notes.duckdb" in files
     assert not any("gone" in name for name in files)
     monkeypatch.setattr(backup_module, "_entries", listed)  # restore lists the backup's own
     restore(tmp_path / "backup", tmp_path / "restored")

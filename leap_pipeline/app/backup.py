@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from leap_pipeline.app import backup_postgres as pg
 from leap_pipeline.app.relocate import relocate_mlflow, relocate_records
-from leap_pipeline.data.warehouse import open_warehouse
+from leap_pipeline.data.warehouse import WarehouseError, open_warehouse
 from leap_pipeline.settings import Environment
 
 FORMAT = "leap-backup/1"
@@ -46,6 +46,8 @@ SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 # locks hold no data, and a copied one would name the processes of another machine
 SKIPPED_FOLDERS = ("locks",)
 SKIPPED_SUFFIX = ".lock"
+# a DuckDB file beside the install's warehouse (a report's): how long its writer is waited for
+OTHER_DUCKDB_WAIT_S = 10.0
 
 
 class BackupError(ValueError):
@@ -178,13 +180,13 @@ def uncovered(install: Environment) -> list[str]:
     return notes
 
 
-def _copy_warehouse(warehouse: Path, target: Path) -> dict[Path, dict]:
+def _copy_warehouse(warehouse: Path, target: Path, wait_s: float | None = None) -> dict[Path, dict]:
     """The warehouse (and its write-ahead log, if one is left) copied while a read connection
     holds it: DuckDB lets no process write the file meanwhile. The copy is then opened, so a
     file DuckDB cannot read fails the backup, not a restore."""
     copied = {}
     wal = warehouse.with_name(warehouse.name + ".wal")
-    with open_warehouse(warehouse, read_only=True) as held, held.session():
+    with open_warehouse(warehouse, read_only=True, wait_s=wait_s) as held, held.session():
         for source, copy in ((warehouse, target), (wal, target.with_name(target.name + ".wal"))):
             if source.exists():
                 copied[copy] = _copy(source, copy)
@@ -273,7 +275,16 @@ def _keep_entry(
         manifest["folders"][f"{DATA}/{name}"] = path.stat().st_mode & 0o7777
         copy.mkdir(parents=True, exist_ok=True)
     elif kind == "file" and path.name.endswith(".duckdb"):  # a report's warehouse, say
-        for copied, entry in _copy_warehouse(path, copy).items():
+        try:
+            copies = _copy_warehouse(path, copy, wait_s=OTHER_DUCKDB_WAIT_S)
+        except WarehouseError as exc:  # gone, busy, or not DuckDB's: bytes, and a note
+            if not path.exists():
+                raise FileNotFoundError(path) from None
+            copy.with_name(copy.name + ".wal").unlink(missing_ok=True)
+            copies = {copy: _copy(path, copy)}
+            outcome.notes.append(f"{name} was copied byte for byte, not under DuckDB's lock "
+                                 f"({exc}): it may not open")  # fmt: skip
+        for copied, entry in copies.items():
             keep(copied, entry)
     elif kind == "file" and not (
         name.endswith(SKIPPED_SUFFIX) or _is_companion(path) or _is_duckdb_wal(path)
