@@ -14,6 +14,7 @@ import pytest
 from leap_pipeline.orchestration.calendar import CALENDAR_FILE, DATA_ENV, Calendar
 from leap_pipeline.orchestration.definitions import build_definitions, materialize_days
 from leap_pipeline.orchestration.nightly_plan import (
+    MAX_RELANDINGS,
     NIGHTS_TAG,
     NightlyState,
     plan_tick,
@@ -41,9 +42,9 @@ def _days(a: int, b: int) -> list[dt.date]:
 
 
 def _plan(day, landed, trained=(), in_flight=(), has_day=lambda d: True, failed=None, empty=(),
-          refused=()):  # fmt: skip
+          refused=(), unbuilt=()):  # fmt: skip
     state = NightlyState(
-        set(landed), set(trained), set(in_flight), has_day, failed or {}, empty, refused
+        set(landed), set(trained), set(in_flight), has_day, failed or {}, empty, refused, unbuilt
     )
     return plan_tick(_day(day), FIRST, state, 30, 7, LANDING)
 
@@ -199,6 +200,19 @@ def test_a_day_whose_landing_died_before_its_features_is_landed_again():
     assert landing.tags["dagster/asset_partition_range_start"] == _day(25).isoformat()
     assert landing.tags["dagster/asset_partition_range_end"] == _day(25).isoformat()
     assert night.tags[NIGHTS_TAG] == f"{_day(40)}..{_day(40)}"
+    # an audit that refuses the day's snapshot or features is not in the landing log: after
+    # MAX_RELANDINGS failed landings of it the plan stops asking and says what to do
+    state = dict(landed=landed, trained=_days(8, 39))
+    failed = {f"land:{_day(25)}..{_day(25)}": 1}
+    again = _plan(40, **state, failed=failed, unbuilt={_day(25)})
+    assert again[0].run_key == f"land:{_day(25)}..{_day(25)}:retry1"
+    failed = {f"land:{_day(20)}..{_day(30)}": MAX_RELANDINGS}
+    stuck = _plan(40, **state, failed=failed, unbuilt={_day(25)})
+    assert isinstance(stuck, dg.SkipReason)
+    assert f"fix the day and materialize {_day(25)}" in stuck.skip_message
+    # and one the source no longer holds is named as such, not as a day yet to arrive
+    gone = _plan(40, **state, has_day=lambda d: d != _day(25), unbuilt={_day(25)})
+    assert "landed without its features and is no longer in the source" in gone.skip_message
 
 
 def test_a_late_day_is_waited_for_then_its_night_is_caught_up():

@@ -73,17 +73,18 @@ def nightly_state(
     versions, and the instance's runs."""
     from leap_pipeline.modeling import registry
 
+    in_flight, failed = runs_state(instance)
+    live = live_days(instance)  # before the warehouse reads: a landing ending between them
+    logged, featured = warehouse.landed_days("source_log"), warehouse.landed_days("feature_table")
+    live |= live_days(instance)  # ... or starting, is on one side or the other
     empty = set(warehouse.empty_days())
     refused = set(warehouse.refused_days())
     mlflow_tracking.configure()
     trained = {dt.date.fromisoformat(day) for day in registry.registered_nights()}
-    in_flight, failed = runs_state(instance)
-    landed = whole_landings(
-        warehouse.landed_days("source_log"), set(warehouse.landed_days("feature_table")), empty,
-        live_days(instance),
-    )  # fmt: skip
+    landed = whole_landings(logged, set(featured), empty, live)
     adapter = source.source()
-    return NightlyState(landed, trained, in_flight, adapter.has_day, failed, empty, refused)
+    return NightlyState(landed, trained, in_flight, adapter.has_day, failed, empty, refused,
+                        unbuilt=set(logged) - landed)  # fmt: skip
 
 
 def trains_nights(run: dg.DagsterRun) -> bool:

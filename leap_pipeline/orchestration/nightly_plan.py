@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 CATCH_UP_NIGHTS = 7  # untrained nights a tick looks back over
+MAX_RELANDINGS = 2  # a day landed without its features is landed again this often, then waits
 NIGHTS_TAG = "leap/nights"  # "FIRST..LAST" on every run the schedule asks for
 ATTEMPT_TAG = "leap/attempt"
 # Dagster's own tags for the partitions a run targets: one partition, or a range (a single-run
@@ -84,6 +85,8 @@ class NightlyState:
     failed_attempts: dict[str, int] = field(default_factory=dict)
     empty: Collection[dt.date] = ()  # landed days with no measured attempt: no night to score
     refused: Collection[dt.date] = ()  # days whose last landing its audit refused
+    # logged days whose landing stopped before their features (``whole_landings``): landed again
+    unbuilt: Collection[dt.date] = ()
 
 
 def plan_tick(
@@ -119,9 +122,23 @@ def plan_tick(
                 f"its files and materialize {bad[0]}"
             )
             break
+        stuck = [d for d in needed if d in state.unbuilt
+                 and landings_failed(state.failed_attempts, d) >= MAX_RELANDINGS]  # fmt: skip
+        if stuck:  # a refusal the landing log does not record (a snapshot or feature audit's)
+            blocked = (
+                f"night {night} waits for {stuck[0]}, whose landing stopped before its feature "
+                f"table and failed {landings_failed(state.failed_attempts, stuck[0])} times "
+                f"again: see those runs, fix the day and materialize {stuck[0]}"
+            )
+            break
         missing = [d for d in needed if d not in state.landed and not state.source_has_day(d)]
         if missing:
             blocked = f"night {night} waits for {missing[0]}, which has not arrived in the source"
+            if missing[0] in state.unbuilt:
+                blocked = (
+                    f"night {night} waits for {missing[0]}, which landed without its features "
+                    "and is no longer in the source: land it from its files"
+                )
             break
         ready.append(night)
     requests: list[dg.RunRequest] = []
@@ -151,6 +168,22 @@ def plan_tick(
             f"is {first_night}"
         )
     return dg.SkipReason(f"night {day} and the week before it are trained or being trained")
+
+
+def landings_failed(failed: Mapping[str, int], day: dt.date) -> int:
+    """How many planned landings of a span holding ``day`` ended without finishing (the most
+    over its spans; ``failed`` as ``NightlyState.failed_attempts`` counts them)."""
+    counts = [0]
+    for key, count in failed.items():
+        kind, _, span = key.partition(":")
+        first, _, last = span.partition("..")
+        try:
+            start, end = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+        except ValueError:
+            continue
+        if kind == "land" and start <= day <= end:
+            counts.append(count)
+    return max(counts)
 
 
 def free_spans(
