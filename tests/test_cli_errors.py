@@ -52,11 +52,12 @@ def test_any_other_exception_still_reaches_the_caller(monkeypatch):
 def test_leap_ui_refuses_a_folder_leap_up_serves(tmp_path, capsys):
     """`leap up` holds locks/up.lock while it runs; `leap ui` on its folder would start a second
     daemon on another instance and registry, with the nightly schedule on: it is refused, naming
-    the holder. Once the lock is free the check passes."""
+    the holder. `leap ui` holds the lock shared while it runs, so a `leap up` is refused then."""
     import fcntl
     import json
 
-    from leap_pipeline.app.ui import up_holder
+    from leap_pipeline.app.supervision import holding_folder
+    from leap_pipeline.app.ui import sharing_folder
 
     lock = tmp_path / "locks" / "up.lock"
     lock.parent.mkdir(parents=True)
@@ -69,7 +70,16 @@ def test_leap_ui_refuses_a_folder_leap_up_serves(tmp_path, capsys):
         assert stop.value.code == 2
         said = capsys.readouterr().err
         assert "leap up serves this folder (pid 4242" in said and str(tmp_path) in said
-    assert up_holder(tmp_path) is None  # released: a stopped leap up leaves the folder free
+    lock.write_text("")  # leap up stopped cleanly: its record cleared, its lock free
+    quiet = {"log": lambda line: None}
+    with (
+        sharing_folder(tmp_path),
+        pytest.raises(ValueError, match="held by leap ui"),
+        holding_folder(tmp_path, **quiet),  # the UIs run: leap up may not
+    ):
+        pass
+    with holding_folder(tmp_path, **quiet):  # the UIs stopped: leap up may run
+        pass
 
 
 def test_a_second_ctrl_c_while_the_uis_stop_does_not_cut_the_stop_short(tmp_path, monkeypatch):

@@ -116,7 +116,8 @@ def up_locked_out(data: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise PostgresBackupError(
-                f"leap up is starting or stopping on {data}: try again once it is up or stopped"
+                f"leap up is starting or stopping on {data}, or leap ui runs on it: try again "
+                "once it is up or stopped"
             ) from None
         yield
 

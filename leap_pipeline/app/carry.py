@@ -57,7 +57,8 @@ def embedded_uri(store: Path) -> str | None:
 def embedded_production(store: Path) -> dict | None:
     """The production version of the SQLite store in ``store`` (``mlflow.db``), as
     ``{"version", "tags"}``, or None when there is no store or it names no production model.
-    MLflow is left pointed where it was."""
+    MLflow is left pointed where it was; point it first (``registry.configure_tracking``, as
+    ``carry_production`` does), else "where it was" is MLflow's default store."""
     from leap_pipeline.modeling import registry
 
     uri = embedded_uri(store)

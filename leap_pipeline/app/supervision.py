@@ -105,6 +105,12 @@ def holding_folder(data: Path, log: Callable = print) -> Iterator[Callable[[dict
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _holder(handle.read())
+            pid = holder.get("pid")
+            if not isinstance(pid, int) or not psutil.pid_exists(pid):  # `leap ui`'s, a backup's
+                raise ValueError(
+                    f"{path} is held by leap ui on {data}, or by a backup: stop the UIs first "
+                    "(one scheduler per folder)"
+                ) from None
             raise ValueError(
                 f"leap up already runs on {data} (pid {holder.get('pid', '?')}, since "
                 f"{holder.get('since', '?')}; lock {path}): use that one, or stop it first "

@@ -197,41 +197,43 @@ def watch(processes: dict[str, subprocess.Popen], log: Callable = print) -> int:
         time.sleep(0.5)
 
 
-def up_holder(data: Path) -> dict | None:
-    """The ``leap up`` that serves ``data``, as its lock file records it (its pid, since when),
-    or None when none does: its lock (``locks/up.lock``, an ``flock`` held while it runs) is
-    free."""
+@contextlib.contextmanager
+def sharing_folder(data: Path) -> Iterator[None]:
+    """Hold ``leap up``'s lock on ``data`` (``locks/up.lock``, an ``flock``) shared while the UIs
+    run: a ``leap up`` on the folder, which takes it whole, is refused meanwhile, and the UIs are
+    refused on a folder ``leap up`` serves (naming its pid), whose webserver is that folder's UI:
+    this one's daemon would be a second scheduler on another instance and registry."""
     path = data / "locks" / "up.lock"
-    if not path.is_file():
-        return None
-    with path.open() as handle:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
+            handle.seek(0)
             try:
-                return json.loads(handle.read() or "{}")
+                holder = json.loads(handle.read() or "{}")
             except ValueError:
-                return {}
-    return None
+                holder = {}
+            who = (
+                f"leap up serves this folder (pid {holder['pid']}, since "
+                f"{holder.get('since', '?')}); open the Dagster and MLflow UIs it printed"
+                if holder.get("pid")
+                else f"{path} is held: leap up is starting or stopping, or a backup runs"
+            )
+            raise ValueError(f"--data {data}: {who}") from None
+        yield
 
 
 def serve(
     data: Path, dagster_port: int = 3000, mlflow_port: int = 5000, log: Callable = print
 ) -> int:
-    """Run both UIs until Ctrl-C (or SIGTERM), or until one of them exits. Not on a folder
-    ``leap up`` serves: its webserver is that folder's UI, and this one's daemon would be a
-    second scheduler on another instance and registry, training the same nights again."""
-    holder = up_holder(data)
-    if holder is not None:
-        raise ValueError(
-            f"--data {data}: leap up serves this folder (pid {holder.get('pid', '?')}, since "
-            f"{holder.get('since', '?')}); open the Dagster and MLflow UIs it printed instead"
-        )
+    """Run both UIs until Ctrl-C (or SIGTERM), or until one of them exits; never beside a
+    ``leap up`` on the same folder (``sharing_folder``)."""
     (data / "dagster").mkdir(parents=True, exist_ok=True)
     (data / "mlflow").mkdir(parents=True, exist_ok=True)
     calendar = Calendar.load(data)  # a malformed file stops here, naming the field
     processes: dict[str, subprocess.Popen] = {}
-    with interrupted_by_signals():
+    with sharing_folder(data), interrupted_by_signals():
         try:
             for name, (argv, env) in commands(data, dagster_port, mlflow_port).items():
                 processes[name] = start_group(argv, env)
