@@ -55,7 +55,9 @@ def test_leap_ui_refuses_a_folder_leap_up_serves(tmp_path, capsys):
     the holder. `leap ui` holds the lock shared while it runs, so a `leap up` is refused then."""
     import fcntl
     import json
+    import os
 
+    from leap_pipeline.app.backup_postgres import up_locked_out
     from leap_pipeline.app.supervision import holding_folder
     from leap_pipeline.app.ui import sharing_folder
 
@@ -63,20 +65,23 @@ def test_leap_ui_refuses_a_folder_leap_up_serves(tmp_path, capsys):
     lock.parent.mkdir(parents=True)
     with lock.open("a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        json.dump({"pid": 4242, "since": "2026-12-05T18:00:00", "servers": {}}, held)
+        json.dump({"pid": os.getpid(), "since": "2026-12-05T18:00:00", "servers": {}}, held)
         held.flush()
         with pytest.raises(SystemExit) as stop:
             main(["ui", "--data", str(tmp_path)])
         assert stop.value.code == 2
         said = capsys.readouterr().err
-        assert "leap up serves this folder (pid 4242" in said and str(tmp_path) in said
+        assert f"leap up serves this folder (pid {os.getpid()}" in said
+        assert str(tmp_path) in said
     lock.write_text("")  # leap up stopped cleanly: its record cleared, its lock free
     quiet = {"log": lambda line: None}
     with (
         sharing_folder(tmp_path),
-        pytest.raises(ValueError, match="held by leap ui"),
+        pytest.raises(ValueError, match="leap ui runs on"),
         holding_folder(tmp_path, **quiet),  # the UIs run: leap up may not
     ):
+        pass
+    with sharing_folder(tmp_path), up_locked_out(tmp_path):  # a backup may run beside the UIs
         pass
     with holding_folder(tmp_path, **quiet):  # the UIs stopped: leap up may run
         pass

@@ -206,7 +206,8 @@ def test_a_day_whose_landing_died_before_its_features_is_landed_again():
     failed = {f"land:{_day(25)}..{_day(25)}": 1}
     again = _plan(40, **state, failed=failed, unbuilt={_day(25)})
     assert again[0].run_key == f"land:{_day(25)}..{_day(25)}:retry1"
-    failed = {f"land:{_day(20)}..{_day(30)}": MAX_RELANDINGS}
+    failed = {f"land:{_day(20)}..{_day(30)}": 1, f"land:{_day(25)}..{_day(25)}": 1}  # summed
+    assert MAX_RELANDINGS == 2
     stuck = _plan(40, **state, failed=failed, unbuilt={_day(25)})
     assert isinstance(stuck, dg.SkipReason)
     assert f"fix the day and materialize {_day(25)}" in stuck.skip_message

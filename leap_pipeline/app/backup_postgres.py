@@ -107,17 +107,18 @@ def load_dumps(folder: Path, dumps: dict[str, Path]) -> None:
 
 @contextlib.contextmanager
 def up_locked_out(data: Path) -> Iterator[None]:
-    """Hold ``leap up``'s lock on ``data`` (``locks/up.lock``, an ``flock``), so no ``leap up``
-    starts Postgres while its stopped folder is copied; a ``leap up`` holding it is refused."""
+    """Hold ``leap up``'s lock on ``data`` (``locks/up.lock``, an ``flock``) shared, so no
+    ``leap up`` (which takes it whole) starts Postgres while its stopped folder is copied; a
+    ``leap up`` holding it is refused. ``leap ui``, which shares it too and never runs
+    Postgres, may run meanwhile."""
     path = data / "locks" / "up.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             raise PostgresBackupError(
-                f"leap up is starting or stopping on {data}, or leap ui runs on it: try again "
-                "once it is up or stopped"
+                f"leap up is starting or stopping on {data}: try again once it is up or stopped"
             ) from None
         yield
 

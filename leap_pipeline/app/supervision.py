@@ -41,9 +41,10 @@ PROBE_FAILURES = 3
 
 def _holder(text: str) -> dict:
     try:
-        return json.loads(text)
+        record = json.loads(text)
     except ValueError:  # empty (a clean stop cleared it) or written by another release
         return {}
+    return record if isinstance(record, dict) else {}
 
 
 def group_members(pgid: int, before: float) -> list[psutil.Process]:
@@ -106,10 +107,10 @@ def holding_folder(data: Path, log: Callable = print) -> Iterator[Callable[[dict
         except BlockingIOError:
             holder = _holder(handle.read())
             pid = holder.get("pid")
-            if not isinstance(pid, int) or not psutil.pid_exists(pid):  # `leap ui`'s, a backup's
+            if not isinstance(pid, int) or not psutil.pid_exists(pid):  # no live leap up named
                 raise ValueError(
-                    f"{path} is held by leap ui on {data}, or by a backup: stop the UIs first "
-                    "(one scheduler per folder)"
+                    f"{path} is held: leap ui runs on {data} (stop it first: one scheduler per "
+                    "folder), a backup runs, or another leap up is starting"
                 ) from None
             raise ValueError(
                 f"leap up already runs on {data} (pid {holder.get('pid', '?')}, since "

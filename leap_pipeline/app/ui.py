@@ -214,14 +214,25 @@ def sharing_folder(data: Path) -> Iterator[None]:
                 holder = json.loads(handle.read() or "{}")
             except ValueError:
                 holder = {}
+            pid = holder.get("pid") if isinstance(holder, dict) else None
             who = (
-                f"leap up serves this folder (pid {holder['pid']}, since "
-                f"{holder.get('since', '?')}); open the Dagster and MLflow UIs it printed"
-                if holder.get("pid")
-                else f"{path} is held: leap up is starting or stopping, or a backup runs"
+                f"leap up serves this folder (pid {pid}, since {holder.get('since', '?')}); "
+                "open the Dagster and MLflow UIs it printed"
+                if isinstance(pid, int) and _alive(pid)
+                else f"{path} is held: leap up is starting or stopping"
             )
             raise ValueError(f"--data {data}: {who}") from None
         yield
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 def serve(

@@ -122,8 +122,7 @@ def plan_tick(
                 f"its files and materialize {bad[0]}"
             )
             break
-        stuck = [d for d in needed if d in state.unbuilt
-                 and landings_failed(state.failed_attempts, d) >= MAX_RELANDINGS]  # fmt: skip
+        stuck = _stuck(needed, state)
         if stuck:  # a refusal the landing log does not record (a snapshot or feature audit's)
             blocked = (
                 f"night {night} waits for {stuck[0]}, whose landing stopped before its feature "
@@ -159,7 +158,12 @@ def plan_tick(
     # nothing to train: land what arrived so the next tick has less to do
     if day < first_night and day not in state.landed and state.source_has_day(day):
         start = min(d for d in days_between(first_day, day) if d not in state.landed)
-        return [_request(start, day, "land", state, landing_assets)]
+        stuck = _stuck(days_between(start, day), state)
+        if not stuck:
+            return [_request(start, day, "land", state, landing_assets)]
+        blocked = (f"{stuck[0]} landed without its features and failed to land again "
+                   f"{landings_failed(state.failed_attempts, stuck[0])} times: see those runs, "
+                   f"fix the day and materialize {stuck[0]}")  # fmt: skip
     if blocked:
         return dg.SkipReason(blocked)
     if day < first_night:
@@ -171,9 +175,10 @@ def plan_tick(
 
 
 def landings_failed(failed: Mapping[str, int], day: dt.date) -> int:
-    """How many planned landings of a span holding ``day`` ended without finishing (the most
-    over its spans; ``failed`` as ``NightlyState.failed_attempts`` counts them)."""
-    counts = [0]
+    """How many planned landings of spans holding ``day`` ended without finishing, summed over
+    the spans (``failed`` as ``NightlyState.failed_attempts`` counts them per span): a heuristic
+    of how often landing the day has failed, whatever span each attempt asked for."""
+    total = 0
     for key, count in failed.items():
         kind, _, span = key.partition(":")
         first, _, last = span.partition("..")
@@ -182,8 +187,16 @@ def landings_failed(failed: Mapping[str, int], day: dt.date) -> int:
         except ValueError:
             continue
         if kind == "land" and start <= day <= end:
-            counts.append(count)
-    return max(counts)
+            total += count
+    return total
+
+
+def _stuck(days: Collection[dt.date], state: NightlyState) -> list[dt.date]:
+    """Of ``days``, those landed without their features whose landings failed
+    ``MAX_RELANDINGS`` times: landing them again would fail the same way (an audit's refusal
+    the landing log does not record), so a person looks first."""
+    failed = state.failed_attempts
+    return [d for d in days if d in state.unbuilt and landings_failed(failed, d) >= MAX_RELANDINGS]
 
 
 def free_spans(

@@ -229,10 +229,11 @@ def holdouts(
             )
             if name == "held_out":
                 refits[key] = (fitted, None if unseen is None else unseen.snapshot)
-                X_unseen, X_new = X_fit, X_scored
+                if key == "family":  # for the novelty flag below
+                    X_unseen, X_new = X_fit, X_scored
             predicted[name] = np.exp(fitted.predict(X_scored))
             w20[name] = _w20_log(np.log(predicted[name]), scored)
-        unseen = None  # the next hold-out's rebuild need not sit beside this one
+        unseen = X_fit = X_scored = None  # the next hold-out's rebuild need not sit beside these
         out[f"holdout_{key}"] = {
             "target": target,  # (the w20 below named "held_out" is the refit's)
             "rows_removed": int(removed.sum()),
