@@ -57,7 +57,7 @@ def test_leap_ui_refuses_a_folder_leap_up_serves(tmp_path, capsys):
     import json
     import os
 
-    from leap_pipeline.app.backup_postgres import up_locked_out
+    from leap_pipeline.app.backup_postgres import PostgresBackupError, up_locked_out
     from leap_pipeline.app.supervision import holding_folder
     from leap_pipeline.app.ui import sharing_folder
 
@@ -73,6 +73,16 @@ def test_leap_ui_refuses_a_folder_leap_up_serves(tmp_path, capsys):
         said = capsys.readouterr().err
         assert f"leap up serves this folder (pid {os.getpid()}" in said
         assert str(tmp_path) in said
+        no_backup = pytest.raises(PostgresBackupError, match="leap up is starting or stopping")
+        with no_backup, up_locked_out(tmp_path):  # no copy of Postgres while leap up holds it
+            pass
+        held.seek(0)
+        held.truncate()  # a record naming no live process: leap up starts or stops
+        json.dump({"pid": 4194999, "since": "2026-12-05T18:00:00"}, held)
+        held.flush()
+        no_ui = pytest.raises(ValueError, match="is held: leap up is starting or stopping")
+        with no_ui, sharing_folder(tmp_path):
+            pass
     lock.write_text("")  # leap up stopped cleanly: its record cleared, its lock free
     quiet = {"log": lambda line: None}
     with (

@@ -10,19 +10,18 @@ that no ``leap up`` starts the server during the copy.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib.util
 import os
 import shutil
 import subprocess
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import psutil
 
 from leap_pipeline.app.postgres import POSTGRES_USER, EmbeddedPostgres, database_url
+from leap_pipeline.app.ui import sharing_up_lock
 from leap_pipeline.settings import child_environment
 
 PG_TIMEOUT_S = 3600.0  # a dump or a restore of a large run history may take minutes
@@ -105,22 +104,16 @@ def load_dumps(folder: Path, dumps: dict[str, Path]) -> None:
         server.stop()
 
 
-@contextlib.contextmanager
-def up_locked_out(data: Path) -> Iterator[None]:
-    """Hold ``leap up``'s lock on ``data`` (``locks/up.lock``, an ``flock``) shared, so no
-    ``leap up`` (which takes it whole) starts Postgres while its stopped folder is copied; a
-    ``leap up`` holding it is refused. ``leap ui``, which shares it too and never runs
-    Postgres, may run meanwhile."""
-    path = data / "locks" / "up.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise PostgresBackupError(
-                f"leap up is starting or stopping on {data}: try again once it is up or stopped"
-            ) from None
-        yield
+def up_locked_out(data: Path) -> contextlib.AbstractContextManager[None]:
+    """Hold ``leap up``'s lock on ``data`` shared, so no ``leap up`` (which takes it whole)
+    starts Postgres while its stopped folder is copied; a ``leap up`` holding it is refused.
+    ``leap ui``, which shares it too and never runs Postgres, may run meanwhile."""
+    return sharing_up_lock(
+        data,
+        lambda _: PostgresBackupError(
+            f"leap up is starting or stopping on {data}: try again once it is up or stopped"
+        ),
+    )
 
 
 def give_to_postgres(folder: Path) -> None:

@@ -21,7 +21,14 @@ from pathlib import Path
 
 import psutil
 
-from leap_pipeline.app.ui import STOP_TIMEOUT_S, start_group, stop_groups
+from leap_pipeline.app.ui import (
+    STOP_TIMEOUT_S,
+    live_up,
+    start_group,
+    stop_groups,
+    up_lock,
+    up_lock_holder,
+)
 
 # how long the servers may take to answer at a start; a restarted one's probe counts no failure
 # before it answered or this long has passed
@@ -37,14 +44,6 @@ RESTART_WINDOW_S = 600.0
 PROBE_INTERVAL_S = 10.0
 PROBE_TIMEOUT_S = 5.0
 PROBE_FAILURES = 3
-
-
-def _holder(text: str) -> dict:
-    try:
-        record = json.loads(text)
-    except ValueError:  # empty (a clean stop cleared it) or written by another release
-        return {}
-    return record if isinstance(record, dict) else {}
 
 
 def group_members(pgid: int, before: float) -> list[psutil.Process]:
@@ -98,16 +97,15 @@ def holding_folder(data: Path, log: Callable = print) -> Iterator[Callable[[dict
     """Hold ``locks/up.lock`` in ``data`` (an ``flock``: a killed holder frees it): a second
     ``leap up`` on the folder fails, naming the first. The file records the holder and its
     servers (``record(processes)``): the next ``leap up`` after a killed one stops those first."""
-    path = data / "locks" / "up.lock"
+    path = up_lock(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a+") as handle:
         handle.seek(0)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _holder(handle.read())
-            pid = holder.get("pid")
-            if not isinstance(pid, int) or not psutil.pid_exists(pid):  # no live leap up named
+            holder = up_lock_holder(handle.read())
+            if live_up(holder) is None:  # no live leap up named
                 raise ValueError(
                     f"{path} is held: leap ui runs on {data} (stop it first: one scheduler per "
                     "folder), a backup runs, or another leap up is starting"
@@ -117,7 +115,7 @@ def holding_folder(data: Path, log: Callable = print) -> Iterator[Callable[[dict
                 f"{holder.get('since', '?')}; lock {path}): use that one, or stop it first "
                 "(Ctrl-C in its terminal, or kill -TERM its pid)"
             ) from None
-        left = _holder(handle.read())
+        left = up_lock_holder(handle.read())
         _stop_leftovers(left.get("servers", {}), log, left.get("retired"))
         since = dt.datetime.now().isoformat(timespec="seconds")
 

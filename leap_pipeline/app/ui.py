@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
+
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.settings import DATA_ENV, WAREHOUSE_ENV, child_environment, environment
 
@@ -197,42 +199,60 @@ def watch(processes: dict[str, subprocess.Popen], log: Callable = print) -> int:
         time.sleep(0.5)
 
 
+def up_lock(data: Path) -> Path:
+    """``leap up``'s lock on ``data`` (an ``flock``: a killed holder frees it), which ``leap up``
+    takes whole and ``leap ui`` and a backup of a stopped Postgres take shared."""
+    return data / "locks" / "up.lock"
+
+
+def up_lock_holder(text: str) -> dict:
+    """The record a ``leap up`` keeps in its lock (its pid, since when, its servers), or ``{}``
+    for an empty one (a clean stop cleared it) or one written by another release."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def live_up(holder: dict) -> int | None:
+    """The pid of the ``leap up`` a lock's record names, if that process is alive."""
+    pid = holder.get("pid")
+    return pid if isinstance(pid, int) and psutil.pid_exists(pid) else None
+
+
 @contextlib.contextmanager
-def sharing_folder(data: Path) -> Iterator[None]:
-    """Hold ``leap up``'s lock on ``data`` (``locks/up.lock``, an ``flock``) shared while the UIs
-    run: a ``leap up`` on the folder, which takes it whole, is refused meanwhile, and the UIs are
-    refused on a folder ``leap up`` serves (naming its pid), whose webserver is that folder's UI:
-    this one's daemon would be a second scheduler on another instance and registry."""
-    path = data / "locks" / "up.lock"
+def sharing_up_lock(data: Path, refused: Callable[[dict], Exception]) -> Iterator[None]:
+    """Hold ``up_lock(data)`` shared while the block runs; held whole by another (a ``leap up``
+    running, starting or stopping), raise ``refused(holder)``, given the lock's record."""
+    path = up_lock(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            try:
-                holder = json.loads(handle.read() or "{}")
-            except ValueError:
-                holder = {}
-            pid = holder.get("pid") if isinstance(holder, dict) else None
-            who = (
-                f"leap up serves this folder (pid {pid}, since {holder.get('since', '?')}); "
-                "open the Dagster and MLflow UIs it printed"
-                if isinstance(pid, int) and _alive(pid)
-                else f"{path} is held: leap up is starting or stopping"
-            )
-            raise ValueError(f"--data {data}: {who}") from None
+            raise refused(up_lock_holder(handle.read())) from None
         yield
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's: alive
-        return True
-    return True
+def sharing_folder(data: Path) -> contextlib.AbstractContextManager[None]:
+    """Hold ``leap up``'s lock on ``data`` shared while the UIs run: a ``leap up`` on the
+    folder, which takes it whole, is refused meanwhile, and the UIs are refused on a folder
+    ``leap up`` serves (naming its pid), whose webserver is that folder's UI: this one's daemon
+    would be a second scheduler on another instance and registry."""
+
+    def refused(holder: dict) -> ValueError:
+        pid = live_up(holder)
+        who = (
+            f"leap up serves this folder (pid {pid}, since {holder.get('since', '?')}); "
+            "open the Dagster and MLflow UIs it printed"
+            if pid is not None
+            else f"{up_lock(data)} is held: leap up is starting or stopping"
+        )
+        return ValueError(f"--data {data}: {who}")
+
+    return sharing_up_lock(data, refused)
 
 
 def serve(
