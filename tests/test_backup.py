@@ -18,8 +18,9 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from leap_pipeline.app.backup import MANIFEST, BackupError, backup, restore
+from leap_pipeline.app.backup import MANIFEST, BackupError, backup
 from leap_pipeline.app.cli import main
+from leap_pipeline.app.restore import restore
 from leap_pipeline.data.warehouse import WarehouseError, open_warehouse
 from leap_pipeline.settings import DATA_ENV, LOCK_WAIT_ENV
 
@@ -300,13 +301,13 @@ def test_a_file_removed_during_the_backup_is_noted_and_every_duckdb_is_copied_un
     (data / "notes.duckdb").write_text("not a database")  # a user's file, named like one
     with open_warehouse(data / "report-0.02-0.duckdb") as report:
         report.replace_partition("source_log", dt.date(2026, 1, 1), pl.DataFrame({"n": [1]}))
-    listed = backup_module._entries
+    listed = backup_module.entries
 
     def entries(folder, skip):
         yield "file", folder / ".tmp-gone.json"  # listed, then removed by its writer
         yield from listed(folder, skip)
 
-    monkeypatch.setattr(backup_module, "_entries", entries)
+    monkeypatch.setattr(backup_module, "entries", entries)
     outcome = backup(data, tmp_path / "backup")
     assert any(".tmp-gone.json was removed during the backup" in n for n in outcome.notes)
     assert any(n.startswith("notes.duckdb was copied byte for byte") for n in outcome.notes)
@@ -314,7 +315,7 @@ def test_a_file_removed_during_the_backup_is_noted_and_every_duckdb_is_copied_un
     assert "data/report-0.02-0.duckdb" in files and "data/leap.toml" in files
     assert "data/notes.duckdb" in files
     assert not any("gone" in name for name in files)
-    monkeypatch.setattr(backup_module, "_entries", listed)  # restore lists the backup's own
+    monkeypatch.setattr(backup_module, "entries", listed)  # restore lists the backup's own
     restore(tmp_path / "backup", tmp_path / "restored")
     with open_warehouse(tmp_path / "restored" / "report-0.02-0.duckdb", True) as copy:
         assert copy.tables() == ["source_log"]

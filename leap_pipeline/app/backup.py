@@ -9,9 +9,7 @@ copied (``backup_postgres``). Plain files (records, model folders, artifacts, th
 published by rename, so each one is whole. A backup is a folder: ``data/`` holds the files at
 their paths, ``postgres-dumps/`` the dumps, and ``MANIFEST.json`` every file's sha256 and size.
 It is built in a hidden sibling and renamed into place last, so a stopped backup is never taken
-for a whole one. ``restore`` checks every file against the manifest before it writes anything. It
-writes a new folder only, and it points the absolute paths the stores recorded at that folder
-(``relocate``), so the restored install reads nothing of the original.
+for a whole one. ``leap restore`` (``restore.py``) reads it back.
 """
 
 from __future__ import annotations
@@ -27,11 +25,10 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from leap_pipeline.app import backup_postgres as pg
-from leap_pipeline.app.relocate import relocate_mlflow, relocate_records
 from leap_pipeline.data.warehouse import WarehouseError, open_warehouse
 from leap_pipeline.settings import Environment
 
@@ -48,6 +45,10 @@ SKIPPED_FOLDERS = ("locks",)
 SKIPPED_SUFFIX = ".lock"
 # a DuckDB file beside the install's warehouse (a report's): how long its writer is waited for
 OTHER_DUCKDB_WAIT_S = 10.0
+# the install's passwords and keys (credentials.SECRETS), which --without-secrets leaves out
+SECRETS = "secrets"
+# the mode bits a restored folder may not carry: write access for others, setuid and setgid
+UNSAFE_FOLDER_BITS = 0o002 | 0o4000 | 0o2000
 
 
 class BackupError(ValueError):
@@ -69,13 +70,13 @@ class Outcome:
         return {**self.__dict__, "folder": str(self.folder), "seconds": round(self.seconds, 2)}
 
 
-def _check_new(path: Path, flag: str) -> None:
+def check_new(path: Path, flag: str) -> None:
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise BackupError(f"{flag} {path}: not empty; it must be a new or an empty folder")
 
 
 @contextlib.contextmanager
-def _built_beside(final: Path, kind: str, mode: int = 0o777) -> Iterator[Path]:
+def built_beside(final: Path, kind: str, mode: int = 0o777) -> Iterator[Path]:
     """A hidden sibling of ``final`` to build in, renamed to ``final`` when the block ends
     well and removed when it fails: ``final`` holds a whole result or nothing."""
     staging = final.parent / f".{final.name}.{kind}-{secrets.token_hex(4)}"
@@ -91,7 +92,7 @@ def _built_beside(final: Path, kind: str, mode: int = 0o777) -> Iterator[Path]:
         raise
 
 
-def _hash(path: Path) -> dict:
+def file_digest(path: Path) -> dict:
     digest = hashlib.sha256()
     with path.open("rb") as read:
         for block in iter(lambda: read.read(1 << 20), b""):
@@ -99,20 +100,30 @@ def _hash(path: Path) -> dict:
     return {"sha256": digest.hexdigest(), "size": path.stat().st_size}
 
 
-def _copy(source: Path, target: Path) -> dict:
-    """Copy a file with its mode; the sha256 and size of what was read and written."""
+def _create_private(target: Path):
+    """``target`` created new at 0600 for writing, never through a link: a secret is never
+    readable by others, not even before a chmod, and a planted link is refused, not followed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    return os.fdopen(os.open(target, flags, 0o600), "wb")
+
+
+def copy_file(source: Path, target: Path, keep_mode: bool = True) -> dict:
+    """Copy a file, created 0600 and then given the source's mode (``keep_mode``, a backup of
+    the live folder) or left 0600 (a restore, whose modes nothing vouches for); the sha256 and
+    size of what was read and written."""
     digest, size = hashlib.sha256(), 0
     target.parent.mkdir(parents=True, exist_ok=True)
-    with source.open("rb") as read, target.open("wb") as write:
+    with source.open("rb") as read, _create_private(target) as write:
         for block in iter(lambda: read.read(1 << 20), b""):
             digest.update(block)
             size += len(block)
             write.write(block)
-    shutil.copymode(source, target)
+    if keep_mode:
+        shutil.copymode(source, target)
     return {"sha256": digest.hexdigest(), "size": size}
 
 
-def _is_sqlite(path: Path) -> bool:
+def is_sqlite(path: Path) -> bool:
     with path.open("rb") as read:
         return read.read(len(SQLITE_HEADER)) == SQLITE_HEADER
 
@@ -127,7 +138,7 @@ def _copy_sqlite(source: Path, target: Path) -> dict:
         write.close()
         read.close()
     shutil.copymode(source, target)
-    return _hash(target)
+    return file_digest(target)
 
 
 def _is_companion(path: Path) -> bool:
@@ -135,7 +146,7 @@ def _is_companion(path: Path) -> bool:
     if not path.name.endswith(SQLITE_COMPANIONS):
         return False
     database = path.with_name(path.name.rsplit("-", 1)[0])
-    return database.is_file() and _is_sqlite(database)
+    return database.is_file() and is_sqlite(database)
 
 
 def _is_duckdb_wal(path: Path) -> bool:
@@ -143,7 +154,7 @@ def _is_duckdb_wal(path: Path) -> bool:
     return path.name.endswith(".duckdb.wal") and path.with_name(path.name[:-4]).is_file()
 
 
-def _entries(folder: Path, skip: set[Path]) -> Iterator[tuple[str, Path]]:
+def entries(folder: Path, skip: set[Path]) -> Iterator[tuple[str, Path]]:
     """("dir" | "link" | "file" | "other", path) under ``folder``, sorted, links not followed,
     the paths in ``skip`` (and what they hold) left out."""
     for root, dirs, files in os.walk(folder):
@@ -189,22 +200,26 @@ def _copy_warehouse(warehouse: Path, target: Path, wait_s: float | None = None) 
     with open_warehouse(warehouse, read_only=True, wait_s=wait_s) as held, held.session():
         for source, copy in ((warehouse, target), (wal, target.with_name(target.name + ".wal"))):
             if source.exists():
-                copied[copy] = _copy(source, copy)
+                copied[copy] = copy_file(source, copy)
     with open_warehouse(target, read_only=True) as copy:
         copy.tables()
     return copied
 
 
-def backup(data: Path, dest: Path, warehouse: Path | None = None) -> Outcome:
+def backup(
+    data: Path, dest: Path, warehouse: Path | None = None, without_secrets: bool = False
+) -> Outcome:
     """Copy the install in ``data`` (its warehouse at ``warehouse``, by default
     ``data/leap.duckdb``; one outside the folder is stored as that) to the new folder
-    ``dest``, closed by its manifest."""
+    ``dest``, closed by its manifest. ``without_secrets`` leaves ``secrets/`` out (the
+    Postgres, MLflow admin and Dask keys), for a backup store others can read; the restored
+    folder then needs them put back before ``leap up``."""
     started, data, dest = time.monotonic(), data.resolve(), dest.resolve()
     if not data.is_dir():
         raise BackupError(f"--data {data}: no such folder")
     if dest.is_relative_to(data):
         raise BackupError(f"DEST {dest} lies inside the data folder {data}: choose one outside")
-    _check_new(dest, "DEST")
+    check_new(dest, "DEST")
     warehouse = (warehouse or data / "leap.duckdb").resolve()
     stored_as = warehouse if warehouse.is_relative_to(data) else data / "leap.duckdb"
     if stored_as != warehouse and stored_as.exists():
@@ -215,7 +230,7 @@ def backup(data: Path, dest: Path, warehouse: Path | None = None) -> Outcome:
                       "folders": {}, "dumps": {}}  # fmt: skip
     postgres = data / POSTGRES
     # its owner's only: it holds every store of the install, its secrets included
-    with _built_beside(dest, "partial", mode=0o700) as staging:
+    with built_beside(dest, "partial", mode=0o700) as staging:
         inside = staging / DATA
 
         def keep(copy: Path, entry: dict) -> None:
@@ -223,6 +238,12 @@ def backup(data: Path, dest: Path, warehouse: Path | None = None) -> Outcome:
 
         skip = {warehouse, warehouse.with_name(warehouse.name + ".wal")}
         skip |= {data / name for name in SKIPPED_FOLDERS}
+        if without_secrets and (data / SECRETS).exists():
+            skip.add(data / SECRETS)
+            outcome.notes.append(
+                f"{SECRETS}/ was left out (--without-secrets): put it back in the restored "
+                "folder, at 0700, before leap up starts there"
+            )
         if warehouse.exists():
             for copy, entry in _copy_warehouse(
                 warehouse, inside / stored_as.relative_to(data)
@@ -232,22 +253,23 @@ def backup(data: Path, dest: Path, warehouse: Path | None = None) -> Outcome:
         if url:  # its files change under a copy: each database dumped instead
             for name, dump in pg.dump_databases(url, staging / DUMPS).items():
                 manifest["dumps"][name] = dump.relative_to(staging).as_posix()
-                keep(dump, _hash(dump))
+                keep(dump, file_digest(dump))
             skip.add(postgres)
         stopped = postgres.is_dir() and not url
         with pg.up_locked_out(data) if stopped else contextlib.nullcontext():
             if stopped and pg.running_url(postgres):
                 raise BackupError(f"Postgres started on {postgres} during the backup: try again")
-            for kind, path in _entries(data, skip):
+            for kind, path in entries(data, skip):
                 name, copy = path.relative_to(data).as_posix(), inside / path.relative_to(data)
                 try:
                     _keep_entry(kind, path, copy, name, data, manifest, outcome, keep)
                 except FileNotFoundError:  # a temporary of an atomic write, a replaced folder
                     outcome.notes.append(f"{name} was removed during the backup: not in it")
         manifest["postgres"] = "dumped" if url else "copied stopped" if stopped else "none"
+        manifest["secrets"] = "left out" if without_secrets else "kept"
         manifest["created"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    return _finish(outcome, manifest, started)
+    return finish(outcome, manifest, started)
 
 
 def _keep_entry(
@@ -265,12 +287,18 @@ def _keep_entry(
     A file another process removes meanwhile raises ``FileNotFoundError``."""
     if kind == "link":
         target = os.readlink(path)
+        if not (path.parent / target).resolve().is_relative_to(data):
+            # a restore refuses a link out of its folder: left out, and named
+            outcome.notes.append(
+                f"{name} links outside the folder, to {target}: neither the link nor what it "
+                "names is in this backup; link it again after a restore"
+            )
+            return
+        if os.path.isabs(target):  # into the folder by an absolute path: kept as a relative one
+            target = os.path.relpath((path.parent / target).resolve(), path.parent.resolve())
         manifest["links"][f"{DATA}/{name}"] = target
         copy.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(target, copy)
-        if not (path.parent / target).resolve().is_relative_to(data):
-            outcome.notes.append(f"{name} links outside the folder, to {target}: "
-                                 "what it names is not in this backup")  # fmt: skip
     elif kind == "dir":
         manifest["folders"][f"{DATA}/{name}"] = path.stat().st_mode & 0o7777
         copy.mkdir(parents=True, exist_ok=True)
@@ -281,7 +309,7 @@ def _keep_entry(
             if not path.exists():
                 raise FileNotFoundError(path) from None
             copy.with_name(copy.name + ".wal").unlink(missing_ok=True)
-            copies = {copy: _copy(path, copy)}
+            copies = {copy: copy_file(path, copy)}
             outcome.notes.append(f"{name} was copied byte for byte, not under DuckDB's lock "
                                  f"({exc}): it may not open")  # fmt: skip
         for copied, entry in copies.items():
@@ -289,101 +317,11 @@ def _keep_entry(
     elif kind == "file" and not (
         name.endswith(SKIPPED_SUFFIX) or _is_companion(path) or _is_duckdb_wal(path)
     ):
-        keep(copy, (_copy_sqlite if _is_sqlite(path) else _copy)(path, copy))
+        keep(copy, (_copy_sqlite if is_sqlite(path) else copy_file)(path, copy))
 
 
-def _finish(outcome: Outcome, manifest: dict, started: float) -> Outcome:
+def finish(outcome: Outcome, manifest: dict, started: float) -> Outcome:
     outcome.files = len(manifest["files"])
     outcome.bytes = sum(entry["size"] for entry in manifest["files"].values())
     outcome.seconds = time.monotonic() - started
     return outcome
-
-
-def _inside(root: Path, name: str) -> Path:
-    """``root/name`` for a path the manifest names; one that is absolute, climbs out or lies
-    outside ``data/`` and ``postgres-dumps/`` is refused: a damaged or forged manifest makes a
-    restore write nothing elsewhere."""
-    path = PurePosixPath(name)
-    if path.is_absolute() or ".." in path.parts or path.parts[:1] not in ((DATA,), (DUMPS,)):
-        raise BackupError(f"{root / MANIFEST}: the path {name!r} is not one a backup holds")
-    return root.joinpath(*path.parts)
-
-
-def _problems(source: Path, manifest: dict) -> list[str]:
-    problems = []
-    for name, entry in manifest["files"].items():
-        path = _inside(source, name)
-        if path.is_symlink() or not path.is_file():
-            problems.append(f"{name} is missing")
-        elif (size := path.stat().st_size) != entry["size"]:
-            problems.append(f"{name} holds {size} bytes, the manifest says {entry['size']}")
-        elif (digest := _hash(path)["sha256"]) != entry["sha256"]:
-            problems.append(f"{name} has sha256 {digest}, the manifest {entry['sha256']}")
-    for name, target in manifest["links"].items():
-        path = _inside(source, name)
-        if not path.is_symlink() or os.readlink(path) != target:
-            problems.append(f"{name} is not the link to {target!r} the manifest records")
-    listed = {*manifest["files"], *manifest["links"], *manifest["folders"], MANIFEST}
-    for kind, path in _entries(source, set()):
-        name = path.relative_to(source).as_posix()
-        if kind != "dir" and name not in listed:
-            problems.append(f"{name} is not in the manifest")
-    return problems
-
-
-def verify(source: Path) -> dict:
-    """The backup's manifest, once every file it lists is there with its size and sha256, every
-    link with its target, and nothing else is; else ``BackupError`` naming what differs."""
-    try:
-        manifest = json.loads((source / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
-        raise BackupError(f"{source}: no readable {MANIFEST} ({exc}): not a leap backup") from None
-    found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-    if found != FORMAT:
-        raise BackupError(f"{source / MANIFEST}: format={found!r}, expected {FORMAT!r}")
-    lacking = [
-        key for key in ("source", "files", "links", "folders", "dumps") if key not in manifest
-    ]
-    if lacking:
-        raise BackupError(f"{source / MANIFEST} lacks {lacking}: not a whole leap backup")
-    for name in manifest["folders"]:
-        _inside(source, name)
-    problems = _problems(source, manifest)
-    if problems:
-        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-        raise BackupError(f"{source} does not match its manifest, so nothing was restored: "
-                          f"{'; '.join(problems[:5])}{more}")  # fmt: skip
-    return manifest
-
-
-def restore(source: Path, data: Path) -> Outcome:
-    """Restore the backup in ``source`` into the new data folder ``data``: every file checked
-    against the manifest first, then copied and checked again as it is written."""
-    started, source, data = time.monotonic(), source.resolve(), data.resolve()
-    _check_new(data, "--data")
-    manifest = verify(source)
-
-    def placed(root: Path, name: str) -> Path:  # data/x/y in the backup: x/y in the folder
-        return root.joinpath(*PurePosixPath(name).parts[1:])
-
-    with _built_beside(data, "restoring") as staging:
-        for name in manifest["folders"]:
-            placed(staging, name).mkdir(parents=True, exist_ok=True)
-        for name, entry in manifest["files"].items():
-            copy = placed(staging, name)
-            if name.startswith(f"{DATA}/") and _copy(_inside(source, name), copy) != entry:
-                raise BackupError(f"{source / name} changed while it was restored")
-        for name, target in manifest["links"].items():
-            os.symlink(target, placed(staging, name))
-        store, old = staging / "mlflow" / "mlflow.db", Path(manifest["source"])
-        if store.is_file() and _is_sqlite(store):
-            relocate_mlflow(store, old, data)
-        relocate_records(staging / "records", old, data)
-        if manifest["dumps"]:
-            dumps = {db: _inside(source, name) for db, name in manifest["dumps"].items()}
-            pg.load_dumps(staging / POSTGRES, dumps)
-        for name, mode in sorted(manifest["folders"].items(), reverse=True):
-            placed(staging, name).chmod(mode)  # last: a folder without write access is full
-        if not manifest["dumps"] and (staging / POSTGRES).is_dir():
-            pg.give_to_postgres(staging / POSTGRES)
-    return _finish(Outcome(data), manifest, started)

