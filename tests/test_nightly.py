@@ -385,13 +385,27 @@ def test_the_schedule_trains_each_night_once_from_the_records(tmp_path, monkeypa
     try:
         assert holder.stdout.readline().strip() == "open"
         missed = tick(instance)
-        assert not missed.run_requests and "nightly_retry sensor plans this tick" in (
+        assert not missed.run_requests and "nightly_retry sensor plans it again" in (
             missed.skip_message
         )
-        assert "still cannot read the warehouse" in sensor().skip_message
+        assert "the warehouse cannot be read now" in sensor().skip_message
     finally:
         holder.kill()
         holder.wait()
+    # MLflow answers 503 on every read: the tick's plan fails, and is remembered, not lost for a
+    # day (only "does not exist" would have read as "no night trained")
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import ErrorCode
+
+    def unavailable(*args, **kwargs):
+        raise MlflowException("503 Service Unavailable", ErrorCode.Value("TEMPORARILY_UNAVAILABLE"))
+
+    with monkeypatch.context() as blip:
+        blip.setattr(MlflowClient, "search_model_versions", unavailable)
+        missed = tick(instance)
+        assert not missed.run_requests and "RegistryUnavailable" in missed.skip_message
+        assert "still cannot plan (RegistryUnavailable" in sensor().skip_message
     (retried,) = sensor().run_requests
     assert retried.tags[NIGHTS_TAG] == f"{_day(8)}..{_day(9)}"
     assert "no nightly tick is waiting" in sensor().skip_message  # planned once, then forgotten

@@ -531,3 +531,74 @@ def test_the_slice_check_names_each_slice_below_the_bar_and_judges_none_too_smal
     assert overall - SLICE_MAX_GAP == pytest.approx(0.50)
     lifted = breakdown.with_columns(w20=pl.max_horizontal("w20", pl.lit(0.5)))
     assert slice_check(NIGHT, lifted, overall).passed
+
+
+@pytest.mark.parametrize(
+    ("error_code", "message", "absent"),
+    [
+        ("RESOURCE_DOES_NOT_EXIST", "Registered Model with name=leap not found", True),
+        ("INVALID_PARAMETER_VALUE", "Registered model alias production not found.", True),
+        ("TEMPORARILY_UNAVAILABLE", "503 Service Unavailable", False),
+        ("INTERNAL_ERROR", "API request failed: Max retries exceeded (read timeout)", False),
+        ("UNAUTHENTICATED", "401 Unauthorized", False),
+        ("PERMISSION_DENIED", "403 Forbidden", False),
+        ("INVALID_PARAMETER_VALUE", "Invalid alias name", False),
+    ],
+)
+def test_only_does_not_exist_reads_as_absent(monkeypatch, error_code, message, absent):
+    """A registry read that fails with anything but "does not exist" raises instead of
+    answering "no production model", "no pin" or "no night trained"."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import ErrorCode
+
+    from leap_pipeline.modeling.registry_errors import RegistryUnavailable
+
+    def failing(*args, **kwargs):
+        raise MlflowException(message, error_code=ErrorCode.Value(error_code))
+
+    for method in ("get_model_version_by_alias", "get_registered_model", "search_model_versions"):
+        monkeypatch.setattr(MlflowClient, method, failing)
+    reads = (registry.production_version, alias_records.pinned, registry.registered_nights)
+    for read in reads:
+        if absent:
+            assert read() in (None, {})
+        else:
+            with pytest.raises(RegistryUnavailable, match=error_code):
+                read()
+
+
+def test_a_registry_blip_at_the_decision_never_undoes_a_pinned_rollback(fleet, monkeypatch):
+    """The pin is read at the nightly decision; with the registry answering 503 there, the
+    decision fails and the alias and the pin stay where a person put them (the pin used to read
+    as absent, and the passing night moved the alias over the rollback)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import ErrorCode
+
+    first = _train(fleet, promote=True, lookup_min_support=5)
+    older = night_record(first, "model_evaluation", NIGHT)["version"]
+    assert _train(fleet, promote=True, lookup_min_support=6).success
+    registry.promote(older, reason="rollback: a bad night", actor="pytest")
+    alias_records.pin(older, reason="rollback: a bad night", actor="pytest")
+    try:
+        with monkeypatch.context() as blip:
+
+            def unavailable(*args, **kwargs):
+                raise MlflowException(
+                    "503 Service Unavailable", ErrorCode.Value("TEMPORARILY_UNAVAILABLE")
+                )
+
+            blip.setattr(MlflowClient, "get_registered_model", unavailable)
+            blipped = _train(fleet, promote=True, lookup_min_support=8)
+        assert not blipped.success
+        failures = [
+            event.event_specific_data.error.to_string()
+            for event in blipped.all_events
+            if event.is_step_failure
+        ]
+        assert failures and all("RegistryUnavailable" in failure for failure in failures)
+        assert str(registry.production_version().version) == older
+        assert alias_records.pinned()["version"] == older
+    finally:
+        alias_records.unpin()

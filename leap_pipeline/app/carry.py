@@ -73,12 +73,23 @@ def carry_production(store: Path, log=print) -> str | None:
     """Carry the production model of the SQLite store in ``store`` into the registry
     ``$MLFLOW_TRACKING_URI`` names, when that registry has none; returns the new version, or
     None when nothing was carried (saying why)."""
+    from leap_pipeline.modeling import registry
+    from leap_pipeline.orchestration.promotion import alias_lock
+
+    server = registry.configure_tracking()
+    # read, carry and move under the alias lock the nights and `leap model promote` hold: a
+    # night promoting meanwhile is never overwritten by the demo's model; a registry that
+    # cannot say whether it has production (RegistryUnavailable) carries nothing
+    with alias_lock():
+        return _carry_when_absent(store, server, log)
+
+
+def _carry_when_absent(store: Path, server: str, log) -> str | None:
     import mlflow
 
     from leap_pipeline.modeling import registry
     from leap_serving.registry.registered import fetch_registered
 
-    server = registry.configure_tracking()
     if registry.production_version() is not None:
         log(f"the service registry ({server}) has a production model: nothing carried")
         return None

@@ -11,6 +11,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from leap_pipeline.modeling.registry import model_name
+from leap_pipeline.modeling.registry_errors import absent_or_raise
 from leap_serving.registry.registered import LAST_NIGHT_TAG
 
 PIN_TAG = "production_pinned"  # on the registered model: nights leave the alias where it is
@@ -41,7 +42,8 @@ def pinned(name: str | None = None) -> dict | None:
     """The pin on the alias (version, by, at, reason), or None when nights may move it."""
     try:
         tags = MlflowClient().get_registered_model(name or model_name()).tags
-    except MlflowException:
+    except MlflowException as exc:
+        absent_or_raise(exc, "whether the alias is pinned")
         return None  # no registered model yet: nothing is pinned
     try:
         return json.loads(tags[PIN_TAG]) if PIN_TAG in tags else None
@@ -63,7 +65,8 @@ def record_last_night(day: dt.date | None, outcome: str, note: str) -> dict:
     }
     try:
         held = json.loads(client.get_registered_model(name).tags.get(LAST_NIGHT_TAG) or "{}")
-    except MlflowException:  # no registered model yet (a night failed before the first)
+    except MlflowException as exc:  # no registered model yet (a night failed before the first)
+        absent_or_raise(exc, "how the last night ended")
         client.create_registered_model(name)
         held = {}
     if day is not None and (held.get("day") or "") > day.isoformat():

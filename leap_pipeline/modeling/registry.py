@@ -24,6 +24,7 @@ from mlflow.data.meta_dataset import MetaDataset
 from mlflow.exceptions import MlflowException
 from mlflow.types import ColSpec, Schema
 
+from leap_pipeline.modeling.registry_errors import absent_or_raise
 from leap_pipeline.settings import MODEL_NAME_ENV, environment, set_environment  # noqa: F401
 from leap_serving.launch.features import FEATURE_COLUMNS
 from leap_serving.registry.registered import SHA256_TAG
@@ -98,12 +99,14 @@ def evaluation_gate(
 
 
 def production_version(client: MlflowClient | None = None, name: str | None = None):
-    """The model version the alias names, or None when there is none yet."""
+    """The model version the alias names, or None when there is none yet (no registered model,
+    or no alias); ``RegistryUnavailable`` when the registry cannot say."""
     client = client or MlflowClient()
     try:
         return client.get_model_version_by_alias(name or model_name(), ALIAS)
-    except MlflowException:
-        return None  # no registered model, or no alias yet: both mean "no production model"
+    except MlflowException as exc:
+        absent_or_raise(exc, f"which version {ALIAS} names")
+        return None
 
 
 def promote(version: str | int, reason: str, actor: str | None = None) -> dict:
@@ -208,7 +211,8 @@ def registered_nights(name: str | None = None) -> dict[str, list[dict]]:
     name = name or model_name()
     try:
         versions = client.search_model_versions(f"name='{name}'")
-    except MlflowException:
+    except MlflowException as exc:
+        absent_or_raise(exc, "which nights are registered")
         return {}
     nights: dict[str, list[dict]] = {}
     for version in sorted(versions, key=lambda v: int(v.version)):

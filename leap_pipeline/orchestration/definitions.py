@@ -10,7 +10,6 @@ import datetime as dt
 
 import dagster as dg
 
-from leap_pipeline.data.warehouse import WarehouseError
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.dagster_private import own_definitions_state
 from leap_pipeline.orchestration.data_assets import DATA_ASSET_KEYS, data_assets
@@ -30,6 +29,7 @@ from leap_pipeline.orchestration.nightly_retry import (
     RETRY_INTERVAL_S,
     remember_missed_tick,
     retry_sensor,
+    why_not_planned,
 )
 from leap_pipeline.orchestration.nightly_retry import SENSOR_NAME as RETRY_SENSOR
 from leap_pipeline.orchestration.report_asset import paper_report
@@ -192,11 +192,11 @@ def build_definitions(calendar: Calendar) -> dg.Definitions:
         day = calendar.today(context.scheduled_execution_time) - dt.timedelta(days=1)
         try:
             return plan(context.instance, day, warehouse, source, training, mlflow_tracking)
-        except WarehouseError as exc:  # a run holds it longer than the wait
+        except Exception as exc:  # a busy warehouse, MLflow down, a bug: remembered, retried
             remember_missed_tick(context.instance, day)
             return dg.SkipReason(
-                f"the warehouse cannot be read now ({exc}): the {RETRY_SENSOR} sensor plans this "
-                f"tick again every {RETRY_INTERVAL_S // 60} minutes until it can"
+                f"the tick cannot plan now ({why_not_planned(exc)}): the {RETRY_SENSOR} sensor "
+                f"plans it again every {RETRY_INTERVAL_S // 60} minutes until it can"
             )
 
     def plan(

@@ -1,11 +1,13 @@
-"""A nightly tick that met a busy warehouse is tried again within minutes, not the next night.
+"""A nightly tick that could not plan is tried again within minutes, not the next night.
 
 The 02:00 tick reads what happened from the warehouse, which a run may hold for longer than the
 read waits (a day landing, a long write). The schedule then has nothing to plan from; its next
-tick is 24 hours away, and a night would be lost for a day. So the tick remembers the night it
-missed in the instance's key-value store (the instance's database: every host of the service
-sees it), and the ``nightly_retry`` sensor, evaluated every ``RETRY_INTERVAL_S``, plans that tick
-again until the warehouse answers, then forgets it. With no tick missed the sensor does nothing:
+tick is 24 hours away, and a night would be lost for a day. The same holds for any other failure of
+the plan: MLflow down at 02:00 (its registered nights are read), a source that cannot be listed,
+a bug. So the tick remembers the night it missed in the instance's key-value store (the
+instance's database: every host of the service sees it), and the ``nightly_retry`` sensor,
+evaluated every ``RETRY_INTERVAL_S``, plans that tick again until the plan succeeds, then forgets
+it. With no tick missed the sensor does nothing:
 the schedule stays the only planner of a normal night.
 """
 
@@ -39,7 +41,7 @@ def missed_tick(instance: dg.DagsterInstance) -> dt.date | None:
 
 
 def remember_missed_tick(instance: dg.DagsterInstance, day: dt.date) -> None:
-    """Record that the tick for night ``day`` found the warehouse busy (a later tick's day
+    """Record that the tick for night ``day`` could not plan (a later tick's day
     replaces an earlier one's: its plan covers the earlier nights too)."""
     earlier = missed_tick(instance)
     if earlier is None or earlier <= day:
@@ -52,10 +54,17 @@ def forget_missed_tick(instance: dg.DagsterInstance, day: dt.date) -> None:
         instance.run_storage.set_cursor_values({MISSED_TICK_KEY: ""})
 
 
+def why_not_planned(exc: Exception) -> str:
+    """What stopped a tick's plan, in the words an operator reads on the tick."""
+    if isinstance(exc, WarehouseError):
+        return f"the warehouse cannot be read now: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def retry_sensor(job, plan: Plan) -> dg.SensorDefinition:
     """The sensor that plans a missed tick again; ``plan(instance, day, warehouse, source,
-    training, mlflow_tracking)`` is the schedule's own plan, raising ``WarehouseError`` when the
-    warehouse cannot be read."""
+    training, mlflow_tracking)`` is the schedule's own plan, which raises when it cannot plan
+    (``WarehouseError`` for a busy warehouse, ``RegistryUnavailable`` for MLflow, ...)."""
 
     @dg.sensor(
         name=SENSOR_NAME,
@@ -77,13 +86,13 @@ def retry_sensor(job, plan: Plan) -> dg.SensorDefinition:
             return dg.SkipReason("no nightly tick is waiting to be planned again")
         try:
             planned = plan(context.instance, day, warehouse, source, training, mlflow_tracking)
-        except WarehouseError as exc:
+        except Exception as exc:  # any failure: the night stays remembered, tried again
             return dg.SkipReason(
-                f"the tick for night {day} still cannot read the warehouse ({exc}): again in "
+                f"the tick for night {day} still cannot plan ({why_not_planned(exc)}): again in "
                 f"{RETRY_INTERVAL_S // 60} minutes"
             )
         forget_missed_tick(context.instance, day)
-        context.log.info(f"planned the nightly tick for {day} again: the warehouse answered")
+        context.log.info(f"planned the nightly tick for {day} again")
         return planned
 
     return nightly_retry
