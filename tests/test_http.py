@@ -289,23 +289,116 @@ def test_metrics_tell_the_models_age_and_how_the_newest_night_ended(served):
     from leap_pipeline.modeling import alias_records
 
     night = served["night"]
-    age = (dt.datetime.now(dt.UTC).date() - night).days
+    age = (dt.date.today() - night).days  # the machine's own day: the Ranker's default zone
 
-    def scrape():
-        return _call(create_app(served["ranker"]), "GET", "/metrics").text  # a fresh reader
+    def scrape(expected: str = "") -> str:
+        """A fresh reader's scrape once its background read of the registry is in."""
+        app, deadline = create_app(served["ranker"]), time.monotonic() + 20
+        while expected not in (text := _call(app, "GET", "/metrics").text):
+            assert time.monotonic() < deadline, (expected, text)
+            time.sleep(0.05)
+        return text
 
     text = scrape()
     assert f"leap_serve_model_age_days {float(age)}" in text
     assert f"leap_serve_nights_behind {float(max(0, age - 1))}" in text
-    assert "leap_serve_last_night" not in text  # nothing recorded yet
+    time.sleep(0.5)
+    assert "leap_serve_last_night" not in scrape()  # nothing recorded yet
+    # a failed re-run of the very night production serves: recorded, but no alarm
     alias_records.record_last_night(night, "failed", "run r1 failed")
     alias_records.record_last_night(night - dt.timedelta(days=1), "promoted", "an older night")
-    text = scrape()
+    text = scrape(f'day="{night}",outcome="failed"')
+    assert "leap_serve_last_night_failed 0.0" in text
+    # a newer night failed with nothing of it serving: the alarm
+    alias_records.record_last_night(night + dt.timedelta(days=1), "failed", "run r2 failed")
+    text = scrape(f'day="{night + dt.timedelta(days=1)}",outcome="failed"')
     assert "leap_serve_last_night_failed 1.0" in text
-    assert f'day="{night}",outcome="failed"' in text
-    alias_records.record_last_night(night + dt.timedelta(days=1), "held", "gate failed")
-    text = scrape()
-    assert "leap_serve_last_night_failed 0.0" in text and 'outcome="held"' in text
+    alias_records.record_last_night(night + dt.timedelta(days=2), "held", "gate failed")
+    text = scrape('outcome="held"')
+    assert "leap_serve_last_night_failed 0.0" in text
+
+
+def test_a_scrape_and_the_start_never_wait_on_a_registry_that_hangs(served, monkeypatch):
+    """The registry's record of the newest night is read on a thread of its own: with a
+    registry that does not answer, create_app returns, and /metrics and /healthz answer, while
+    the read still hangs (they used to wait for it on the event loop)."""
+    from leap_serving.http import metrics
+
+    hanging, released = threading.Event(), threading.Event()
+
+    def hangs(uri):
+        hanging.set()
+        released.wait(60)
+        return None
+
+    monkeypatch.setattr(metrics, "last_night", hangs)
+    answers = {}
+
+    def start_and_scrape():
+        app = create_app(served["ranker"])
+        answers["metrics"] = _call(app, "GET", "/metrics")
+        answers["healthz"] = _call(app, "GET", "/healthz")
+
+    worker = threading.Thread(target=start_and_scrape, daemon=True)
+    try:
+        worker.start()
+        worker.join(20)
+        assert hanging.is_set() and not released.is_set()  # the registry read is still hanging
+        assert not worker.is_alive(), "create_app, /metrics or /healthz waited on the registry"
+        assert answers["metrics"].status_code == answers["healthz"].status_code == 200
+        assert "leap_serve_model_ready 1.0" in answers["metrics"].text
+    finally:
+        released.set()
+
+
+def test_a_promoted_version_serves_with_no_ranking_traffic_after_a_bounded_canary(served):
+    """A server's Ranker follows the alias on a thread of its own: with no ranking call at
+    all, a promoted version is loaded, held on canary for its time bound, then serves, and an
+    in-process Ranker answers the same. Without a time bound, a canary on a quiet fleet holds
+    the new version back (it waited for 200 launches, days on a quiet fleet)."""
+    old, new = served["versions"]
+
+    def follower(**canary):
+        return Ranker(served["uri"], check_interval_s=0.2, wait=True, follow_in_background=True,
+                      canary_launches=200, **canary)  # fmt: skip
+
+    bounded, unbounded = follower(canary_max_s=1.0), follower(canary_max_s=None)
+    assert bounded.model_version == unbounded.model_version == old
+    registry.promote(new, reason="test", actor="pytest")
+    try:
+        deadline = time.monotonic() + 30
+        while bounded.model_version != new:
+            assert time.monotonic() < deadline, ("not picked up", bounded.stats())
+            time.sleep(0.1)
+        assert unbounded.stats()["canary"]["version"] == new
+        assert unbounded.model_version == old  # still on canary, with no launch to see
+        fresh = Ranker(served["uri"], wait=True, canary_launches=0)  # as `leap rank` loads
+        launch = launch_body(served)
+        date = dt.date.fromisoformat(served["launch_date"])
+        answers = [
+            r.rank(launch["job"], launch["candidates"], launch_date=date).to_dict()
+            for r in (bounded, fresh)
+        ]
+        assert answers[0] == answers[1] and answers[0]["model_version"] == new
+    finally:
+        bounded.close()
+        unbounded.close()
+        registry.promote(old, reason="test", actor="pytest")
+
+
+def test_a_models_age_is_counted_in_the_calendars_zone(served):
+    """Night D's day closes in the calendar's zone: counted in UTC, a US server read one night
+    behind every evening. Two zones 26 hours apart count each their own day."""
+    import zoneinfo
+
+    night = served["night"]
+    for zone in ("Pacific/Kiritimati", "Etc/GMT+12"):
+        ranker = Ranker(served["uri"], wait=True, timezone=zone)
+        today = dt.datetime.now(zoneinfo.ZoneInfo(zone)).date()
+        assert ranker.stats()["model_age_days"] == (today - night).days
+        assert ranker.stats()["model_day"] == night
+    with pytest.raises(ValueError, match="timezone='Mars/Olympus'"):
+        Ranker(served["uri"], timezone="Mars/Olympus")
 
 
 def test_the_committed_openapi_document_is_the_served_one(served):

@@ -32,14 +32,6 @@ import yaml
 
 from leap_pipeline.app import credentials
 from leap_pipeline.app.postgres import HBA_CONF, EmbeddedPostgres, hba_methods, with_passfile
-from leap_pipeline.app.supervision import (
-    MAX_RESTARTS,
-    PROBE_FAILURES,
-    Probe,
-    holding_folder,
-    stop_retired,
-    supervise,
-)
 from leap_pipeline.app.ui import answers, free_port
 from leap_pipeline.app.up import Ports, read_exports
 from leap_pipeline.orchestration.calendar import Calendar
@@ -81,57 +73,6 @@ def test_dagster_yaml_is_the_embedded_one_unless_a_database_is_set(tmp_path):
     assert (home / "dagster.yaml").stat().st_mode & 0o077 == 0  # it may hold a password
     with pytest.raises(ValueError, match="LEAP_MAX_CONCURRENT_RUNS=2 needs LEAP_DATABASE_URL"):
         dagster_yaml(environment({"LEAP_MAX_CONCURRENT_RUNS": "2"}))
-
-
-def test_one_leap_up_per_folder_and_the_servers_a_killed_one_left_are_stopped(tmp_path):
-    with holding_folder(tmp_path, log=lambda line: None) as record:
-        with (
-            pytest.raises(
-                ValueError, match=rf"leap up already runs on {tmp_path} \(pid {os.getpid()}"
-            ),
-            holding_folder(tmp_path),
-        ):
-            pass
-        # a server it started, in a group of its own, recorded; then this leap up is "killed"
-        server = subprocess.Popen(["sleep", "600"], start_new_session=True)
-        record({"sleeper": server})
-        lock = (tmp_path / "locks" / "up.lock").read_text()
-    (tmp_path / "locks" / "up.lock").write_text(lock)  # what a SIGKILL leaves: the record
-    said = []
-    with holding_folder(tmp_path, log=said.append):
-        assert not psutil.pid_exists(server.pid)  # stopped (and reaped) before anything else
-    assert said == [f"stopping the sleeper server a killed leap up left running (pid {server.pid})"]
-    assert (tmp_path / "locks" / "up.lock").read_text() == ""  # stopped cleanly: nothing to stop
-
-
-def test_a_restart_ends_only_what_it_restarts_and_a_stop_ends_the_rest(tmp_path):
-    """A server (the daemon, say) that started a child (a run worker) and then exited is started
-    again without touching that child, which carries on; the service's stop ends it. The server
-    here exits at once every time, so supervision gives up after ``MAX_RESTARTS``."""
-    children = tmp_path / "children"
-    script = (
-        "import subprocess, sys; "
-        "child = subprocess.Popen(['sleep', '600']); "
-        f"open({str(children)!r}, 'a').write(f'{{child.pid}}\\n'); sys.exit(3)"
-    )
-    commands = {"daemon": ([sys.executable, "-c", script], {**os.environ})}
-    from leap_pipeline.app.ui import start_group
-
-    processes = {"daemon": start_group(*commands["daemon"])}
-    retired, said, recorded = [], [], []
-    code = supervise(processes, commands, lambda *a: recorded.append(a), said.append, retired)
-    assert code == 1 and said[-1].startswith(f"the daemon server exited {MAX_RESTARTS + 1} times")
-    pids = [int(line) for line in children.read_text().split()]
-    assert len(pids) == MAX_RESTARTS + 1 and len(retired) == MAX_RESTARTS
-    # every restart left its predecessor's child running (the last one's group is not retired)
-    assert all(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
-    assert recorded[-1][1] == retired
-    stop_retired(retired, said.append)
-    from leap_pipeline.app.ui import stop_groups
-
-    stop_groups(processes)  # the last one's group: SIGTERM, not waited on past its leader
-    alive = [psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)]
-    assert all(p.status() == psutil.STATUS_ZOMBIE for p in psutil.wait_procs(alive, timeout=10)[1])
 
 
 def test_stopping_postgres_never_touches_a_process_a_stale_pid_file_names(tmp_path):
@@ -382,61 +323,6 @@ def _tls_refused_without_certificate(host: str, port: int, ca: Path) -> bool:
         return False
     except (ssl.SSLError, ConnectionError):
         return True
-
-
-def test_a_hung_server_is_restarted_by_its_health_probe_within_the_restart_limit(tmp_path):
-    """A server that never answers its probe (a process alive, its check failing) is ended with
-    its group and started again after ``PROBE_FAILURES`` failures, until ``MAX_RESTARTS`` of them
-    stop the service; a probe with a restart of its own (Postgres) calls it instead."""
-    from leap_pipeline.app.ui import start_group, stop_groups
-
-    commands = {"mlflow": (["sleep", "600"], {**os.environ})}
-    processes = {"mlflow": start_group(*commands["mlflow"])}
-    first = processes["mlflow"]
-    asked, restarted, said = [], [], []
-
-    def check() -> bool:
-        asked.append(time.monotonic())
-        return False
-
-    probes = {
-        "mlflow": Probe(check, interval_s=0.01, grace_s=0),
-        "postgres": Probe(lambda: len(restarted) >= 2, restart=lambda: restarted.append(1),
-                          interval_s=0.01, grace_s=0),
-    }  # fmt: skip
-    try:
-        code = supervise(processes, commands, lambda *a: None, said.append, [], probes)
-    finally:
-        stop_groups(processes)
-    assert code == 1 and said[-1].startswith(f"the mlflow server needed a restart "
-                                             f"{MAX_RESTARTS + 1} times")  # fmt: skip
-    assert len(asked) == PROBE_FAILURES * (MAX_RESTARTS + 1)  # every failure counted, in a row
-    assert first.poll() is not None  # the hung one was ended, not left beside the new one
-    restarts = [line for line in said if line.startswith("the mlflow server started again")]
-    assert len(restarts) == MAX_RESTARTS
-    # Postgres's restart is its own; it answered after two, so it was restarted twice only
-    assert restarted == [1, 1]
-    assert said.count("the postgres server started again") == 2
-
-
-def test_a_probe_counts_failures_in_a_row_once_the_server_answered_or_its_grace_ended():
-    answers_ = iter([False, False, True, False, False, True])
-    probe = Probe(lambda: next(answers_), interval_s=0, grace_s=3600)
-
-    def failed() -> bool:
-        return probe.failed(time.monotonic())
-
-    assert not failed() and not failed() and probe.failures == 0  # still starting: not counted
-    assert not failed() and probe.armed  # answered: from now on failures count
-    assert not failed() and not failed() and probe.failures == 2
-    assert not failed() and probe.failures == 0  # one answer resets the count
-    late = Probe(lambda: False, interval_s=0, grace_s=0)  # its grace over: every failure counts
-    tries = [late.failed(time.monotonic()) for _ in range(PROBE_FAILURES)]
-    assert tries == [False] * (PROBE_FAILURES - 1) + [True]
-    asked = []
-    slow = Probe(lambda: asked.append(1) or False, interval_s=3600, grace_s=0)
-    assert not slow.failed(time.monotonic()) and not slow.failed(time.monotonic())
-    assert asked == [1] and slow.failures == 1  # asked once: the next is due in an hour
 
 
 # -- the embedded Postgres, with its password (fast: a server or two on this machine) -------------

@@ -370,5 +370,8 @@ def serve(args: argparse.Namespace) -> int:
     config = serve_config(host=args.host or None, port=args.port, **listener_settings(args))
     set_environment(overwrite=False, MLFLOW_TRACKING_URI=install(args).tracking_uri,
                     MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")  # fmt: skip
-    run_server(config, args.model or None)
+    from leap_pipeline.orchestration.calendar import Calendar
+
+    # the model's age counted in the calendar's days, not UTC's (docs/serving.md, /metrics)
+    run_server(config, args.model or None, timezone=Calendar.load(install(args).data).timezone)
     return 0

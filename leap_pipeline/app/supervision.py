@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +45,12 @@ RESTART_WINDOW_S = 600.0
 PROBE_INTERVAL_S = 10.0
 PROBE_TIMEOUT_S = 5.0
 PROBE_FAILURES = 3
+# a server is started again only once its port is free: a restart into a held port fails to
+# bind (counted as a failure, with the holder named), never "exits with code 0" unexplained
+PORT_WAIT_S = 30.0
+# the servers whose group outlives them: the daemon's run workers finish their nights (the rest
+# run no one's work, and a child left behind holds the server's port)
+KEEP_GROUP_ON_EXIT = ("dagster-daemon",)
 
 
 def group_members(pgid: int, before: float) -> list[psutil.Process]:
@@ -56,6 +63,49 @@ def group_members(pgid: int, before: float) -> list[psutil.Process]:
             if os.getpgid(process.pid) == pgid and process.create_time() <= before:
                 found.append(process)
     return found
+
+
+def end_group(pgid: int, log: Callable, what: str) -> int:
+    """End every process left in group ``pgid``, whether or not its leader lives (a killed
+    MLflow server's uvicorn child holds its port after it): SIGTERM, then SIGKILL after
+    ``STOP_TIMEOUT_S``; returns how many there were."""
+    members = group_members(pgid, time.time())
+    if not members:
+        return 0
+    log(f"stopping {len(members)} process(es) left in the group of {what} (group {pgid})")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    for process in psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)[1]:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    return len(members)
+
+
+def port_holder(port: int) -> str | None:
+    """Who listens on loopback ``port`` (``pid N (name)``, or ``another user's process``), or
+    None when it is free to bind."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+            return None
+        except OSError:
+            pass
+    with contextlib.suppress(psutil.Error):
+        for connection in psutil.net_connections("tcp"):
+            if connection.laddr and connection.laddr.port == port and connection.pid:
+                with contextlib.suppress(psutil.Error):
+                    return f"pid {connection.pid} ({psutil.Process(connection.pid).name()})"
+    return "another user's process"
+
+
+def wait_for_port(port: int, timeout_s: float | None = None) -> str | None:
+    """Wait up to ``timeout_s`` (default ``PORT_WAIT_S``) for ``port`` to be free; None once
+    it is, else its holder."""
+    deadline = time.monotonic() + (PORT_WAIT_S if timeout_s is None else timeout_s)
+    while (holder := port_holder(port)) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return holder
 
 
 def stop_retired(groups: list[tuple[int, float]], log: Callable) -> None:
@@ -81,15 +131,26 @@ def _stop_leftovers(servers: dict, log: Callable, retired: list | None = None) -
     left of the groups of servers it had started again."""
     stop_retired([(int(pgid), float(at)) for pgid, at in retired or []], log)
     for name, (pid, started) in servers.items():
-        with contextlib.suppress(psutil.NoSuchProcess):
-            leader = psutil.Process(pid)
-            if abs(leader.create_time() - started) > 0.01:
-                continue  # the pid was reused by another process
-            log(f"stopping the {name} server a killed leap up left running (pid {pid})")
+        # the group, whether or not its leader lives: a child holding a port outlives it. A
+        # group id cannot be taken by a new group while a member lives, and members started
+        # before the leader recorded are another group's (the pid reused once all were gone)
+        members = [p for p in group_members(pid, time.time()) if _started_since(p, started)]
+        if not members:
+            continue
+        log(f"stopping the {name} server a killed leap up left running (group {pid}: "
+            f"{len(members)} process(es))")  # fmt: skip
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
-            if psutil.wait_procs([leader], timeout=STOP_TIMEOUT_S)[1]:
-                os.killpg(pid, signal.SIGKILL)  # cannot be ignored: gone within moments
-                psutil.wait_procs([leader], timeout=STOP_TIMEOUT_S)
+        for process in psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)[1]:
+            with contextlib.suppress(psutil.Error):
+                process.kill()  # cannot be ignored: gone within moments
+        psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)
+
+
+def _started_since(process: psutil.Process, started: float) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return process.create_time() >= started - 0.01
+    return False
 
 
 @contextlib.contextmanager
@@ -187,6 +248,7 @@ def supervise(
     log: Callable = print,
     retired: list[tuple[int, float]] | None = None,
     probes: dict[str, Probe] | None = None,
+    ports: dict[str, int] | None = None,
 ) -> int:
     """Until Ctrl-C: start again each server that exits (the MLflow server killed, the daemon
     crashed), and each whose health probe (``probes``, by name) fails ``PROBE_FAILURES`` times
@@ -195,12 +257,15 @@ def supervise(
     exit ends only the process it restarts, which has exited already: what it started stays
     (the daemon's code server, and the run workers that server started, which finish their
     nights, the code server exiting after its last run), its group remembered in ``retired`` so
-    that stopping the service ends it too. A hung server's whole group is ended (MLflow's
-    uvicorn worker holds its port; it runs no one's work), then it starts again; Postgres is
+    that stopping the service ends it too. Every other server's group goes with it, an exit or
+    a hang alike (MLflow's uvicorn child holds its port after a SIGKILL of its main process; it
+    runs no one's work), and it starts again once its port (``ports``, by name) is free: a port
+    still held after ``PORT_WAIT_S`` counts as a failure, naming the holder. Postgres is
     stopped and started by its ``restart``. Work in flight rides the gap: MLflow's client
     retries its requests, Dagster's run workers and storage reconnect."""
     retired = retired if retired is not None else []
     probes = probes or {}
+    ports = ports or {}
     exits: dict[str, list[float]] = {name: [] for name in [*processes, *probes]}
 
     def too_many(name: str, what: str, last: str) -> bool:
@@ -215,16 +280,25 @@ def supervise(
         for name, process in list(processes.items()):
             if process.poll() is None:
                 continue
-            if too_many(name, "exited", f"last code {process.returncode}"):
+            if name not in KEEP_GROUP_ON_EXIT:  # the daemon's run workers finish their nights
+                end_group(process.pid, log, f"the {name} server that exited")
+            held = wait_for_port(ports[name]) if name in ports else None
+            why = f"code {process.returncode}"
+            if held is not None:
+                why += f"; its port {ports[name]} is still held by {held}"
+            if too_many(name, "exited", f"last {why}"):
                 return 1
-            # its group outlives it: a daemon's run workers are in it, mid-night
-            retired.append((process.pid, time.time()))
+            if name in KEEP_GROUP_ON_EXIT:  # its group outlives it, remembered for the stop
+                retired.append((process.pid, time.time()))
+            if held is not None:  # a start would fail to bind: a failure, tried again
+                log(f"the {name} server exited ({why}): not started into a held port")
+                continue
             argv, env = commands[name]
             processes[name] = start_group(argv, env)
             record(processes, retired)
             if name in probes:
                 probes[name].reset(time.monotonic())
-            log(f"the {name} server exited with code {process.returncode}: started again "
+            log(f"the {name} server exited with {why}: started again "
                 f"(pid {processes[name].pid})")  # fmt: skip
         for name, probe in probes.items():
             if not probe.failed(time.monotonic()):
@@ -237,6 +311,9 @@ def supervise(
                 probe.restart()
             elif name in processes:
                 stop_groups({name: processes[name]})  # SIGTERM, then SIGKILL: hung, after all
+                end_group(processes[name].pid, log, f"the hung {name} server")
+                if name in ports and (held := wait_for_port(ports[name])) is not None:
+                    log(f"the {name} server's port {ports[name]} is still held by {held}")
                 argv, env = commands[name]
                 processes[name] = start_group(argv, env)
                 record(processes, retired)

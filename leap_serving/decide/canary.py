@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +38,7 @@ class Canary:
     needed: int
     seen: int = 0
     failures: list[str] = field(default_factory=list)  # "job 'x': what went wrong", per launch
+    started: float = field(default_factory=time.monotonic)  # when it began: its bound in time
 
 
 class CanaryJudging:
@@ -91,15 +93,25 @@ class CanaryJudging:
         except Exception as exc:
             log.error("leap_serving: judging the canary failed", exc_info=exc)
 
-    def _judge(self, canary: Canary, seen: int, failures: list[str]) -> None:
+    def _end_canary_if_due(self) -> None:
+        """Judge the canary on what it has seen once it has waited ``canary_max_s``: a quiet
+        fleet never holds a night's model back for days (the nightly gate checked it first)."""
+        canary, bound = self._canary, self.canary_max_s
+        if canary is not None and bound is not None and time.monotonic() - canary.started >= bound:
+            self._judge(canary, 0, [], timed_out=True)
+
+    def _judge(
+        self, canary: Canary, seen: int, failures: list[str], timed_out: bool = False
+    ) -> None:
         """Add a call's shadow launches to the canary; promote or refuse it once it has seen
-        enough. Runs on the caller's thread, after the caller's answer is made."""
+        enough, or once its time is up (``timed_out``). Runs on the caller's thread, after the
+        caller's answer is made, or on the background follower."""
         with self._lock:
             if self._canary is not canary:
                 return  # judged already, or replaced by a newer version
             canary.seen += seen
             canary.failures.extend(failures)
-            if canary.seen < canary.needed:
+            if canary.seen < canary.needed and not timed_out:
                 return
             self._canary = None
             held = self._loaded
@@ -108,7 +120,10 @@ class CanaryJudging:
             else:
                 self._passed_over = canary.loaded.stamp
         if not canary.failures:
-            self._serving(canary.loaded, f"serving after a canary of {canary.seen} launches")
+            waited = f" (its {self.canary_max_s:g} s were up)" if timed_out else ""
+            self._serving(
+                canary.loaded, f"serving after a canary of {canary.seen} launches{waited}"
+            )
             return
         named = "; ".join(canary.failures[:_CANARY_FAILURES_SHOWN])
         more = len(canary.failures) - _CANARY_FAILURES_SHOWN

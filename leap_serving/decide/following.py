@@ -4,9 +4,10 @@ The model loads in the background: the constructor returns at once, and a launch
 first model is ready gets an empty ranking with the reason "model loading". Every
 ``check_interval_s`` a call starts a background check of the pointer (a registry alias, or a
 published folder's manifest); a version that differs is loaded whole, and served, or held on
-canary (``canary``). A model that fails its integrity checks is refused, and the ranker keeps
-serving the one it had. ``ModelFollowing`` is a part of ``Ranker`` (``ranker``), whose state it
-reads and changes under the Ranker's locks.
+canary (``canary``); with ``follow_in_background`` a thread of its own checks it, with no call
+needed, and ends a canary whose time is up. A model that fails its integrity checks is refused,
+and the ranker keeps serving the one it had. ``ModelFollowing`` is a part of ``Ranker``
+(``ranker``), whose state it reads and changes under the Ranker's locks.
 """
 
 from __future__ import annotations
@@ -166,7 +167,33 @@ class ModelFollowing:
         return True
 
     def _maybe_refresh(self) -> None:
+        self._end_canary_if_due()
         if time.monotonic() - self._checked_at < self.check_interval_s:
             return
         self._checked_at = time.monotonic()
         self._start_refresh()
+
+    def _start_following(self) -> None:
+        """Check the pointer every ``check_interval_s`` on a daemon thread, whether or not
+        rankings arrive, and end a canary once its ``canary_max_s`` is up (woken for it)."""
+
+        def follow() -> None:
+            while True:
+                wait = self.check_interval_s - (time.monotonic() - self._checked_at)
+                canary, bound = self._canary, self.canary_max_s
+                if canary is not None and bound is not None:
+                    wait = min(wait, canary.started + bound - time.monotonic())
+                if self._stop.wait(max(wait, 0.05)):
+                    return
+                try:
+                    self._end_canary_if_due()
+                    if time.monotonic() - self._checked_at >= self.check_interval_s:
+                        self.reload()
+                except Exception:  # never the end of the follower: logged, tried again
+                    log.exception("leap_serving: following model %s failed", self.model_uri)
+
+        threading.Thread(target=follow, name="leap-model-follow", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop the background follower (``follow_in_background``); rankings still answer."""
+        self._stop.set()

@@ -19,6 +19,7 @@ import datetime as dt
 import os
 import threading
 import time
+import zoneinfo
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -46,6 +47,19 @@ MODEL_URI_ENV = "LEAP_MODEL_URI"
 SWITCHES_ENV = "LEAP_ROUTING_SWITCHES"
 DEFAULT_MODEL_URI = "models:/leap-throughput@production"
 RANK_BY: tuple[str, ...] = ("median", "lower")  # what a ranking orders by (``Ranker``)
+
+
+def _zone(name: str | None) -> dt.tzinfo | None:
+    """The timezone a model's age is counted in: ``name`` (IANA), else the machine's own (None),
+    where the fleet's days close for a server beside it. A night's day is the calendar's, so a
+    server in another zone than UTC must not count it in UTC (it read one night behind every
+    evening in US zones)."""
+    if name is None:
+        return None
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"timezone={name!r} is not an IANA timezone such as 'UTC'") from None
 
 
 class Ranker(ModelFollowing, CanaryJudging):
@@ -88,6 +102,14 @@ class Ranker(ModelFollowing, CanaryJudging):
         often: a restart loads the pointer's version as its first model, unchecked, so a
         canary protects only a Ranker that outlives it (the nightly gate checks every version
         first either way). While it runs, each launch is scored twice.
+    canary_max_s : the canary's bound in time: once a canary has waited this long it is judged
+        on the launches it has seen (none, on a quiet fleet: then it serves), so a new version
+        never waits days for traffic. None: launches only.
+    follow_in_background : check the pointer every ``check_interval_s`` on a thread of its own
+        (and end a canary past ``canary_max_s``), with no ranking call needed; a server sets it,
+        so a promoted model serves within a minute on a quiet fleet. ``close`` stops it.
+    timezone : the IANA timezone a model's age is counted in (the calendar's); default the
+        machine's local time.
     """
 
     def __init__(
@@ -102,7 +124,10 @@ class Ranker(ModelFollowing, CanaryJudging):
         rank_by: str = "median",
         model: LeapModel | None = None,
         canary_launches: int = 200,
+        canary_max_s: float | None = 300.0,
         latency_budget_ms: float | None = LATENCY_BUDGET_MS,
+        follow_in_background: bool = False,
+        timezone: str | None = None,
     ) -> None:
         if rank_by not in RANK_BY:
             raise ValueError(f"rank_by={rank_by!r} is not one of {list(RANK_BY)}")
@@ -110,6 +135,12 @@ class Ranker(ModelFollowing, CanaryJudging):
         if not whole or canary_launches < 0:
             raise ValueError(f"canary_launches={canary_launches!r} is not a whole number >= 0")
         self.canary_launches = canary_launches
+        if canary_max_s is not None and not (
+            isinstance(canary_max_s, int | float) and canary_max_s > 0
+        ):
+            raise ValueError(f"canary_max_s={canary_max_s!r} is not a positive number of seconds")
+        self.canary_max_s = canary_max_s
+        self.timezone = _zone(timezone)
         self.latency = LatencyMonitor(latency_budget_ms)
         self.rank_by = rank_by
         self._model = model
@@ -134,7 +165,10 @@ class Ranker(ModelFollowing, CanaryJudging):
         self._ready = threading.Event()  # set once the first load attempt has finished
         self._refreshing = False
         self._counts: Counter[str] = Counter()
+        self._stop = threading.Event()  # ends the background follower (``close``)
         self._start_refresh()
+        if follow_in_background:
+            self._start_following()
         if wait:
             self.wait_ready()
 
@@ -159,7 +193,7 @@ class Ranker(ModelFollowing, CanaryJudging):
         loaded = self._loaded
         age = None
         if loaded is not None and loaded.model.history_index.last_ds is not None:
-            age = (dt.datetime.now(dt.UTC).date() - loaded.model.history_index.last_ds).days
+            age = (dt.datetime.now(self.timezone).date() - loaded.model.history_index.last_ds).days
         return {
             "answers": counts.get("answers", 0),
             "ranked": counts.get("ranked", 0),
@@ -170,7 +204,9 @@ class Ranker(ModelFollowing, CanaryJudging):
             # the new version scoring in shadow before it may serve (``canary_launches``)
             "canary": canary,
             "load_error": self._load_error,
-            # days since the model's history snapshot; stale past max_model_age_days
+            # the day of the model's history snapshot (its night) and the days since, counted
+            # in ``timezone``; stale past max_model_age_days
+            "model_day": loaded.model.history_index.last_ds if loaded is not None else None,
             "model_age_days": age,
             "model_stale": (
                 age is not None

@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check-interval",
         type=float,
-        default=60.0,
-        help="seconds between checks of the model pointer",
+        default=15.0,
+        help="seconds between checks of the model pointer, made in the background",
     )
     add_listener_flags(parser)
     parser.add_argument("--openapi", action="store_true", help="print the OpenAPI document")

@@ -11,6 +11,7 @@ routes, anything else counts as ``other``: a caller probing paths cannot grow th
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -35,16 +36,26 @@ class _ModelCollector(Collector):
     def __init__(self, ranker: Any) -> None:
         self.ranker = ranker
         self._last_night: tuple[float, dict | None] = (-math.inf, None)
+        self._reading = threading.Lock()  # held by the one thread reading the registry
 
     def last_night(self) -> dict | None:
+        """The record as last read; when older than ``LAST_NIGHT_TTL_S`` a thread of its own
+        reads it again. A scrape (and ``create_app``, whose registry describes this collector)
+        never waits on the registry: one that hangs left /healthz waiting seconds behind it."""
         read_at, record = self._last_night
-        if time.monotonic() - read_at >= LAST_NIGHT_TTL_S:
+        if time.monotonic() - read_at >= LAST_NIGHT_TTL_S and self._reading.acquire(False):
+            threading.Thread(target=self._read, name="leap-serve-last-night", daemon=True).start()
+        return record
+
+    def _read(self) -> None:
+        try:
             try:
                 record = last_night(str(self.ranker.model_uri))
             except Exception:  # a registry that cannot be reached: no record, never a 500
                 record = None
             self._last_night = (time.monotonic(), record)
-        return record
+        finally:
+            self._reading.release()
 
     def collect(self) -> Iterable[Any]:
         version = self.ranker.model_version
@@ -55,7 +66,8 @@ class _ModelCollector(Collector):
         ready.add_metric([], 1.0 if self.ranker.wait_ready(0) else 0.0)
         yield ready
         stats = getattr(self.ranker, "stats", None)  # a stand-in ranker may have none
-        age = stats().get("model_age_days") if callable(stats) else None
+        stats = stats() if callable(stats) else {}
+        age = stats.get("model_age_days")
         if age is not None:  # days since the night the model was trained for
             yield GaugeMetricFamily(
                 "leap_serve_model_age_days",
@@ -77,9 +89,18 @@ class _ModelCollector(Collector):
             yield info
             yield GaugeMetricFamily(
                 "leap_serve_last_night_failed",
-                "1 when the pipeline's newest night failed before its decision",
-                value=1.0 if night.get("outcome") == "failed" else 0.0,
+                "1 when the pipeline's newest night failed before its decision and the model "
+                "serving is older than that night",
+                value=1.0 if night_failed(night, stats.get("model_day")) else 0.0,
             )
+
+
+def night_failed(night: dict, serving_day: Any) -> bool:
+    """Whether the newest night failed with nothing of it serving: a failed re-run of a night
+    whose model already serves (a backfill run again) costs the fleet nothing, so no alert."""
+    if night.get("outcome") != "failed":
+        return False
+    return serving_day is None or str(serving_day) < str(night.get("day") or "")
 
 
 class ServeMetrics:
