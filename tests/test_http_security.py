@@ -117,6 +117,7 @@ def _write_tokens(path: Path, *lines: str) -> None:
     replaces the file, never half-written."""
     staged = path.with_suffix(".new")
     staged.write_text("".join(line + "\n" for line in lines))
+    staged.chmod(0o600)  # a token file others can read is refused
     os.replace(staged, path)
 
 
@@ -175,6 +176,7 @@ def test_a_bad_token_file_stops_the_start_naming_the_file_and_line_never_the_tok
 ):
     path = tmp_path / "tokens"
     path.write_text(text)
+    path.chmod(0o600)
     with pytest.raises(ValueError, match=match) as refused:
         Tokens(path=str(path))
     assert "LEAP_SERVE_TOKEN_FILE" in str(refused.value) and str(path) in str(refused.value)

@@ -151,6 +151,7 @@ def test_the_token_comes_from_the_environment_or_a_file_and_a_wrong_one_is_a_401
     assert "not-the-token" not in wrong.stderr
     tokens = tmp_path / "tokens"
     tokens.write_text(f"# the first token is sent\n\n{TOKEN}\nan-older-token\n")
+    tokens.chmod(0o600)
     from_file = {"LEAP_SERVE_TOKEN": "", "LEAP_SERVE_TOKEN_FILE": str(tokens)}
     assert remote("--server", server, *job, env=from_file).returncode == 0
     flag = remote("--server", server, *job, "--token-file", str(tokens),

@@ -67,8 +67,9 @@ def test_a_killed_servers_child_is_ended_and_it_starts_again_once_its_port_is_fr
     failed to bind, was logged as "exited with code 0", and six of them stopped the service.
     Now the group goes with its server, and the restart waits for the port and binds."""
     port, log, stop = free_port(), tmp_path / "log", tmp_path / "stop"
-    commands = {"mlflow": ([sys.executable, "-c", _SERVER, str(port), str(log), str(stop)],
-                           {**os.environ})}  # fmt: skip
+    commands = {
+        "mlflow": ([sys.executable, "-c", _SERVER, str(port), str(log), str(stop)], {**os.environ})
+    }
     processes = {"mlflow": start_group(*commands["mlflow"])}
     said: list[str] = []
     outcome: list[int] = []
@@ -85,8 +86,9 @@ def test_a_killed_servers_child_is_ended_and_it_starts_again_once_its_port_is_fr
         os.kill(first, signal.SIGKILL)  # the main process only: its child keeps the port
         _wait(lambda: len(_lines(log)) == 2)
         assert _lines(log)[1].startswith("serving") and int(_lines(log)[1].split()[1]) != first
-        assert any("stopping 1 process(es) left in the group of the mlflow server" in line
-                   for line in said)  # fmt: skip
+        assert any(
+            "stopping 1 process(es) left in the group of the mlflow server" in line for line in said
+        )
         stop.touch()  # from now on every start exits at once: the restart limit ends it
         os.kill(int(_lines(log)[1].split()[1]), signal.SIGKILL)
         supervisor.join(60)
@@ -129,8 +131,9 @@ def test_a_killed_leap_ups_leftover_group_is_stopped_though_its_leader_is_gone(t
     and the next leap up, which stopped a group only while its leader lived, left it."""
     port, log, stop = free_port(), tmp_path / "log", tmp_path / "stop"
     with holding_folder(tmp_path, log=lambda line: None) as record:
-        server = start_group([sys.executable, "-c", _SERVER, str(port), str(log), str(stop)],
-                             {**os.environ})  # fmt: skip
+        server = start_group(
+            [sys.executable, "-c", _SERVER, str(port), str(log), str(stop)], {**os.environ}
+        )
         _wait(lambda: len(_lines(log)) == 1)
         record({"mlflow": server})
         lock = (tmp_path / "locks" / "up.lock").read_text()
@@ -220,15 +223,20 @@ def test_a_hung_server_is_restarted_by_its_health_probe_within_the_restart_limit
 
     probes = {
         "mlflow": Probe(check, interval_s=0.01, grace_s=0),
-        "postgres": Probe(lambda: len(restarted) >= 2, restart=lambda: restarted.append(1),
-                          interval_s=0.01, grace_s=0),
-    }  # fmt: skip
+        "postgres": Probe(
+            lambda: len(restarted) >= 2,
+            restart=lambda: restarted.append(1),
+            interval_s=0.01,
+            grace_s=0,
+        ),
+    }
     try:
         code = supervise(processes, commands, lambda *a: None, said.append, [], probes)
     finally:
         stop_groups(processes)
-    assert code == 1 and said[-1].startswith(f"the mlflow server needed a restart "
-                                             f"{MAX_RESTARTS + 1} times")  # fmt: skip
+    assert code == 1 and said[-1].startswith(
+        f"the mlflow server needed a restart {MAX_RESTARTS + 1} times"
+    )
     assert len(asked) == PROBE_FAILURES * (MAX_RESTARTS + 1)  # every failure counted, in a row
     assert first.poll() is not None  # the hung one was ended, not left beside the new one
     restarts = [line for line in said if line.startswith("the mlflow server started again")]

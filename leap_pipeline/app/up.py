@@ -85,6 +85,13 @@ class Ports:
 # address, which defaults to every interface (0.0.0.0:8787 for the scheduler): loopback only,
 # on a free port, so nothing of leap up listens off loopback without credentials
 LOOPBACK_DIAGNOSTICS = ("--no-dashboard", "--dashboard-address", "127.0.0.1:0")
+# ... and with no route at all: /info, /json and /metrics told any local user the cluster's
+# workers, tasks and addresses without credentials (Dask's own settings, read from the
+# environment); the cluster is reached on tls:// only, and probed there
+NO_DASK_HTTP = {
+    "DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": "[]",
+    "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": "[]",
+}
 
 
 def _script(name: str) -> str:
@@ -174,7 +181,7 @@ def commands(
         tls = _dask_tls_arguments(dask_tls)
         # every connection the scheduler and the workers make encrypted too, not only those
         # they accept (Dask's own setting, read from the environment)
-        dask_env = {**env, "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
+        dask_env = {**env, "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True", **NO_DASK_HTTP}
         found["dask-scheduler"] = (
             [_script("dask"), "scheduler", "--host", "127.0.0.1", "--port", str(ports.dask),
              "--protocol", "tls", *tls, *LOOPBACK_DIAGNOSTICS],

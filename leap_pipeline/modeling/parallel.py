@@ -62,6 +62,23 @@ def dask_security(address: str, tls_dir: Path | None = None) -> Any:
                     require_encryption=True)  # fmt: skip
 
 
+def check_scheduler(address: str) -> None:
+    """Refuse, before anything connects, a scheduler a run's config may not name where a TLS
+    cluster is set up (``$LEAP_DASK_TLS_DIR``, as ``leap up --dask`` sets it): a ``tcp://`` one
+    (or a bare ``host:port``, which Dask reads as one), to which the run's worker, holding the
+    service's MLflow password, would speak Dask's pickle handshake in the clear, and ``local``,
+    whose cluster listens on plain TCP that any local user can reach. A ``tls://`` scheduler
+    must present a certificate the service's own authority signed, which only its own does."""
+    if not address or environment().dask_tls_dir is None:
+        return
+    if not address.startswith("tls://"):
+        raise ValueError(
+            f"dask_scheduler={address!r} is refused: {DASK_TLS_DIR_ENV} is set, so this service "
+            "runs its fits on its own TLS cluster only (a tls:// address, or none for in "
+            "process); a plain-TCP scheduler would receive the run's pickles in the clear"
+        )
+
+
 @contextmanager
 def expert_backend(dask_scheduler: str = "") -> Iterator[None]:
     """Where the night's fits run: here and joblib's processes on this machine, or, with
@@ -72,6 +89,7 @@ def expert_backend(dask_scheduler: str = "") -> Iterator[None]:
     if not dask_scheduler:
         yield
         return
+    check_scheduler(dask_scheduler)
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:

@@ -16,6 +16,7 @@ import dagster as dg
 
 from leap_pipeline.data.sources import Source, source_from_uri
 from leap_pipeline.data.warehouse import Warehouse, default_path, open_warehouse
+from leap_pipeline.modeling.parallel import check_scheduler
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.settings import GateSettings, RegistrySettings, TrainingSettings
 
@@ -87,6 +88,11 @@ class TrainingResource(dg.ConfigurableResource):
     keep_versions: int = RegistrySettings.keep_versions
     # how long a night whose window is still landing (another run's) waits before it fails
     window_wait_s: float = 900.0
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """A scheduler the service does not allow (``parallel.check_scheduler``: plain TCP
+        where TLS is set up) fails the run as it starts, before any step connects anywhere."""
+        check_scheduler(self.dask_scheduler)
 
     def training_settings(self) -> TrainingSettings:
         return TrainingSettings(

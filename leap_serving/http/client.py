@@ -84,6 +84,21 @@ def rank_url(server: str) -> str:
     return server.rstrip("/") + RANK_PATH
 
 
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def check_token_transport(url: str) -> None:
+    """A token goes over https, or over plain http to this machine only: ``ValueError`` naming
+    ``--server`` for an ``http://`` URL of another host, where anyone on the path reads it."""
+    parts = urllib.parse.urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme == "http" and host not in LOOPBACK_HOSTS and not host.startswith("127."):
+        raise ValueError(
+            f"--server {url.removesuffix(RANK_PATH)!r}: a token is never sent in clear text to "
+            "another host: use https:// (--cacert names its CA), or a loopback address"
+        )
+
+
 def tls_context(url: str, cacert: str | None) -> ssl.SSLContext | None:
     """The context that verifies an https server (``cacert``'s CA, else the trust store);
     ``ValueError`` naming ``--cacert`` when it cannot be read or the URL is not https."""
@@ -124,6 +139,7 @@ def rank_remote(
     context = tls_context(url, cacert)
     headers = {"content-type": "application/json", "accept": "application/json"}
     if token:
+        check_token_transport(url)
         headers["authorization"] = f"Bearer {token}"
     body = json.dumps({"job": job, "candidates": candidates}).encode()
     request = urllib.request.Request(url, body, headers, method="POST")
