@@ -98,3 +98,24 @@ def test_a_token_is_never_sent_in_clear_text_to_another_host():
         "https://leap.example.com",
     ):
         check_token_transport(server + "/v1/rank")
+
+
+def test_leap_rank_on_a_leap_up_folder_never_reads_the_demos_leftover_registry(tmp_path):
+    """A demo's SQLite registry left in a folder leap up now runs answered `leap rank --data`
+    with its old version, silently; without the service's MLFLOW_TRACKING_URI it is refused,
+    naming the variables to set."""
+
+    data = tmp_path / "data"
+    (data / "postgres").mkdir(parents=True)
+    (data / "mlflow").mkdir()
+    (data / "mlflow" / "mlflow.db").write_bytes(b"")
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "LEAP_DATA")}
+    for argv in (["rank", "--data", str(data)], ["model", "--data", str(data), "history"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "leap_pipeline.app.cli", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "a leap up folder" in done.stderr and "MLFLOW_TRACKING_URI" in done.stderr

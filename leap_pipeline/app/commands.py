@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
+from leap_pipeline.app.registry_choice import from_registry, registry_uri
 from leap_pipeline.data.warehouse import default_path
 from leap_pipeline.settings import DATA_ENV, Environment, environment, set_environment
 from leap_pipeline.studies.fleet_stats import (
@@ -129,6 +130,7 @@ def model_command(args: argparse.Namespace) -> int:
     # the install's store unless MLFLOW_TRACKING_URI names one, as rank and serve read it: the
     # server `leap up` exports is where the nights register and move the alias
     tracking = environment().mlflow_tracking_uri
+    registry_uri(install(args))  # a leap up folder without the server's variables: refused
     registry.configure_tracking(None if tracking else install(args).mlflow_store)
     if args.model_command == "promote":
         with alias_lock(install(args).data):  # never between a night's read and its move
@@ -354,7 +356,8 @@ def rank(args: argparse.Namespace) -> int:
     job, candidates = read_launch(args)
     # the install's store, unless MLFLOW_TRACKING_URI names one (a server's download would draw
     # a progress bar on stderr)
-    set_environment(overwrite=False, MLFLOW_TRACKING_URI=install(args).tracking_uri,
+    uri = registry_uri(install(args)) if from_registry(args.model) else install(args).tracking_uri
+    set_environment(overwrite=False, MLFLOW_TRACKING_URI=uri,
                     MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")  # fmt: skip
     handoff = handoff_config(args)  # fails first
     ranker = Ranker(args.model or None, check_interval_s=float("inf"), wait=True)
@@ -368,7 +371,8 @@ def serve(args: argparse.Namespace) -> int:
     from leap_serving.http.server import serve as run_server
 
     config = serve_config(host=args.host or None, port=args.port, **listener_settings(args))
-    set_environment(overwrite=False, MLFLOW_TRACKING_URI=install(args).tracking_uri,
+    uri = registry_uri(install(args)) if from_registry(args.model) else install(args).tracking_uri
+    set_environment(overwrite=False, MLFLOW_TRACKING_URI=uri,
                     MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")  # fmt: skip
     from leap_pipeline.orchestration.calendar import Calendar
 
