@@ -5,7 +5,9 @@ one), as `leap rank --format slurm` prints them (leap_serving/handoff/slurm.py).
 
 Install: JobSubmitPlugins=lua in slurm.conf, this file beside slurm.conf, `scontrol reconfigure`.
 Slurm 22.05 or later (the `prefer` field). slurmctld runs it holding its locks, so the call has
-a short timeout and any failure leaves the job as submitted.
+a short timeout (1 s, 0.3 s to connect), any failure leaves the job as submitted, and after a
+call that got no answer leap serve is not asked again for BACKOFF_S (60 s): a server that is
+down costs one submission a minute a second, not every one.
 
 A job opts in with the launch config itself, as JSON, in its environment:
   LEAP_LAUNCH="$(cat job.json)" sbatch train.sh
@@ -19,9 +21,16 @@ The token never appears on a command line (where `ps` shows it to every user of 
 reaches curl in a header file readable by slurmctld's user only, which is removed after the call.
 ]]
 
-local LEAP_URL = "http://leap.internal:8765/v1/rank"
+-- https: the bearer token never crosses the network in clear text (leap serve --tls-cert)
+local LEAP_URL = "https://leap.internal:8765/v1/rank"
+local CA_FILE = nil  -- the CA that signed leap serve's certificate, when not the system's
 local TOKEN_FILE = "/etc/slurm/leap.token"  -- the bearer token, when leap serve requires one
-local TIMEOUT_S = 2
+local TIMEOUT_S = 1  -- the whole call; slurmctld holds its locks meanwhile
+local CONNECT_TIMEOUT_S = 0.3
+-- after a call that got no answer, submissions skip leap serve this long: a server that is down
+-- must not cost every sbatch TIMEOUT_S under slurmctld's locks
+local BACKOFF_S = 60
+local skip_until = 0
 local MAX_LAUNCH_BYTES = 65536  -- a launch is a few hundred bytes
 local TOP_K = 3
 -- hardware type (the fleet's name) -> the node feature slurm.conf gives those nodes
@@ -89,7 +98,10 @@ local function ask_leap(request)
     header_path = write_private("Authorization: Bearer " .. string.gsub(token, "%s", "") .. "\n")
     auth = "-H @" .. shell_quote(header_path) .. " "
   end
-  local pipe = io.popen("curl -sS -m " .. TIMEOUT_S .. " -X POST " .. auth ..
+  local ca = ""
+  if CA_FILE ~= nil then ca = "--cacert " .. shell_quote(CA_FILE) .. " " end
+  local pipe = io.popen("curl -sS -m " .. TIMEOUT_S .. " --connect-timeout " ..
+    CONNECT_TIMEOUT_S .. " -X POST " .. ca .. auth ..
     "-H 'Content-Type: application/json' --data-binary @" .. shell_quote(body_path) .. " " ..
     shell_quote(LEAP_URL) .. " 2>/dev/null")
   local answer = pipe:read("*a")
@@ -121,9 +133,14 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     for name, _ in pairs(FEATURES) do table.insert(candidates, name) end
     table.sort(candidates)
   end
+  if os.time() < skip_until then
+    return slurm.SUCCESS  -- leap serve failed within BACKOFF_S: not asked, job as submitted
+  end
   local ok, answer = pcall(ask_leap, body(launch, candidates))
-  if not ok then
-    slurm.log_info("leap: no answer (%s); job left as submitted", tostring(answer))
+  if not ok or answer == nil or answer == "" then
+    skip_until = os.time() + BACKOFF_S
+    slurm.log_info("leap: no answer (%s); job left as submitted, and leap serve is not asked "
+      .. "again for %d s", ok and "timed out or refused" or tostring(answer), BACKOFF_S)
     return slurm.SUCCESS
   end
   local features = {}

@@ -38,7 +38,7 @@ from leap_serving.handoff.config import (
     load_config,
 )
 from leap_serving.handoff.devices import LaunchDevices
-from leap_serving.handoff.formats import render, unmapped
+from leap_serving.handoff.formats import guessed_names, render, unmapped
 from leap_serving.handoff.kubernetes import DEFAULT_JOB, admission_response, kubernetes_job
 from leap_serving.handoff.ranked import HandoffError
 from leap_serving.handoff.skypilot import skypilot_task, skypilot_yaml
@@ -637,6 +637,39 @@ def test_leap_rank_names_on_stderr_the_ranked_types_kubernetes_leaves_out(tiny, 
     assert values == [GPU_PRODUCTS[t] for t in ranked if t in GPU_PRODUCTS][:3]
     _, _, err = leap_rank("--format", "k8s")  # every candidate mapped: nothing said
     assert "left out" not in err
+
+
+@pytest.mark.parametrize(("fmt", "key"), [("slurm", "slurm.features"),
+                                          ("skypilot", "skypilot.accelerators")])  # fmt: skip
+def test_leap_rank_names_on_stderr_the_types_handed_on_under_a_guessed_name(
+    tiny, leap_rank, tmp_path, fmt, key
+):
+    """Slurm and SkyPilot hand an unmapped type on under a name of their own guessing
+    (``rtx6000-ada``, ``MI250X:4``), which the scheduler may not know: said on stderr."""
+    candidates = [*tiny["candidates"], "MI300X", "Gaudi3"]
+    code, _, err = leap_rank("--format", fmt, "--candidates", ",".join(candidates))
+    ranked = tiny["ranker"].rank(tiny["launch"], candidates).preference_list
+    config = HandoffConfig()
+    maps = config.slurm_features if fmt == "slurm" else config.skypilot_accelerators
+    shown = ranked[: config.top_k] if fmt == "slurm" else ranked
+    guessed = [t for t in shown if t not in maps]
+    assert code == 0
+    if guessed:
+        assert f"no entry in the hand-off config's {key}" in err
+        assert all(t in err for t in guessed)
+    else:
+        assert "guessed name" not in err
+    assert guessed_names(fmt, tiny["ranker"].rank(tiny["launch"], candidates), config) == {
+        t: (config.slurm_feature(t) if fmt == "slurm" else config.skypilot_name(t)) for t in guessed
+    }
+    mapped = tmp_path / "mapped.yaml"
+    names = {t: t.lower() for t in candidates}
+    section = {"slurm": {"features": names}} if fmt == "slurm" else {
+        "skypilot": {"accelerators": names}}  # fmt: skip
+    mapped.write_text(yaml.safe_dump(section))
+    _, _, err = leap_rank("--format", fmt, "--candidates", ",".join(candidates),
+                          "--handoff-config", str(mapped))  # fmt: skip
+    assert "guessed name" not in err  # every type mapped: nothing said
 
 
 # --- the docs' hand-off section, run as written ---

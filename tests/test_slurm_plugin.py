@@ -96,3 +96,25 @@ def test_a_job_with_its_own_constraint_or_no_launch_is_left_alone(plugin):
     assert job.features == "mine"
     _, job = submit({})
     assert job.features is None and made() == []
+
+
+def test_a_server_that_does_not_answer_is_not_asked_again_for_a_while(plugin, tmp_path):
+    """slurmctld holds its locks while the plugin waits on curl: a leap serve that is down
+    cost every submission the whole timeout. After one call with no answer the plugin leaves
+    jobs as submitted without calling, for BACKOFF_S."""
+    submit, made, logged = plugin
+    curl = tmp_path / "bin" / "curl"
+    curl.write_text(
+        "#!/usr/bin/env python3\n"
+        "import sys\n"
+        f"open({str(tmp_path / 'calls.jsonl')!r}, 'a').write('{{\"argv\": []}}\\n')\n"
+        "sys.exit(28)\n"  # curl's timeout
+    )
+    launch = {"LEAP_LAUNCH": json.dumps({"model_type": "bert", "batch_size": 32})}
+    code, job = submit(launch)
+    assert code == 0 and job.features is None and len(made()) == 1
+    assert any("not asked again for" in line for line in logged)
+    for _ in range(5):
+        code, job = submit(launch)
+        assert code == 0 and job.features is None
+    assert len(made()) == 1  # the later submissions never waited on curl

@@ -69,7 +69,7 @@ def show(result: Ranking, args: argparse.Namespace, job: Any, handoff: Any) -> i
     With ``--format`` an empty ranking is a ``HandoffError`` (a ``ValueError``: exit 2 with
     the reason), unless ``--no-fail-empty``."""
     if args.format:
-        from leap_serving.handoff.formats import render, unmapped
+        from leap_serving.handoff.formats import guessed_names, render, unmapped
 
         if not result.ranking and not args.fail_empty:
             print(f"leap: no ranking ({result.reason}): nothing printed (--no-fail-empty)",
@@ -85,6 +85,12 @@ def show(result: Ranking, args: argparse.Namespace, job: Any, handoff: Any) -> i
         if left_out:  # ranked, but the scheduler cannot be told: the user must hear of it
             print(f"leap: {args.format}: left out, no label value in the hand-off config's "
                   f"kubernetes.products: {', '.join(left_out)}", file=sys.stderr)  # fmt: skip
+        guessed = guessed_names(args.format, result, handoff)
+        if guessed:  # handed on under a guessed name the scheduler may not know
+            key = "skypilot.accelerators" if args.format == "skypilot" else "slurm.features"
+            named = ", ".join(f"{t} as {n!r}" for t, n in guessed.items())
+            print(f"leap: {args.format}: no entry in the hand-off config's {key}, handed on "
+                  f"under a guessed name: {named}", file=sys.stderr)  # fmt: skip
         print(text.rstrip("\n"))
         return 0
     if args.json:

@@ -12,6 +12,7 @@ from .affinity import unmapped_types
 from .config import HandoffConfig
 from .devices import launch_devices
 from .kubernetes import kubernetes_job
+from .ranked import ranked_types
 from .skypilot import skypilot_task, skypilot_yaml
 from .slurm import sbatch_flags, sbatch_line
 
@@ -44,3 +45,20 @@ def unmapped(fmt: str, ranking: Ranking, config: HandoffConfig) -> list[str]:
     under its own name when the map has none). Returned so ``leap rank`` can say so on stderr
     instead of dropping them without a word."""
     return unmapped_types(ranking, config) if fmt == "k8s" else []
+
+
+def guessed_names(fmt: str, ranking: Ranking, config: HandoffConfig) -> dict[str, str]:
+    """The ranked types ``fmt`` hands on under a name of its own guessing, for want of a map
+    entry (SkyPilot: the type as named; Slurm: the type in lower case), best first, with the
+    name used: ``rtx6000-ada`` or ``MI250X:4`` may be no feature or accelerator the scheduler
+    knows, and the user must hear of it (Kubernetes leaves such a type out: ``unmapped``)."""
+    if fmt == "skypilot":
+        names, name_of = config.skypilot_accelerators, config.skypilot_name
+    elif fmt == "slurm":
+        names, name_of = config.slurm_features, config.slurm_feature
+    else:
+        return {}
+    types = ranked_types(ranking) if ranking.ranking else []
+    if fmt == "slurm":
+        types = types[: config.top_k]
+    return {t: name_of(t) for t in types if t not in names}
