@@ -87,6 +87,24 @@ def test_a_window_reaching_the_day_or_too_short_is_refused(fleet):
         fit_models(rows.filter(pl.col("ds") < FIRST + dt.timedelta(days=3)), NIGHT)
 
 
+def test_a_day_whose_landing_stopped_before_its_features_is_no_night_without_attempts(
+    fleet, tmp_path
+):
+    """Day D landed its sources, then stopped before its feature table: the night read no row
+    and was skipped as "no measured attempt", a success. It is an incomplete night now, waited
+    for and then refused like a window day, naming D."""
+    import shutil
+
+    path = tmp_path / "leap.duckdb"
+    shutil.copy(fleet["warehouse"], path)
+    with open_warehouse(path) as wh:
+        wh.replace_partition("feature_table", NIGHT, wh.read("feature_table", NIGHT, NIGHT).head(0))
+        assert wh.count("source_log", NIGHT) > 0
+        with pytest.raises(IncompleteWindow, match=f"or the day itself.*{NIGHT}") as refused:
+            night_inputs(wh, NIGHT, TrainingSettings(profile="quick"), first_day=FIRST)
+        assert refused.value.missing == [NIGHT]
+
+
 def test_a_night_whose_window_is_still_landing_is_refused_and_registers_nothing(fleet, tmp_path):
     """Runs overlap: a night may start while another run still lands its window. The night
     checks its window when it reads it: a day with no feature table (and not a day landed

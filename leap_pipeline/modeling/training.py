@@ -99,7 +99,8 @@ class IncompleteWindow(ValueError):
         self.day, self.missing = day, missing
         shown = ", ".join(d.isoformat() for d in missing[:5]) + (" ..." if len(missing) > 5 else "")
         super().__init__(
-            f"night {day}: {len(missing)} day(s) of its window have no feature table yet ({shown})"
+            f"night {day}: {len(missing)} day(s) of its window (or the day itself) have no "
+            f"feature table yet ({shown})"
         )
 
 
@@ -125,10 +126,13 @@ def night_inputs(
     with wh.session():
         if wh.count("source_log", day) == 0:
             raise ValueError(f"day={day}: its sources have not landed, so it has no feature rows")
+        # the day itself too: a landing that stopped before its feature table left no rows,
+        # which read as "no measured attempt" and skipped the night as if it had none
+        missing = window_gaps(wh, day, day)
         if first_day is not None and max(first, first_day) <= last:
-            missing = window_gaps(wh, max(first, first_day), last)
-            if missing:
-                raise IncompleteWindow(day, missing)
+            missing = window_gaps(wh, max(first, first_day), last) + missing
+        if missing:
+            raise IncompleteWindow(day, missing)
         window = wh.read("feature_table", first, last)
         rows = wh.read("feature_table", day, day)
     return NightInputs(day, window, rows, night_fingerprint(settings, window, rows))
