@@ -295,7 +295,7 @@ def test_a_stopped_report_resumes_from_its_kept_nights(tmp_path, monkeypatch):
     stamp.write_text("other code")
     computed, lines = [], []
     build_report(settings, land_days, log=lines.append)
-    assert any("landed by other code" in line for line in lines) and computed == []
+    assert any("landed by other code: removed" in line for line in lines) and computed == []
 
     # a shorter report keeps the longer one's first night; its last night, the first, is fitted
     # again for its studies, and its served model published again over the kept one
@@ -305,7 +305,7 @@ def test_a_stopped_report_resumes_from_its_kept_nights(tmp_path, monkeypatch):
     assert any("1 night(s) kept" in line and "1 of 1 nights to compute" in line for line in lines)
 
 
-def test_a_kept_night_is_computed_again_for_other_data(tmp_path):
+def test_a_kept_night_is_computed_again_for_other_data(tmp_path, monkeypatch):
     """A night's key holds the landed content of its window and day: a day landed with other
     content gives the night another key, while the other nights keep theirs."""
     from leap_pipeline.data.warehouse import open_warehouse
@@ -328,6 +328,18 @@ def test_a_kept_night_is_computed_again_for_other_data(tmp_path):
     with open_warehouse(warehouse, read_only=True) as wh:
         other = NightStore(tmp_path / "nights", {"scale": 0.05}).key(wh, days[0], 2)
     assert other != before[0]  # other settings, another key
+    # other landing code (orchestration/data_assets.py, say) over the same source rows: other
+    # features, so other nights, though the source log's content digests are the same
+    from leap_pipeline.studies import report_nights
+    from leap_pipeline.studies.report import ReportSettings
+
+    monkeypatch.setattr(report_nights, "landing_digest", lambda: "other landing code")
+    with open_warehouse(warehouse, read_only=True) as wh:
+        relanded = NightStore(tmp_path / "nights", {"scale": 0.02}).key(wh, days[0], 2)
+    assert relanded != before[0]
+    # the report's own settings that change a night are in its key, as computed
+    key = ReportSettings.quick_mode(tmp_path).night_key()
+    assert {"window_days", "lookup_min_support"} <= set(key) and key["window_days"] == 8
 
 
 def test_first_choice_ties_are_ordered_by_type_name():

@@ -109,10 +109,12 @@ class ReportSettings:
         )  # fmt: skip
 
     def night_key(self) -> dict:
-        """The settings a kept night's figures depend on (``report_nights``): the fleet and the
-        profile; the window and the lookup support follow from them. Not the number of nights,
-        so a longer report keeps a shorter one's nights."""
-        return {k: getattr(self, k) for k in ("scale", "seed", "profile", "quick")}
+        """The settings a kept night's figures depend on (``report_nights``): the fleet, the
+        profile, and the window and lookup support as computed (they follow from the others by
+        rules that may change). Not the number of nights, so a longer report keeps a shorter
+        one's nights."""
+        names = ("scale", "seed", "profile", "quick", "window_days", "lookup_min_support")
+        return {k: getattr(self, k) for k in names}
 
     @property
     def lookup_min_support(self) -> int:
@@ -153,10 +155,13 @@ def build_report(
     last = first + dt.timedelta(days=days - 1)
     if discard_stale_warehouse(warehouse):
         log(f"removed {warehouse}: it was built with other features; landing it again")
+    if warehouse.exists() and not _landed_by_this_code(warehouse):
+        # removed, not landed over: a re-landing stopped part way would leave days of both
+        # codes behind a stamp that says this one's
+        log(f"{warehouse} was landed by other code: removed, landing every day again")
+        for path in (warehouse, warehouse.with_name(warehouse.name + ".wal")):
+            path.unlink(missing_ok=True)
     missing = _days_to_land(warehouse, first, last)
-    if len(missing) < days and not _landed_by_this_code(warehouse):
-        log(f"{warehouse} was landed by other code: landing every day again")
-        missing = [first + dt.timedelta(days=i) for i in range(days)]
     if missing:  # from the first day a stopped run left unlanded: full-scale days take minutes
         log(f"landing {missing[0]} .. {last} of {source} ({len(missing)} of {days} days)")
         # stamped first: a landing stopped part way was this code's, and resumes from its gap

@@ -5,9 +5,10 @@ nights again. Each finished night's figures are written, whole or not at all, un
 ``<data>/reports/nights/`` in a file named by a digest of:
 
 - the code a night's figures depend on (``NIGHT_CODE``: the models, the features, the data
-  layer, the simulator, the night's studies) and the libraries that fit them;
-- the report's fleet and profile (scale, seed, profile, quick: the window and the lookup support
-  follow from them; not the number of nights, so a longer report keeps a shorter one's);
+  layer, the simulator, the night's studies), the code that landed its rows (``LANDING_CODE``)
+  and the libraries that fit them;
+- the report's fleet and profile (scale, seed, profile, quick) and the window and lookup
+  support they give (not the number of nights, so a longer report keeps a shorter one's);
 - the data the night read: each landed day's ``content_sha256`` from the warehouse's source log,
   for its window and its day; for every night after the first, also the first night's key, as
   its staleness is scored against the first night's model.
@@ -109,7 +110,8 @@ class NightStore:
     def __init__(self, folder: Path, settings: dict) -> None:
         self.folder = Path(folder)
         self._settings = json.dumps(settings, sort_keys=True, default=str)
-        self._code = code_digest()
+        # the landing's code too: other features over the same source rows are other nights
+        self._code = code_digest() + landing_digest()
 
     def key(self, wh: Warehouse, day: dt.date, window_days: int, first: str = "") -> str:
         """Night ``day``'s key; ``first``, the first night's key for every later night, whose
