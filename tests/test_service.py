@@ -263,7 +263,7 @@ def test_the_dask_client_reaches_a_tls_scheduler_with_the_certificate_only(tmp_p
     pytest.importorskip("distributed")
     from dask.distributed import Client
 
-    from leap_pipeline.app.up import _dask_tls_arguments
+    from leap_pipeline.app.dask_servers import dask_tls_arguments
     from leap_pipeline.modeling.parallel import dask_security
 
     assert dask_security("tcp://127.0.0.1:8786") is None and dask_security("local") is None
@@ -276,7 +276,7 @@ def test_the_dask_client_reaches_a_tls_scheduler_with_the_certificate_only(tmp_p
     port = free_port()
     scheduler = subprocess.Popen(
         [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-         "--port", str(port), "--protocol", "tls", *_dask_tls_arguments(folder),
+         "--port", str(port), "--protocol", "tls", *dask_tls_arguments(folder),
          "--no-dashboard"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -883,6 +883,21 @@ def test_no_process_of_leap_up_has_a_secret_on_its_command_line(service):
     shown = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
     assert not [s for s in secrets if s in shown.stdout]
     assert any("--app-name basic-auth" in line for line in seen)
+
+
+@pytest.mark.long
+def test_nothing_in_the_live_data_folder_is_readable_by_another_user(service):
+    """leap up runs under umask 0077 and locks down what is there at its start: no entry of
+    the live folder but Postgres's own gives group or others any access (342 did)."""
+    opened = [
+        str(path)
+        for path in service.data.rglob("*")
+        if not path.is_symlink()
+        and not path.is_relative_to(service.data / "postgres")
+        and stat.S_IMODE(path.lstat().st_mode) & 0o077
+    ]
+    assert opened == []
+    assert stat.S_IMODE(service.data.stat().st_mode) & 0o077 in (0o011, 0)  # traversal at most
 
 
 @pytest.mark.long

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +57,7 @@ def test_a_run_naming_a_plain_tcp_scheduler_is_refused_before_it_connects(
 def test_the_dask_cluster_serves_no_http_route():
     """leap up's Dask processes run with no HTTP route: /info, /json and /metrics told any
     local user the cluster's workers and tasks on a loopback port, without credentials."""
-    from leap_pipeline.app.up import NO_DASK_HTTP
+    from leap_pipeline.app.dask_servers import NO_DASK_HTTP
 
     read = (
         "import dask.config, distributed, json; print(json.dumps("
@@ -119,3 +123,72 @@ def test_leap_rank_on_a_leap_up_folder_never_reads_the_demos_leftover_registry(t
         )
         assert done.returncode == 2, done.stderr
         assert "a leap up folder" in done.stderr and "MLFLOW_TRACKING_URI" in done.stderr
+
+
+_READ_AS_NOBODY = """
+import os, sys
+os.setgid(65534)
+os.setuid(65534)
+found = []
+for path in sys.argv[1:]:
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path, "rb").read(1)
+        found.append(path)
+    except PermissionError:
+        pass
+print("\\n".join(found))
+"""
+
+
+def test_leap_ups_data_folder_is_its_owners_only(request):
+    """342 files of a live leap up folder (the warehouse, the artifacts, records/, the compute
+    logs) were readable by every local user. leap up runs under umask 0077 and takes group and
+    other access off what is there at each start; only postgres/ keeps Postgres's own modes,
+    and the folder keeps the traversal bit Postgres's own user needs to reach it."""
+    from leap_pipeline.app.lockdown import SERVICE_UMASK, lock_down
+
+    # not under pytest's temporary root, which is 0700: another uid could reach nothing there
+    root = Path(tempfile.mkdtemp(prefix="leap-lockdown-"))
+    root.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(root, ignore_errors=True))
+    data = root / "data"
+    (data / "records" / "cascade_model").mkdir(parents=True)
+    (data / "records" / "cascade_model" / "night.json").write_text("{}")
+    (data / "leap.duckdb").write_bytes(b"warehouse")
+    (data / "postgres").mkdir()
+    (data / "postgres" / "PG_VERSION").write_text("15")
+    for path in [data, *data.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    (data / "postgres").chmod(0o700)
+    (data / "link").symlink_to("leap.duckdb")
+    night = data / "records" / "cascade_model" / "night.json"
+    wanted = [data, data / "records", data / "leap.duckdb", night]
+
+    def read_by_another_uid() -> list[str]:
+        argv = [sys.executable, "-c", _READ_AS_NOBODY, *map(str, wanted)]
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
+
+    if os.geteuid() == 0:  # before: another uid reads and lists all of it
+        assert read_by_another_uid() == [str(p) for p in wanted]
+    assert SERVICE_UMASK == 0o077
+    assert lock_down(data, data / "postgres", postgres_user_apart=True) == 5
+    modes = {
+        p.relative_to(data).as_posix(): stat.S_IMODE(p.lstat().st_mode)
+        for p in data.rglob("*")
+        if not p.is_symlink()
+    }
+    assert modes == {
+        "records": 0o700,
+        "records/cascade_model": 0o700,
+        "records/cascade_model/night.json": 0o600,
+        "leap.duckdb": 0o600,
+        "postgres": 0o700,
+        "postgres/PG_VERSION": 0o644,
+    }
+    assert stat.S_IMODE(data.stat().st_mode) == 0o711
+    if os.geteuid() == 0:  # after: it reads and lists nothing of the folder
+        assert read_by_another_uid() == []
+    assert lock_down(data, data / "postgres", postgres_user_apart=False) == 1  # 0711 -> 0700

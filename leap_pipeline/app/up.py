@@ -23,6 +23,7 @@ health probe (MLflow's ``/health``, a query on Postgres).
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
 import shutil
 import socket
@@ -35,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leap_pipeline.app.credentials import MlflowAuth, dask_certificates, mlflow_auth
+from leap_pipeline.app.dask_servers import LOOPBACK_DIAGNOSTICS, NO_DASK_HTTP, dask_tls_arguments
+from leap_pipeline.app.lockdown import SERVICE_UMASK, lock_down
 from leap_pipeline.app.postgres import STOP_WAIT_S, EmbeddedPostgres, database_url
 from leap_pipeline.app.supervision import (
     PROBE_TIMEOUT_S,
@@ -55,7 +58,6 @@ from leap_pipeline.app.ui import (
     ui_environment,
     workspace_file,
 )
-from leap_pipeline.modeling.parallel import DASK_TLS_FILES
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.instance import write_dagster_home
 from leap_pipeline.settings import (
@@ -79,19 +81,6 @@ class Ports:
     dagster: int = 3000
     mlflow: int = 5000
     dask: int = 8786
-
-
-# Dask serves its health and metrics routes even with the dashboard off, on the dashboard's
-# address, which defaults to every interface (0.0.0.0:8787 for the scheduler): loopback only,
-# on a free port, so nothing of leap up listens off loopback without credentials
-LOOPBACK_DIAGNOSTICS = ("--no-dashboard", "--dashboard-address", "127.0.0.1:0")
-# ... and with no route at all: /info, /json and /metrics told any local user the cluster's
-# workers, tasks and addresses without credentials (Dask's own settings, read from the
-# environment); the cluster is reached on tls:// only, and probed there
-NO_DASK_HTTP = {
-    "DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": "[]",
-    "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": "[]",
-}
 
 
 def _script(name: str) -> str:
@@ -143,11 +132,6 @@ def dask_address(ports: Ports) -> str:
     return f"tls://127.0.0.1:{ports.dask}"
 
 
-def _dask_tls_arguments(folder: Path) -> list[str]:
-    ca, cert, key = (str(folder / name) for name in DASK_TLS_FILES)
-    return ["--tls-ca-file", ca, "--tls-cert", cert, "--tls-key", key]
-
-
 def commands(
     install: Environment,
     ports: Ports,
@@ -178,7 +162,7 @@ def commands(
     }  # fmt: skip
     if dask_workers:
         scratch = str(install.data / "dask")
-        tls = _dask_tls_arguments(dask_tls)
+        tls = dask_tls_arguments(dask_tls)
         # every connection the scheduler and the workers make encrypted too, not only those
         # they accept (Dask's own setting, read from the environment)
         dask_env = {**env, "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True", **NO_DASK_HTTP}
@@ -350,6 +334,7 @@ def serve(
     ports = ports or Ports()
     data = data.resolve()
     check_installed(dask=dask_workers > 0)
+    os.umask(SERVICE_UMASK)  # all the service writes, its servers' and runs' too: owner only
     Calendar.load(data)  # a malformed calendar file stops here, naming the field
     processes: dict[str, subprocess.Popen] = {}
     retired: list[tuple[int, float]] = []  # groups of servers that exited and were restarted
@@ -357,6 +342,9 @@ def serve(
         postgres = EmbeddedPostgres(environment({DATA_ENV: str(data)}).postgres_folder)
         try:
             postgres.start()
+            opened = lock_down(data, postgres.folder, postgres_user_apart=os.geteuid() == 0)
+            if opened:
+                log(f"took group and other access off {opened} entries of {data}")
             created = postgres.create_databases(DATABASES)
             install = environment({
                 DATA_ENV: str(data),
