@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -207,6 +208,8 @@ def _run_ci(root, day: int = 20_000, **env: str) -> tuple[list[list[str]], str, 
 def test_ci_runs_ruff_before_the_readme_tests_and_the_long_runs_beside_them(tmp_path):
     calls, out, err, code = _run_ci(tmp_path)
     assert code == 0 and "CI: passed" in out, err
+    for lane in ("readme_lane", "long_lane"):  # each lane's wall time, printed
+        assert re.search(rf"^CI: {lane} took \d+ s \(exit 0\)$", out, re.M), out
     ruff = [c[1:] for c in calls if c[0].endswith("/bin/ruff")]
     assert ruff == [["check", "."], ["format", "--check", "."]]
     readme_pytest = calls.index([".venv/bin/python", "-m", "pytest"])
