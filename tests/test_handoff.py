@@ -651,7 +651,10 @@ def test_leap_rank_names_on_stderr_the_types_handed_on_under_a_guessed_name(
     ranked = tiny["ranker"].rank(tiny["launch"], candidates).preference_list
     config = HandoffConfig()
     maps = config.slurm_features if fmt == "slurm" else config.skypilot_accelerators
-    shown = ranked[: config.top_k] if fmt == "slurm" else ranked
+    features = ranked_features = [config.slurm_feature(t) for t in ranked]
+    admitted = set(list(dict.fromkeys(ranked_features))[: config.top_k])
+    shown = [t for t, f in zip(ranked, features, strict=True) if f in admitted]
+    shown = shown if fmt == "slurm" else ranked
     guessed = [t for t in shown if t not in maps]
     assert code == 0
     if guessed:

@@ -479,3 +479,17 @@ def test_leap_serve_ranks_over_real_http(served, tmp_path):
     assert refused.status_code == 401
     in_process = _call(create_app(served["ranker"]), "POST", "/v1/rank", json=launch_body(served))
     assert answer.json() == in_process.json() and answer.json()["ranking"]
+
+
+def test_a_failed_night_alarms_unless_its_model_serves():
+    """A failed night alarms while the model serving is older than it, and a failed run that
+    recorded no day alarms too (it used to read as no alarm); a failed re-run of the night
+    production serves does not."""
+    from leap_serving.http.metrics import night_failed
+
+    day = dt.date(2026, 3, 2)
+    assert night_failed({"outcome": "failed", "day": "2026-03-03"}, day)
+    assert night_failed({"outcome": "failed", "day": None}, day)
+    assert night_failed({"outcome": "failed", "day": "2026-03-02"}, None)
+    assert not night_failed({"outcome": "failed", "day": "2026-03-02"}, day)
+    assert not night_failed({"outcome": "held", "day": "2026-03-09"}, day)

@@ -113,9 +113,33 @@ def _a_file_beneath_a_link(backup_folder: Path, outside: Path) -> str:
     return name
 
 
+def _a_link_out_by_the_folders_name(backup_folder: Path, outside: Path) -> str:
+    """``../data/outside`` stays under ``data/`` on the manifest's face, but the restored
+    folder is not named data: from it, the link leads to a sibling."""
+    (backup_folder / "data" / "escape").symlink_to("../data/outside")
+    _edit(backup_folder, lambda m: m["links"].update({"data/escape": "../data/outside"}))
+    return "data/escape"
+
+
+def _a_chain_of_links_out(backup_folder: Path, outside: Path) -> str:
+    """Two links, each inside on its face: the second, read through the first, leads out."""
+    (backup_folder / "data" / "d1" / "d2").mkdir(parents=True)
+    (backup_folder / "data" / "d1" / "d2" / "A").symlink_to("../../e")
+    (backup_folder / "data" / "d1" / "d2" / "B").symlink_to("A/../../../escaped")
+
+    def change(manifest: dict) -> None:
+        manifest["folders"].update({"data/d1": 0o700, "data/d1/d2": 0o700})
+        manifest["links"].update({"data/d1/d2/A": "../../e", "data/d1/d2/B": "A/../../../escaped"})
+
+    _edit(backup_folder, change)
+    return "data/d1/d2/B"
+
+
 @pytest.mark.parametrize(
     "tamper",
     [
+        _a_link_out_by_the_folders_name,
+        _a_chain_of_links_out,
         _records_through_a_link,
         _postgres_through_a_link,
         _an_absolute_link,

@@ -77,20 +77,27 @@ def test_the_dask_cluster_serves_no_http_route():
 def test_a_token_file_others_can_read_is_refused_naming_its_mode(tmp_path):
     path = tmp_path / "tokens"
     path.write_text("a-token-of-mine\n")
-    for mode in (0o644, 0o640, 0o604, 0o620):
+    for mode in (0o644, 0o604, 0o620, 0o660, 0o601):
         path.chmod(mode)
-        with pytest.raises(ValueError, match=rf"mode {mode:04o} lets others read or write"):
+        with pytest.raises(ValueError, match=rf"mode {mode:04o} lets others read it"):
             Tokens(path=str(path))
         with pytest.raises(ValueError, match="chmod 600"):
             read_token_file(str(path))  # the client's --token-file alike
-    path.chmod(0o600)
-    assert read_token_file(str(path)) == ["a-token-of-mine"]
-    path.chmod(0o400)
-    assert Tokens(path=str(path)).path == str(path)
+    for mode in (0o600, 0o400, 0o640, 0o440):  # a group may read (Kubernetes' fsGroup: 0440)
+        path.chmod(mode)
+        assert read_token_file(str(path)) == ["a-token-of-mine"]
+        assert Tokens(path=str(path)).path == str(path)
 
 
 def test_a_token_is_never_sent_in_clear_text_to_another_host():
-    for server in ("http://10.0.0.7:8765", "http://leap.example.com", "http://[2001:db8::1]:80"):
+    others = (
+        "http://10.0.0.7:8765",
+        "http://leap.example.com",
+        "http://[2001:db8::1]:80",
+        "http://127.attacker.example:8765",
+        "http://localhost.attacker.example",
+    )
+    for server in others:
         with pytest.raises(ValueError, match="never sent in clear text"):
             check_token_transport(server + "/v1/rank")
         with pytest.raises(ValueError, match="never sent in clear text"):

@@ -563,7 +563,7 @@ def test_the_slice_check_names_each_slice_below_the_bar_and_judges_none_too_smal
         ("INVALID_PARAMETER_VALUE", "Invalid alias name", False),
     ],
 )
-def test_only_does_not_exist_reads_as_absent(monkeypatch, error_code, message, absent):
+def test_only_does_not_exist_reads_as_absent(monkeypatch, tmp_path, error_code, message, absent):
     """A registry read that fails with anything but "does not exist" raises instead of
     answering "no production model", "no pin" or "no night trained"."""
     from mlflow import MlflowClient
@@ -575,6 +575,8 @@ def test_only_does_not_exist_reads_as_absent(monkeypatch, error_code, message, a
     def failing(*args, **kwargs):
         raise MlflowException(message, error_code=ErrorCode.Value(error_code))
 
+    # a store of its own: a client made with none would create ./mlflow.db in the checkout
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'm.db'}")
     for method in ("get_model_version_by_alias", "get_registered_model", "search_model_versions"):
         monkeypatch.setattr(MlflowClient, method, failing)
     reads = (registry.production_version, alias_records.pinned, registry.registered_nights)

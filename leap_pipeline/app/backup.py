@@ -242,7 +242,7 @@ def backup(
             skip.add(data / SECRETS)
             outcome.notes.append(
                 f"{SECRETS}/ was left out (--without-secrets): put it back in the restored "
-                "folder, at 0700, before leap up starts there"
+                "folder, at 0700, before leap up starts there (the restore says what to keep)"
             )
         if warehouse.exists():
             for copy, entry in _copy_warehouse(
@@ -294,8 +294,9 @@ def _keep_entry(
                 "names is in this backup; link it again after a restore"
             )
             return
-        if os.path.isabs(target):  # into the folder by an absolute path: kept as a relative one
-            target = os.path.relpath((path.parent / target).resolve(), path.parent.resolve())
+        # kept as the relative path to where it really resolves (an absolute target, or one
+        # through other links, judged as a restore judges it)
+        target = os.path.relpath((path.parent / target).resolve(), path.parent.resolve())
         manifest["links"][f"{DATA}/{name}"] = target
         copy.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(target, copy)
@@ -308,6 +309,7 @@ def _keep_entry(
         except WarehouseError as exc:  # gone, busy, or not DuckDB's: bytes, and a note
             if not path.exists():
                 raise FileNotFoundError(path) from None
+            copy.unlink(missing_ok=True)  # a partial copy of the failed try: written anew
             copy.with_name(copy.name + ".wal").unlink(missing_ok=True)
             copies = {copy: copy_file(path, copy)}
             outcome.notes.append(f"{name} was copied byte for byte, not under DuckDB's lock "

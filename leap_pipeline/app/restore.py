@@ -88,8 +88,10 @@ def _check_links_and_modes(source: Path, manifest: dict) -> None:
                 f"{where}: the link {name!r} has the absolute target {target!r}; "
                 "a backup holds relative links inside its folder only"
             )
-        landing = os.path.normpath(os.path.join(os.path.dirname(name), target))
-        if landing == DATA or not landing.startswith(f"{DATA}/"):
+        # from where the link sits in the restored folder (``data/`` is that folder itself)
+        inside = PurePosixPath(*PurePosixPath(name).parts[1:])
+        landing = os.path.normpath(os.path.join(str(inside.parent), target))
+        if landing == ".." or landing.startswith("../"):
             raise BackupError(
                 f"{where}: the link {name!r} to {target!r} leads out of the "
                 "folder; a backup holds links inside it only"
@@ -111,6 +113,37 @@ def _check_links_and_modes(source: Path, manifest: dict) -> None:
             )
 
 
+def _check_placed_links(staging: Path, manifest: dict) -> None:
+    """Every link as placed, resolved for real (through any other link), lands inside the
+    folder: a chain of links each inside on its face can still lead out."""
+    root = staging.resolve()
+    for name in manifest["links"]:
+        placed = staging.joinpath(*PurePosixPath(name).parts[1:])
+        if not placed.resolve().is_relative_to(root):
+            raise BackupError(
+                f"{name}: the link leads out of the restored folder (through "
+                f"{os.readlink(placed)!r}); a backup holds links inside it only"
+            )
+
+
+def _check_shapes(where: Path, manifest: dict) -> None:
+    """The manifest's tables are what this code writes: a hand-edited one that is not is a
+    ``BackupError`` naming the key, never a ``TypeError`` from deeper in."""
+    for key in ("files", "links", "folders", "dumps"):
+        if not isinstance(manifest[key], dict):
+            raise BackupError(f"{where}: {key} is not a mapping: not a whole leap backup")
+    for name, entry in manifest["files"].items():
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("sha256"), str)
+            and type(entry.get("size")) is int
+        ):
+            raise BackupError(f"{where}: the file {name!r} has no sha256 and size")
+    for name in [*manifest["dumps"].values(), str(manifest.get("source", ""))]:
+        if not isinstance(name, str):
+            raise BackupError(f"{where}: {name!r} is not a path")
+
+
 def verify(source: Path) -> dict:
     """The backup's manifest, once every file it lists is there with its size and sha256, every
     link with its target, and nothing else is; else ``BackupError`` naming what differs."""
@@ -126,6 +159,7 @@ def verify(source: Path) -> dict:
     ]
     if lacking:
         raise BackupError(f"{source / MANIFEST} lacks {lacking}: not a whole leap backup")
+    _check_shapes(source / MANIFEST, manifest)
     _check_links_and_modes(source, manifest)
     problems = _problems(source, manifest)
     if problems:
@@ -159,6 +193,7 @@ def restore(source: Path, data: Path) -> Outcome:
                 raise BackupError(f"{source / name} changed while it was restored")
         for name, target in manifest["links"].items():
             os.symlink(target, placed(staging, name))
+        _check_placed_links(staging, manifest)  # before anything is written through one
         store, old = staging / "mlflow" / "mlflow.db", Path(manifest["source"])
         if store.is_file() and is_sqlite(store):
             relocate_mlflow(store, old, data)
@@ -171,4 +206,14 @@ def restore(source: Path, data: Path) -> Outcome:
             placed(staging, name).chmod(mode)  # last: a folder without write access is full
         if not manifest["dumps"] and (staging / POSTGRES).is_dir():
             pg.give_to_postgres(staging / POSTGRES)
-    return finish(Outcome(data), manifest, started)
+    outcome = finish(Outcome(data), manifest, started)
+    if manifest.get("secrets") == "left out":
+        keep = (
+            " but keep the new postgres-password and pgpass the restore's Postgres was created with"
+            if manifest["dumps"]
+            else ""
+        )
+        outcome.notes.append(
+            f"the backup holds no secrets/: put yours back in {data / 'secrets'} (0700){keep}"
+        )
+    return outcome

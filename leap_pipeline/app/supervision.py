@@ -47,7 +47,7 @@ PROBE_TIMEOUT_S = 5.0
 PROBE_FAILURES = 3
 # a server is started again only once its port is free: a restart into a held port fails to
 # bind (counted as a failure, with the holder named), never "exits with code 0" unexplained
-PORT_WAIT_S = 30.0
+PORT_WAIT_S = 10.0
 # the servers whose group outlives them: the daemon's run workers finish their nights (the rest
 # run no one's work, and a child left behind holds the server's port)
 KEEP_GROUP_ON_EXIT = ("dagster-daemon",)
@@ -125,17 +125,22 @@ def stop_retired(groups: list[tuple[int, float]], log: Callable) -> None:
                 process.kill()
 
 
-def _stop_leftovers(servers: dict, log: Callable, retired: list | None = None) -> None:
+def _stop_leftovers(
+    servers: dict, log: Callable, retired: list | None = None, recorded_at: float | None = None
+) -> None:
     """Stop the servers a ``leap up`` that was killed (SIGKILL, a crash) left running: each
     recorded group whose leader is still the process recorded (same start time), and what is
     left of the groups of servers it had started again."""
     stop_retired([(int(pgid), float(at)) for pgid, at in retired or []], log)
     for name, (pid, started) in servers.items():
-        # the group, whether or not its leader lives: a child holding a port outlives it. A
-        # group id cannot be taken by a new group while a member lives, and members started
-        # before the leader recorded are another group's (the pid reused once all were gone)
-        members = [p for p in group_members(pid, time.time()) if _started_since(p, started)]
-        if not members:
+        # the group, whether or not its leader lives: a child holding a port outlives it. It is
+        # the recorded group only if a member started between the leader's start and the last
+        # write of the record (``recorded_at``): that member lived while the killed leap up
+        # did, and a group id is never reused while a member of it lives. A group with no such
+        # member is another one that took the id since (after a reboot, say): left alone
+        members = group_members(pid, time.time())
+        last = recorded_at if recorded_at is not None else time.time()
+        if not any(_started_between(p, started, last) for p in members):
             continue
         log(f"stopping the {name} server a killed leap up left running (group {pid}: "
             f"{len(members)} process(es))")  # fmt: skip
@@ -147,9 +152,9 @@ def _stop_leftovers(servers: dict, log: Callable, retired: list | None = None) -
         psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)
 
 
-def _started_since(process: psutil.Process, started: float) -> bool:
+def _started_between(process: psutil.Process, first: float, last: float) -> bool:
     with contextlib.suppress(psutil.Error):
-        return process.create_time() >= started - 0.01
+        return first - 0.01 <= process.create_time() <= last + 0.01
     return False
 
 
@@ -176,8 +181,9 @@ def holding_folder(data: Path, log: Callable = print) -> Iterator[Callable[[dict
                 f"{holder.get('since', '?')}; lock {path}): use that one, or stop it first "
                 "(Ctrl-C in its terminal, or kill -TERM its pid)"
             ) from None
+        recorded_at = os.fstat(handle.fileno()).st_mtime  # the killed leap up's last record
         left = up_lock_holder(handle.read())
-        _stop_leftovers(left.get("servers", {}), log, left.get("retired"))
+        _stop_leftovers(left.get("servers", {}), log, left.get("retired"), recorded_at)
         since = dt.datetime.now().isoformat(timespec="seconds")
 
         def record(processes: dict[str, subprocess.Popen], retired: list | None = None) -> None:

@@ -14,7 +14,7 @@ from .devices import launch_devices
 from .kubernetes import kubernetes_job
 from .ranked import ranked_types
 from .skypilot import skypilot_task, skypilot_yaml
-from .slurm import sbatch_flags, sbatch_line
+from .slurm import sbatch_flags, sbatch_line, slurm_features
 
 FORMATS = ("skypilot", "k8s", "slurm")
 
@@ -59,6 +59,7 @@ def guessed_names(fmt: str, ranking: Ranking, config: HandoffConfig) -> dict[str
     else:
         return {}
     types = ranked_types(ranking) if ranking.ranking else []
-    if fmt == "slurm":
-        types = types[: config.top_k]
+    if fmt == "slurm":  # the types the constraint admits: the top_k features may cover more
+        features = set(slurm_features(ranking, config))
+        types = [t for t in types if config.slurm_feature(t) in features]
     return {t: name_of(t) for t in types if t not in names}

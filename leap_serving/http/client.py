@@ -17,6 +17,7 @@ token to wherever a redirect points.
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import os
 import ssl
@@ -84,7 +85,15 @@ def rank_url(server: str) -> str:
     return server.rstrip("/") + RANK_PATH
 
 
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+def _loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1), never a name that merely starts
+    like one (``127.attacker.example``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def check_token_transport(url: str) -> None:
@@ -92,7 +101,7 @@ def check_token_transport(url: str) -> None:
     ``--server`` for an ``http://`` URL of another host, where anyone on the path reads it."""
     parts = urllib.parse.urlsplit(url)
     host = (parts.hostname or "").lower()
-    if parts.scheme == "http" and host not in LOOPBACK_HOSTS and not host.startswith("127."):
+    if parts.scheme == "http" and not _loopback(host):
         raise ValueError(
             f"--server {url.removesuffix(RANK_PATH)!r}: a token is never sent in clear text to "
             "another host: use https:// (--cacert names its CA), or a loopback address"

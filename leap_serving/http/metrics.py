@@ -100,7 +100,8 @@ def night_failed(night: dict, serving_day: Any) -> bool:
     whose model already serves (a backfill run again) costs the fleet nothing, so no alert."""
     if night.get("outcome") != "failed":
         return False
-    return serving_day is None or str(serving_day) < str(night.get("day") or "")
+    day = night.get("day")
+    return day is None or serving_day is None or str(serving_day) < str(day)  # no day: alarm
 
 
 class ServeMetrics:

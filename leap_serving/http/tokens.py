@@ -6,8 +6,8 @@ drops the old one, without a restart: the file is re-read when its modification 
 inode changes (one ``stat`` a request, about a microsecond). A Kubernetes Secret volume swaps its
 files that way, and a rename over the old file (write beside it, then ``mv``) does too.
 
-It fails closed: a file that cannot be read, holds no token, or that others may read or write
-(any group or other bit in its mode) at start stops the service,
+It fails closed: a file that cannot be read, holds no token, or that others may read (or its
+group write) at start stops the service,
 naming the file; one that turns unreadable, empty or bad later leaves only ``LEAP_SERVE_TOKEN``
 valid (if set), logged once, until the file is good again. A token is never logged or echoed in
 an error, only its line number.
@@ -28,6 +28,8 @@ from .config import TOKEN_ENV, TOKEN_FILE_ENV
 
 log = logging.getLogger("leap_serving")
 
+UNSAFE_TOKEN_BITS = 0o037  # group write or execute, any access for others
+
 
 def _digest(token: bytes) -> bytes:
     return hashlib.sha256(token).digest()
@@ -39,10 +41,12 @@ def read_token_file(path: str) -> list[str]:
     try:
         with open(path, encoding="utf-8") as file:
             mode = os.fstat(file.fileno()).st_mode & 0o777
-            if mode & 0o077:  # a secret others can read (or rewrite) is no longer the owner's
+            # a secret others can read, or its group rewrite, is no longer the owner's; a
+            # group may read it (Kubernetes gives a 0400 Secret file 0440 under an fsGroup)
+            if mode & UNSAFE_TOKEN_BITS:
                 raise ValueError(
-                    f"{TOKEN_FILE_ENV}={path!r}: its mode {mode:04o} lets others read or write "
-                    "it: chmod 600 it (a Kubernetes Secret volume: defaultMode: 0400)"
+                    f"{TOKEN_FILE_ENV}={path!r}: its mode {mode:04o} lets others read it or "
+                    "its group write it: chmod 600 it (640 for a group the service shares)"
                 )
             text = file.read()
     except (OSError, UnicodeDecodeError) as exc:
