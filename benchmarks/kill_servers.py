@@ -4,8 +4,9 @@
 (scale 0.1 calendar, nothing landed), then sends SIGKILL to the main process alone, never its
 group, of each server in turn: the MLflow server, the Dagster webserver, the daemon, the Postgres
 postmaster and the Dask scheduler. For each it prints how long until the server answers again
-(MLflow's ``/health``, the webserver's ``/server_info``, a new daemon process alive for 5 s,
-Postgres's ``SELECT 1``, the scheduler's TLS port) and whether ``leap up`` is still running.
+from a new main process (MLflow's ``/health``, the webserver's ``/server_info``, a new daemon
+process alive for 5 s, Postgres's ``SELECT 1``, the scheduler's TLS port) and whether
+``leap up`` is still running.
 A SIGKILL of MLflow's main process used to leave its uvicorn child holding the port: every
 restart failed to bind, and six of them stopped the whole service.
 """
@@ -89,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         new = child("dagster-daemon")
         return new is not None and new.pid != old and time.time() - new.create_time() >= 5
 
+    def postgres_back(old: int) -> bool:
+        from leap_pipeline.app.backup_postgres import PostgresBackupError, running_url
+
+        try:
+            postgres.uri = running_url(data / "postgres") or ""
+        except PostgresBackupError:  # starting
+            return False
+        return bool(postgres.uri) and postgres.ready()
+
     def postmaster() -> int:
         return int((data / "postgres" / "postmaster.pid").read_text().split()[0])
 
@@ -102,14 +112,25 @@ def main(argv: list[str] | None = None) -> int:
             lambda old: answers(f"http://127.0.0.1:{ports['dagster']}/server_info"),
         ),
         "dagster-daemon": (lambda: child("dagster-daemon").pid, daemon_back),
-        "postgres": (postmaster, lambda old: postgres.ready()),
+        "postgres": (postmaster, postgres_back),
         "dask-scheduler": (lambda: child("scheduler").pid, lambda old: _listens(ports["dask"])),
     }
+
+    def restarted(main_pid, old: int) -> bool:  # a new main process: not the old one's child
+        try:
+            return main_pid() != old
+        except (AttributeError, OSError, ValueError):  # none yet
+            return False
+
     results = {}
     try:
-        for name, (main_pid, back) in servers.items():
+        for name, (main_pid, answers_now) in servers.items():
             pid = main_pid()
             os.kill(pid, signal.SIGKILL)  # the main process alone: its children stay
+
+            def back(old: int, main_pid=main_pid, answers_now=answers_now) -> bool:
+                return restarted(main_pid, old) and answers_now(old)
+
             killed = time.monotonic()
             time.sleep(0.5)
             while not back(pid):

@@ -264,3 +264,13 @@ def test_a_probe_counts_failures_in_a_row_once_the_server_answered_or_its_grace_
     slow = Probe(lambda: asked.append(1) or False, interval_s=3600, grace_s=0)
     assert not slow.failed(time.monotonic()) and not slow.failed(time.monotonic())
     assert asked == [1] and slow.failures == 1  # asked once: the next is due in an hour
+
+
+def test_a_probe_of_a_server_whose_process_is_gone_restarts_it_at_once():
+    """A killed postmaster is dead, not slow: one failed check restarts it, not three (30 s
+    of a fleet without its database); a live server that fails its check still needs three."""
+    dead = Probe(lambda: False, interval_s=0, grace_s=0, gone=lambda: True)
+    assert dead.failed(time.monotonic())
+    alive = Probe(lambda: False, interval_s=0, grace_s=0, gone=lambda: False)
+    tries = [alive.failed(time.monotonic()) for _ in range(PROBE_FAILURES)]
+    assert tries == [False] * (PROBE_FAILURES - 1) + [True]

@@ -252,6 +252,15 @@ class EmbeddedPostgres:
             self._require_password(password)
         return self.uri
 
+    def postmaster_gone(self) -> bool:
+        """Whether the folder's postmaster is gone (its pid file names no live Postgres
+        process): killed or crashed, not hung."""
+        try:
+            pid = int((self.folder / "postmaster.pid").read_text().split()[0])
+            return "postgres" not in psutil.Process(pid).name()
+        except (OSError, ValueError, IndexError, psutil.Error):
+            return True
+
     def ready(self) -> bool:
         """Whether the server answers a query within ``PROBE_TIMEOUT_S`` (connecting, then
         ``SELECT 1`` under a statement timeout): the health probe of ``leap up``'s supervision,

@@ -212,10 +212,14 @@ class Probe:
     failures in a row restart the server: ``restart`` if given (Postgres, which is no process of
     ``processes``), else its process in ``processes`` under the probe's name, ended with its
     group and started again. Failures count only once the server has answered since it
-    (re)started, or ``grace_s`` after: a server still starting is not hung."""
+    (re)started, or ``grace_s`` after: a server still starting is not hung. With ``gone``, a
+    failure while the server's process is gone restarts it at once."""
 
     check: Callable[[], bool]
     restart: Callable[[], None] | None = None
+    # whether the server's process is gone (a killed postmaster): then one failed check is
+    # enough, a dead server is not slow; None: only the check counts
+    gone: Callable[[], bool] | None = None
     interval_s: float = PROBE_INTERVAL_S
     grace_s: float = READY_TIMEOUT_S
     failures: int = 0
@@ -240,6 +244,8 @@ class Probe:
         if self.armed or now - self.started >= self.grace_s:
             self.armed = True
             self.failures += 1
+            if self.gone is not None and self.gone():
+                return True  # dead, not hung: restarted at once
         return self.failures >= PROBE_FAILURES
 
 

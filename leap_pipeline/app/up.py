@@ -224,7 +224,7 @@ def health_probes(postgres: EmbeddedPostgres, ports: Ports, log: Callable) -> di
     health = f"http://127.0.0.1:{ports.mlflow}/health"
     return {
         "mlflow": Probe(lambda: answers(health, timeout=PROBE_TIMEOUT_S)),
-        "postgres": Probe(postgres.ready, restart=restart_postgres),
+        "postgres": Probe(postgres.ready, restart=restart_postgres, gone=postgres.postmaster_gone),
     }
 
 
