@@ -234,3 +234,10 @@ def test_the_readme_and_the_architecture_page_draw_the_same_flow():
 
 def test_the_readme_stays_short():
     assert len((PROJECT / "README.md").read_text().splitlines()) <= 250
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    """A page no one can find from the README drifts unread (docs/transfer.md was one)."""
+    readme = (PROJECT / "README.md").read_text()
+    pages = sorted(p.name for p in (PROJECT / "docs").glob("*.md"))
+    assert pages and [p for p in pages if f"](docs/{p}" not in readme] == []
