@@ -182,6 +182,12 @@ def serve_config(**given):
     return config_from_environment(os.environ, **given)
 
 
+def ranker_model_uri() -> str:
+    """What a ``Ranker`` given no model loads: ``$LEAP_MODEL_URI``, else the production
+    alias (``leap_serving.decide.ranker`` reads the same variable, importing nothing of this)."""
+    return os.environ.get("LEAP_MODEL_URI") or VARIABLES["LEAP_MODEL_URI"][0]
+
+
 def set_environment(overwrite: bool = True, **values: str) -> None:
     """Set variables for this process and the processes it starts (``overwrite=False`` keeps
     one already set, as ``os.environ.setdefault``)."""

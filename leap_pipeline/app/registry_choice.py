@@ -4,9 +4,7 @@ service's MLflow server."""
 
 from __future__ import annotations
 
-import os
-
-from leap_pipeline.settings import Environment
+from leap_pipeline.settings import Environment, environment, ranker_model_uri
 
 
 def registry_uri(where: Environment) -> str:
@@ -14,7 +12,7 @@ def registry_uri(where: Environment) -> str:
     store; ``ValueError`` for a ``leap up`` folder (its ``postgres/`` is there) with no
     ``$MLFLOW_TRACKING_URI``: its registry is leap up's MLflow server, and the SQLite store a
     demo left in it answered an old version with no warning."""
-    named = os.environ.get("MLFLOW_TRACKING_URI") or where.mlflow_tracking_uri
+    named = environment().mlflow_tracking_uri or where.mlflow_tracking_uri
     if named:  # the environment's wins, as MLflow reads it (with --data too)
         return named
     if where.postgres_folder.is_dir():
@@ -30,4 +28,4 @@ def registry_uri(where: Environment) -> str:
 def from_registry(model: str | None) -> bool:
     """Whether ``--model`` (or its default, ``$LEAP_MODEL_URI`` or the alias) is read from the
     registry rather than a folder."""
-    return (model or os.environ.get("LEAP_MODEL_URI") or "models:/").startswith("models:/")
+    return (model or ranker_model_uri()).startswith("models:/")
