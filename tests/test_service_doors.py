@@ -181,7 +181,8 @@ def test_leap_ups_data_folder_is_its_owners_only(request):
     if os.geteuid() == 0:  # before: another uid reads and lists all of it
         assert read_by_another_uid() == [str(p) for p in wanted]
     assert SERVICE_UMASK == 0o077
-    assert lock_down(data, data / "postgres", postgres_user_apart=True) == 5
+    group = os.getgid() + 1  # Postgres's own user's group (not root's)
+    assert lock_down(data, data / "postgres", postgres_group=group) == 6
     modes = {
         p.relative_to(data).as_posix(): stat.S_IMODE(p.lstat().st_mode)
         for p in data.rglob("*")
@@ -195,7 +196,10 @@ def test_leap_ups_data_folder_is_its_owners_only(request):
         "postgres": 0o700,
         "postgres/PG_VERSION": 0o644,
     }
-    assert stat.S_IMODE(data.stat().st_mode) == 0o711
-    if os.geteuid() == 0:  # after: it reads and lists nothing of the folder
+    assert stat.S_IMODE(data.stat().st_mode) == 0o710 and data.stat().st_gid == group
+    (data / "later.json").write_text("{}")  # a file another process creates later, 0644
+    (data / "later.json").chmod(0o644)
+    wanted.append(data / "later.json")
+    if os.geteuid() == 0:  # after: it reads and lists nothing of the folder, later files too
         assert read_by_another_uid() == []
-    assert lock_down(data, data / "postgres", postgres_user_apart=False) == 1  # 0711 -> 0700
+    assert lock_down(data, data / "postgres") == 2  # later.json, and 0710 -> 0700

@@ -4,9 +4,11 @@ The folder holds the warehouse, every model version's artifacts, the run records
 logs and the secrets: read by another local user, it gives away the fleet's logs and, through
 the records, where everything else lies. ``leap up`` runs under umask 0077, so what its servers
 and runs write from then on is the owner's only, and at each start takes group and other access
-off what an earlier start, a demo or an older release left. The folder itself keeps the
-traversal bit for others only when Postgres runs as a user of its own (under root the embedded
-wheel does): it must reach ``postgres/``, which stays as Postgres keeps it.
+off what an earlier start, a demo or an older release left. The folder itself gives others
+nothing, so a file another process creates in it later (a `leap materialize` under the user's
+own umask) is out of their reach too. When Postgres runs as a user of its own (under root the
+embedded wheel does), the folder's group is that user's and the group may traverse it (0710):
+Postgres must reach ``postgres/``, which stays as Postgres keeps it.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from pathlib import Path
 SERVICE_UMASK = 0o077
 
 
-def lock_down(data: Path, postgres: Path, postgres_user_apart: bool) -> int:
+def lock_down(data: Path, postgres: Path, postgres_group: int | None = None) -> int:
     """Take group and other access off every entry under ``data`` but ``postgres`` (and what it
-    holds), links left alone; ``data`` itself 0711 when ``postgres_user_apart`` (another user
-    must traverse it to reach ``postgres``), else 0700. Returns how many entries changed."""
+    holds), links left alone; ``data`` itself 0700, or 0710 with the group ``postgres_group``
+    (Postgres's own user, which must traverse it to reach ``postgres``). Returns how many
+    entries changed."""
     changed = 0
     for root, dirs, files in os.walk(data):
         here = Path(root)
@@ -32,7 +35,10 @@ def lock_down(data: Path, postgres: Path, postgres_user_apart: bool) -> int:
                 continue
             path.chmod(stat.S_IMODE(info.st_mode) & ~0o077)
             changed += 1
-    wanted = 0o711 if postgres_user_apart else 0o700
+    if postgres_group is not None and data.stat().st_gid != postgres_group:
+        os.chown(data, -1, postgres_group)
+        changed += 1
+    wanted = 0o710 if postgres_group is not None else 0o700
     if stat.S_IMODE(data.stat().st_mode) != wanted:
         data.chmod(wanted)
         changed += 1

@@ -252,6 +252,18 @@ class EmbeddedPostgres:
             self._require_password(password)
         return self.uri
 
+    def group_apart(self) -> int | None:
+        """The group of the user Postgres runs as when it is not this process's (under root,
+        the wheel's own ``POSTGRES_USER``), else None."""
+        if os.geteuid() != 0:
+            return None
+        import pwd
+
+        try:
+            return pwd.getpwnam(POSTGRES_USER).pw_gid
+        except KeyError:  # not created yet: the wheel creates it at its first start
+            return None
+
     def postmaster_gone(self) -> bool:
         """Whether the folder's postmaster is gone (its pid file names no live Postgres
         process): killed or crashed, not hung."""

@@ -342,7 +342,7 @@ def serve(
         postgres = EmbeddedPostgres(environment({DATA_ENV: str(data)}).postgres_folder)
         try:
             postgres.start()
-            opened = lock_down(data, postgres.folder, postgres_user_apart=os.geteuid() == 0)
+            opened = lock_down(data, postgres.folder, postgres.group_apart())
             if opened:
                 log(f"took group and other access off {opened} entries of {data}")
             created = postgres.create_databases(DATABASES)
