@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         text = log.read_text(errors="replace")
         running_to_the_end = up.poll() is None  # never stopped itself
+        folder_mode = oct(data.stat().st_mode & 0o777)  # after Postgres's restart too
         up.send_signal(signal.SIGINT)
         try:
             up.wait(timeout=180)
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         "ready_s": round(ready_s, 1),
         "servers": results,
         "leap_up_stopped_itself": not running_to_the_end,
+        "data_folder_mode": folder_mode,
         "bind_failures": text.count("address already in use"),
         "restarts_logged": text.count("started again"),
         "log": str(log),

@@ -220,6 +220,8 @@ def health_probes(postgres: EmbeddedPostgres, ports: Ports, log: Callable) -> di
             postgres.start()
         except (ValueError, OSError) as exc:
             log(f"Postgres did not start again after its stop ({how}): {exc}")
+        finally:  # under root the wheel opens the folders above its own at each start (o+rx)
+            lock_down(postgres.folder.parent, postgres.folder, postgres.group_apart())
 
     health = f"http://127.0.0.1:{ports.mlflow}/health"
     return {
