@@ -89,8 +89,11 @@ def show(result: Ranking, args: argparse.Namespace, job: Any, handoff: Any) -> i
         if guessed:  # handed on under a guessed name the scheduler may not know
             key = "skypilot.accelerators" if args.format == "skypilot" else "slurm.features"
             named = ", ".join(f"{t} as {n!r}" for t, n in guessed.items())
-            print(f"leap: {args.format}: no entry in the hand-off config's {key}, handed on "
-                  f"under a guessed name: {named}", file=sys.stderr)  # fmt: skip
+            print(
+                f"leap: {args.format}: no entry in the hand-off config's {key}, handed on "
+                f"under a guessed name: {named}",
+                file=sys.stderr,
+            )
         print(text.rstrip("\n"))
         return 0
     if args.json:

@@ -142,8 +142,10 @@ def _stop_leftovers(
         last = recorded_at if recorded_at is not None else time.time()
         if not any(_started_between(p, started, last) for p in members):
             continue
-        log(f"stopping the {name} server a killed leap up left running (group {pid}: "
-            f"{len(members)} process(es))")  # fmt: skip
+        log(
+            f"stopping the {name} server a killed leap up left running (group {pid}: "
+            f"{len(members)} process(es))"
+        )
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
         for process in psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)[1]:

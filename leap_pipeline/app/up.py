@@ -371,11 +371,11 @@ def serve(
                 return 1
             carry_demo_model(install, servers["dagster-daemon"][1], log)
             _announce(install, ports, auth, dask_tls, time.monotonic() - started, log)
-            bound = {"mlflow": ports.mlflow, "dagster-webserver": ports.dagster,
-                     "dask-scheduler": ports.dask}  # fmt: skip
-            bound = {name: port for name, port in bound.items() if name in servers}
-            return supervise(processes, servers, record, log, retired,
-                             health_probes(postgres, ports, log), bound)  # fmt: skip
+            listening = {"mlflow": ports.mlflow, "dagster-webserver": ports.dagster}
+            listening["dask-scheduler"] = ports.dask
+            bound = {name: port for name, port in listening.items() if name in servers}
+            probes = health_probes(postgres, ports, log)
+            return supervise(processes, servers, record, log, retired, probes, bound)
         except KeyboardInterrupt:
             log("stopping the service")
             return 0
