@@ -25,6 +25,7 @@ from leap_serving.model.cascade import BinnedCascade
 from leap_serving.model.profiles import profile_params
 from leap_serving.model.publish import MANIFEST, sha256_file
 from leap_serving.model.published import ARTIFACTS, LeapModel, ModelArtifactError
+from leap_serving.registry.bundle import BUNDLE_DIR, BUNDLE_FILE, BUNDLE_TAG, write_bundle
 from leap_serving.registry.registered import SHA256_TAG
 
 
@@ -44,6 +45,19 @@ def _rewrite_manifest(folder) -> None:
     manifest = json.loads((folder / MANIFEST).read_text())
     manifest["files"] = {name: sha256_file(folder / name) for name in manifest["files"]}
     (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def _bundle_path(version: str) -> Path:
+    """Where a version's bundle lies in the local artifact store of the tests."""
+    client = registry.MlflowClient()
+    run_id = client.get_model_version(registry.model_name(), version).run_id
+    return Path(urlparse(client.get_run(run_id).info.artifact_uri).path) / BUNDLE_DIR / BUNDLE_FILE
+
+
+def _rebundle(stored: Path, version: str) -> None:
+    """What an attacker who can write the artifact store does beside rewriting a version's
+    files: its bundle written again from them (the registry's tags stay as registered)."""
+    write_bundle(stored, _bundle_path(version))
 
 
 def test_a_saved_model_predicts_bit_for_bit_as_before(model, tmp_path):
@@ -216,11 +230,13 @@ def test_a_registry_version_whose_files_changed_is_refused_and_the_ranker_keeps_
     metadata = json.loads((stored / "metadata.json").read_text())
     (stored / "metadata.json").write_text(json.dumps({**metadata, "profile": "altered"}))
     _rewrite_manifest(stored)
+    _rebundle(stored.parent, versions[1])
     registry.promote(versions[1], reason="test", actor="pytest")
     assert ranker.reload() is False
     assert ranker.model_version == versions[0]
     stats = ranker.stats()
-    assert stats["models_refused"] == 1 and "sha256 recorded on the registry" in stats["load_error"]
+    assert stats["models_refused"] == 1 and "sha256 recorded on" in stats["load_error"]
+    assert "replaced after registration" in stats["load_error"]
     assert "still serving version" in stats["load_error"]
 
 
@@ -321,6 +337,14 @@ def test_a_version_whose_shipped_files_changed_is_refused_by_name_before_any_of_
 
     marker = tmp_path / "ran"
     _tamper(stored, tampered, marker)
+    _rebundle(stored, version)
+    bundle_refused = rf"{BUNDLE_TAG}\): the version's files were replaced after registration"
+    with pytest.raises(ModelArtifactError, match=bundle_refused):
+        load_registered(f"models:/{name}/{version}")
+    with pytest.raises(ModelArtifactError, match=bundle_refused):
+        pyfunc.load_checked(f"models:/{name}/{version}")
+    # fetched file by file (a version registered before bundles), each file is named
+    registry.MlflowClient().delete_model_version_tag(name, version, BUNDLE_TAG)
     refused = rf"{registry.CODE_SHA256_TAG}\).*\['{re.escape(tampered)}'\].*replaced after registr"
     with pytest.raises(ModelArtifactError, match=refused):
         load_registered(f"models:/{name}/{version}")
@@ -370,7 +394,11 @@ def test_a_rewrite_that_keeps_a_folder_consistent_is_caught_only_against_the_reg
     config[CODE_CONFIG]["code/leap_serving/launch/history.py"] = sha256_file(target)
     (folder / "MLmodel").write_text(yaml.safe_dump(mlmodel))
     (stored / "MLmodel").write_text(yaml.safe_dump(mlmodel))
+    _rebundle(stored, version)
     assert isinstance(mlflow.pyfunc.load_model(str(folder)), mlflow.pyfunc.PyFuncModel)
+    with pytest.raises(ModelArtifactError, match=rf"{BUNDLE_TAG}\): the version's files were"):
+        load_registered(f"models:/{name}/{version}")
+    registry.MlflowClient().delete_model_version_tag(name, version, BUNDLE_TAG)
     with pytest.raises(
         ModelArtifactError, match=r"changed \['MLmodel', 'code/leap_serving/launch/hist"
     ):
@@ -404,13 +432,16 @@ def test_a_cache_planted_in_the_store_never_runs_through_the_checked_loader(
     model, tmp_path, monkeypatch
 ):
     """Caches are recorded nowhere (a run in place writes them), and Python runs an unchecked
-    cached module without reading its source: the checked loader drops them from its copy."""
+    cached module without reading its source: the checked loader drops them from its copy. The
+    version's files fetched one by one (no bundle, as registered before bundles): a bundle never
+    holds the store's caches."""
     import importlib.util
     import py_compile
 
     from leap_serving.registry import pyfunc
 
     version, stored = _register(model, tmp_path, monkeypatch, "leap-cache-test")
+    registry.MlflowClient().delete_model_version_tag(registry.model_name(), version, BUNDLE_TAG)
     marker = tmp_path / "ran"
     planted = tmp_path / "planted.py"
     planted.write_text(f"import pathlib; pathlib.Path({str(marker)!r}).write_text('ran')\n")
@@ -421,3 +452,66 @@ def test_a_cache_planted_in_the_store_never_runs_through_the_checked_loader(
     )  # fmt: skip
     loaded = pyfunc.load_checked(f"models:/{registry.model_name()}/{version}")
     assert isinstance(loaded, mlflow.pyfunc.PyFuncModel) and not marker.exists()
+
+
+def test_a_version_loads_from_its_bundle_in_one_download_and_predicts_as_the_full_copy(
+    model, tmp_path, monkeypatch
+):
+    """Registration stores the version as one tar: the loader downloads that one file (about 90
+    downloads before, each checking the password on a server behind basic auth), and the model
+    it loads predicts bit for bit what one loaded from the version's files one by one does."""
+    from leap_serving.registry.registered import load_registered
+
+    version, _ = _register(model, tmp_path, monkeypatch, "leap-bundle-test")
+    name = registry.model_name()
+    downloads: list[dict] = []
+    download = mlflow.artifacts.download_artifacts
+
+    def counted(**kwargs):
+        downloads.append(kwargs)
+        return download(**kwargs)
+
+    monkeypatch.setattr(mlflow.artifacts, "download_artifacts", counted)
+    bundled, _ = load_registered(f"models:/{name}/{version}")
+    assert [d.get("artifact_path") for d in downloads] == [f"{BUNDLE_DIR}/{BUNDLE_FILE}"]
+    registry.MlflowClient().delete_model_version_tag(name, version, BUNDLE_TAG)
+    one_by_one, _ = load_registered(f"models:/{name}/{version}")
+    assert downloads[-1]["artifact_uri"] == f"models:/{name}/{version}"
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(200, len(FEATURE_COLUMNS)))
+    assert np.array_equal(bundled.cascade.predict(X), one_by_one.cascade.predict(X))
+
+
+def test_a_bundle_replaced_in_the_store_is_refused_before_anything_of_it_is_written(
+    model, tmp_path, monkeypatch
+):
+    """A tar rewritten in the store (a member named ``../``, an absolute one, a link out) fails
+    the sha256 the registry recorded; one that passed it (a registry written too) is still
+    extracted with the ``data`` filter, which refuses such members: nothing lands outside."""
+    import io
+    import tarfile
+
+    from leap_serving.registry.bundle import bundle_record, fetch_bundle
+    from leap_serving.registry.registered import load_registered
+
+    version, _ = _register(model, tmp_path, monkeypatch, "leap-crafted-bundle-test")
+    name = registry.model_name()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    crafted = _bundle_path(version)
+    with tarfile.open(crafted, "w") as tar:
+        info = tarfile.TarInfo(f"../../../../../../..{outside}/planted.py")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"evil"))
+        link = tarfile.TarInfo("artifacts/metadata.json")
+        link.type, link.linkname = tarfile.SYMTYPE, str(outside / "secret")
+        tar.addfile(link)
+    with pytest.raises(ModelArtifactError, match=rf"{BUNDLE_TAG}\): the version's files were"):
+        load_registered(f"models:/{name}/{version}")
+    record = registry.MlflowClient().get_model_version(name, version)
+    forged = {**bundle_record(record.tags, "v"), "sha256": sha256_file(crafted)}
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with pytest.raises(ModelArtifactError, match="cannot be extracted"):
+        fetch_bundle(record.run_id, forged, "v", scratch)
+    assert list(outside.iterdir()) == []

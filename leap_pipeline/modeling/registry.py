@@ -27,6 +27,7 @@ from mlflow.types import ColSpec, Schema
 from leap_pipeline.modeling.registry_errors import absent_or_raise
 from leap_pipeline.settings import MODEL_NAME_ENV, environment, set_environment  # noqa: F401
 from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.registry.bundle import BUNDLE_TAG
 from leap_serving.registry.registered import SHA256_TAG
 from leap_serving.registry.shipped import CODE_SHA256_TAG
 
@@ -294,7 +295,7 @@ def log_candidate(
     # that the night's look-up (``registered_nights``) cannot see
     version_tags_ = {
         SHA256_TAG: json.dumps(recorded, sort_keys=True),
-        CODE_SHA256_TAG: json.dumps(pyfunc.shipped_record(info.model_uri, config), sort_keys=True),
+        **pyfunc.stored_records(info.model_uri, config, run.info.run_id),
         **version_tags(tags, metrics, run.info.run_id, selection),
         **({"gate_reason": gate_reason} if gate_reason else {}),
     }
@@ -322,10 +323,10 @@ def training_window_dataset(
 
 # what a person scans in the version list; every metric stays on the run
 VERSION_TAGS = (
-    "evaluation_day", "training_window", "run_kind", "published_w20", "published_model",
-    "selection_w20", "gate", "gate_reason", "night_fingerprint", "run", SHA256_TAG,
-    CODE_SHA256_TAG,
-)  # fmt: skip
+    *("evaluation_day", "training_window", "run_kind", "published_w20", "published_model"),
+    *("selection_w20", "gate", "gate_reason", "night_fingerprint", "run"),
+    *(SHA256_TAG, CODE_SHA256_TAG, BUNDLE_TAG),
+)
 
 
 def version_tags(

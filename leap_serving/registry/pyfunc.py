@@ -20,6 +20,7 @@ registry version's tags from installed code before MLflow runs any of them
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import tempfile
 from importlib.metadata import version
@@ -35,6 +36,7 @@ from ..launch.contract import schema
 from ..launch.features import expand_candidates
 from ..model.compiled import CompiledCascade
 from ..model.published import ARTIFACTS, LeapModel, ModelArtifactError, check_artifacts
+from .bundle import BUNDLE_DIR, BUNDLE_FILE, BUNDLE_TAG, write_bundle
 from .registered import SHA256_TAG, fetch_registered, tag_record
 from .shipped import (
     CODE_CONFIG,
@@ -103,11 +105,18 @@ def model_config(sha256: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def shipped_record(model_uri: str, config: dict[str, Any]) -> dict[str, str]:
-    """What registration records in the version's ``code_sha256`` tag: the sha256 of every file
-    the model logged at ``model_uri`` ships beside its artifacts, read back from the store after
-    checking the stored copy against what was logged (``config``, from ``model_config``)."""
-    with tempfile.TemporaryDirectory(prefix="leap-logged-") as tmp:
+def stored_records(model_uri: str, config: dict[str, Any], run_id: str) -> dict[str, str]:
+    """The version tags registration records of the model logged at ``model_uri``, read back
+    from the store after checking the stored copy against what was logged (``config``, from
+    ``model_config``): the sha256 of every file it ships beside its artifacts (``code_sha256``),
+    and its bundle (``bundle.py``), which this writes from that checked copy and logs under the
+    run ``run_id``: the path and sha256 of the one file the loaders fetch."""
+    from mlflow import MlflowClient
+
+    with (
+        tempfile.TemporaryDirectory(prefix="leap-logged-") as tmp,
+        tempfile.TemporaryDirectory(prefix="leap-bundle-") as out,
+    ):
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=tmp))
         if problem := differences(local, config[CODE_CONFIG], complete=False):
             raise ModelArtifactError(
@@ -116,7 +125,15 @@ def shipped_record(model_uri: str, config: dict[str, Any]) -> dict[str, str]:
             )
         artifacts = {name: str(local / "artifacts" / file) for name, file in ARTIFACTS.items()}
         check_artifacts(artifacts, config[SHA256_CONFIG], recorded_by="when it was logged")
-        return shipped_files(local)
+        shipped = shipped_files(local)
+        tar = Path(out) / BUNDLE_FILE
+        bundle = write_bundle(local, tar)
+        MlflowClient().log_artifact(run_id, str(tar), BUNDLE_DIR)
+    bundle["path"] = f"{BUNDLE_DIR}/{BUNDLE_FILE}"
+    return {
+        CODE_SHA256_TAG: json.dumps(shipped, sort_keys=True),
+        BUNDLE_TAG: json.dumps(bundle, sort_keys=True),
+    }
 
 
 def load_checked(model_uri: str, version: str | None = None) -> mlflow.pyfunc.PyFuncModel:
@@ -172,6 +189,12 @@ class LeapPyfunc(mlflow.pyfunc.PythonModel):
     """Input: launch rows in the data contract's columns (``hardware_type`` = the candidate,
     ``ds`` = the launch day). Output per row: predicted throughput, bin, bin probability and
     whether history was found (``LeapModel.predict``, through the compiled trees)."""
+
+    # MLflow wraps ``predict`` to validate its input against type hints it has none of, and
+    # advises adding them in a warning (filtered "once" inside MLflow, past any filter of the
+    # caller) in every process that imports this module: each night's run worker logged it.
+    # The signature logged with the model checks the input instead
+    _skip_type_hint_validation = True
 
     def load_context(self, context) -> None:
         """Load the files only if they carry the sha256 recorded at registration: every file

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from pathlib import Path
 
 from ..model.published import LeapModel, ModelArtifactError
+from .bundle import bundle_record, fetch_bundle
 from .shipped import CODE_SHA256_TAG, differences, drop_caches
 
 SHA256_TAG = "artifact_sha256"  # on each registry version: JSON, file name -> sha256
@@ -42,23 +44,29 @@ def load_registered(model_uri: str, version: str | None = None) -> tuple[LeapMod
     model and its version.
 
     The alias is resolved once (or not at all when ``version`` is given), and the files are
-    fetched by that version number, so a promotion meanwhile cannot mix two versions. Every file
-    must carry the sha256 the version recorded at registration: its artifacts, and the code and
-    MLflow files it ships, which this process never runs (``mlflow models serve`` would).
+    fetched by that version number, so a promotion meanwhile cannot mix two versions: one file
+    (the version's bundle, ``bundle.py``) when registration stored one. Every file must carry the
+    sha256 the version recorded at registration: its artifacts, and the code and MLflow files it
+    ships, which this process never runs (``mlflow models serve`` would).
     """
-    local, version, expected = fetch_registered(model_uri, version)
-    return LeapModel.load(local / "artifacts", expected_sha256=expected), version
+    with tempfile.TemporaryDirectory(prefix="leap-version-") as tmp:
+        local, version, expected = fetch_registered(model_uri, version, dst=tmp)
+        return LeapModel.load(local / "artifacts", expected_sha256=expected), version
 
 
 def fetch_registered(
-    model_uri: str, version: str | None = None, dst: str | Path | None = None,
+    model_uri: str,
+    version: str | None = None,
+    dst: str | Path | None = None,
     require_code: bool = False,
-) -> tuple[Path, str, dict[str, str]]:  # fmt: skip
+) -> tuple[Path, str, dict[str, str]]:
     """One registry version downloaded (into ``dst``, else where MLflow puts it: in place, for a
     local store) and every file it ships beside its artifacts checked against the version's
     ``code_sha256`` tag before anything in it is read or run; returns the folder, the version and
     its ``artifact_sha256`` tag, which the caller checks the artifacts against. A copy in ``dst``
     holds no cache (``__pycache__``, recorded nowhere) that a run in place left in the store.
+    With ``dst``, a version registered with a bundle is fetched as that one file, checked
+    against its ``model_bundle`` tag and extracted there, then checked file by file the same.
 
     A version registered before the shipped files were recorded has no ``code_sha256``: refused
     when ``require_code`` (the caller will run its code), else fetched with a warning (a caller
@@ -78,20 +86,23 @@ def fetch_registered(
     label = f"{name} version {version}"
     expected = tag_record(record.tags, SHA256_TAG, label)
     shipped = tag_record(record.tags, CODE_SHA256_TAG, label, required=require_code)
-    try:
-        local = Path(
-            mlflow.artifacts.download_artifacts(
-                artifact_uri=f"models:/{name}/{version}", dst_path=None if dst is None else str(dst)
-            )
-        )
-    except Exception as exc:  # MLflow raises several types for a missing model or server
-        raise ModelArtifactError(f"cannot download {label}: {exc}") from exc
+    bundle = bundle_record(record.tags, label)
+    if dst is not None and bundle is not None and record.run_id:
+        local = fetch_bundle(record.run_id, bundle, label, Path(dst))
+    else:
+        try:
+            uri = f"models:/{name}/{version}"
+            target = None if dst is None else str(dst)
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=target))
+        except Exception as exc:  # MLflow raises several types for a missing model or server
+            raise ModelArtifactError(f"cannot download {label}: {exc}") from exc
     if shipped is None:
         logging.getLogger("leap_serving").warning(
-            "leap_serving: %s carries no %s tag (registered before the files it ships beside its "
-            "artifacts were recorded): its artifacts are checked, its code cannot be",
-            label, CODE_SHA256_TAG,
-        )  # fmt: skip
+            "leap_serving: %s carries no %s tag (registered before the files it ships beside "
+            "its artifacts were recorded): its artifacts are checked, its code cannot be",
+            label,
+            CODE_SHA256_TAG,
+        )
     elif problem := differences(local, shipped):
         raise ModelArtifactError(
             f"{local} does not match the sha256 recorded on {label} ({CODE_SHA256_TAG}): "
