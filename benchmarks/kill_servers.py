@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     from leap_pipeline.app.postgres import EmbeddedPostgres
+    from leap_pipeline.app.supervision import listens
     from leap_pipeline.app.ui import answers, free_port
-    from leap_pipeline.app.up import _listens
     from leap_pipeline.orchestration.calendar import Calendar
 
     root = Path(tempfile.mkdtemp(prefix="leap-kill-servers-"))
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "dagster-daemon": (lambda: child("dagster-daemon").pid, daemon_back),
         "postgres": (postmaster, postgres_back),
-        "dask-scheduler": (lambda: child("scheduler").pid, lambda old: _listens(ports["dask"])),
+        "dask-scheduler": (lambda: child("scheduler").pid, lambda old: listens(ports["dask"])),
     }
 
     def restarted(main_pid, old: int) -> bool:  # a new main process: not the old one's child

@@ -50,6 +50,9 @@ MAX_CONCURRENT_RUNS_ENV = "LEAP_MAX_CONCURRENT_RUNS"
 MAX_CONCURRENT_STEPS_ENV = "LEAP_MAX_CONCURRENT_STEPS"
 ALERT_WEBHOOK_ENV = "LEAP_ALERT_WEBHOOK_URL"
 DASK_TLS_DIR_ENV = "LEAP_DASK_TLS_DIR"
+# set by ``leap up`` for its Dagster webserver and daemon, whose runs any local user who reaches
+# the webserver can launch: such a run's config may not promote or name another source
+SERVICE_RUNS_ENV = "LEAP_SERVICE_RUNS"
 # the drivers the service extra installs: SQLAlchemy 2.1 reads a bare postgresql:// as psycopg
 # (version 3), which nothing here installs, so the Dagster and MLflow stores name psycopg2
 POSTGRES_SCHEMES = ("postgresql://", "postgresql+psycopg2://")
@@ -80,6 +83,7 @@ class Environment(BaseModel):
     max_concurrent_steps: int = Field(1, ge=1, le=64, alias=MAX_CONCURRENT_STEPS_ENV)
     alert_webhook_url: str = Field("", pattern=r"^https?://\S+$", alias=ALERT_WEBHOOK_ENV)
     dask_tls_dir: Path | None = Field(None, alias=DASK_TLS_DIR_ENV)
+    service_runs: bool = Field(False, alias=SERVICE_RUNS_ENV)
 
     @property
     def warehouse_path(self) -> Path:
@@ -142,6 +146,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
     ),
     ALERT_WEBHOOK_ENV: ("(none)", "a URL each failed run is posted to (Slack-compatible JSON)"),
     DASK_TLS_DIR_ENV: ("(none)", "the certificates a tls:// dask_scheduler is reached with"),
+    SERVICE_RUNS_ENV: (
+        "(none)",
+        "1 under `leap up`'s Dagster: run config sets no promote, no source",
+    ),
     "LEAP_MODEL_URI": ("models:/leap-throughput@production", "the model the Ranker loads"),
     "LEAP_ROUTING_SWITCHES": ("(none)", "a JSON file of switches the Ranker re-reads"),
     # `leap serve`'s, read by ``leap_serving.http.config`` (``serve_config`` below)

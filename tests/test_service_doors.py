@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -203,3 +204,28 @@ def test_leap_ups_data_folder_is_its_owners_only(request):
     if os.geteuid() == 0:  # after: it reads and lists nothing of the folder, later files too
         assert read_by_another_uid() == []
     assert lock_down(data, data / "postgres") == 2  # later.json, and 0710 -> 0700
+
+
+def test_a_service_run_may_not_promote_or_land_another_source(monkeypatch, tmp_path):
+    """Under leap up's Dagster (LEAP_SERVICE_RUNS, which it sets for its webserver and daemon),
+    any local user who reaches the webserver can launch a run: its config could set `promote:
+    true` (or `run_kind: nightly`) and move the alias as the service's account, past MLflow's
+    auth, or a `files:` source and have the service read any folder. Such a run fails as it
+    starts, naming the field; outside the service (the owner's own commands) both stay open."""
+    from leap_pipeline.orchestration.resources import SourceResource, TrainingResource
+
+    calendar = "simulator:seed=0,scale=0.01"
+    asked = [
+        (TrainingResource(promote=True), "promote=True is refused"),
+        (TrainingResource(run_kind="nightly"), "run_kind='nightly' is refused"),
+        (SourceResource(uri=f"files:{tmp_path}", default_uri=calendar), "source uri='files:"),
+    ]
+    for resource, _ in asked:
+        resource.setup_for_execution(None)  # not the service: the owner's to set
+    monkeypatch.setenv("LEAP_SERVICE_RUNS", "1")
+    for resource, refused in asked:
+        with pytest.raises(ValueError, match=re.escape(refused)):
+            resource.setup_for_execution(None)
+    TrainingResource(run_kind="adhoc", profile="quick").setup_for_execution(None)
+    SourceResource(uri=calendar, default_uri=calendar).setup_for_execution(None)
+    SourceResource(default_uri=calendar).setup_for_execution(None)

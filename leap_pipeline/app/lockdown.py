@@ -7,8 +7,10 @@ and runs write from then on is the owner's only, and at each start takes group a
 off what an earlier start, a demo or an older release left. The folder itself gives others
 nothing, so a file another process creates in it later (a `leap materialize` under the user's
 own umask) is out of their reach too. When Postgres runs as a user of its own (under root the
-embedded wheel does), the folder's group is that user's and the group may traverse it (0710):
-Postgres must reach ``postgres/``, which stays as Postgres keeps it.
+embedded wheel does), the group its processes run with may traverse the folder (0710):
+Postgres must reach ``postgres/``, which stays as Postgres keeps it. That group is the
+postmaster's own, read from the running process: the wheel changes only the user, so under
+root it is root's group; the user's own group left Postgres unable to reach its folder.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ SERVICE_UMASK = 0o077
 def lock_down(data: Path, postgres: Path, postgres_group: int | None = None) -> int:
     """Take group and other access off every entry under ``data`` but ``postgres`` (and what it
     holds), links left alone; ``data`` itself 0700, or 0710 with the group ``postgres_group``
-    (Postgres's own user, which must traverse it to reach ``postgres``). Returns how many
-    entries changed."""
+    (the group Postgres's processes run with, which must traverse it to reach ``postgres``).
+    Returns how many entries changed."""
     changed = 0
     for root, dirs, files in os.walk(data):
         here = Path(root)

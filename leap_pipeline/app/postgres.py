@@ -252,17 +252,20 @@ class EmbeddedPostgres:
             self._require_password(password)
         return self.uri
 
-    def group_apart(self) -> int | None:
-        """The group of the user Postgres runs as when it is not this process's (under root,
-        the wheel's own ``POSTGRES_USER``), else None."""
+    def traversal_group(self) -> int | None:
+        """The group through which Postgres's processes reach its folder when they run as a
+        user of their own (under root, the wheel's ``POSTGRES_USER``), else None: the running
+        postmaster's effective group. The wheel changes only the user (``subprocess``'s
+        ``user=``), so under root that is root's group, not the user's own: a data folder
+        0710 with the user's group left the postmaster unable to stat its own folder when a
+        crashed backend made it reinitialise, and ``pg_ctl`` unable to stop it."""
         if os.geteuid() != 0:
             return None
-        import pwd
-
         try:
-            return pwd.getpwnam(POSTGRES_USER).pw_gid
-        except KeyError:  # not created yet: the wheel creates it at its first start
-            return None
+            pid = int((self.folder / "postmaster.pid").read_text().split()[0])
+            return psutil.Process(pid).gids().effective
+        except (OSError, ValueError, IndexError, psutil.Error):  # not running: as the wheel runs it
+            return os.getegid()
 
     def postmaster_gone(self) -> bool:
         """Whether the folder's postmaster is gone (its pid file names no live Postgres

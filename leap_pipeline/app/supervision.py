@@ -99,6 +99,17 @@ def port_holder(port: int) -> str | None:
     return "another user's process"
 
 
+def listens(port: int) -> bool:
+    """Whether a socket listens on ``port``, read from the kernel's table, not by connecting: a
+    bare connection to the TLS scheduler made it warn of a failed handshake at every start."""
+    with contextlib.suppress(psutil.Error):
+        return any(
+            c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+            for c in psutil.net_connections("tcp")
+        )
+    return False
+
+
 def wait_for_port(port: int, timeout_s: float | None = None) -> str | None:
     """Wait up to ``timeout_s`` (default ``PORT_WAIT_S``) for ``port`` to be free; None once
     it is, else its holder."""

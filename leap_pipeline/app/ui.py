@@ -96,7 +96,12 @@ def mlflow_server(
             "--port", str(port), "--backend-store-uri", store,
             "--artifacts-destination" if proxy_artifacts else "--default-artifact-root",
             artifacts.as_uri()]  # fmt: skip
-    env = {**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    # MLflow's own import of a deprecated Starlette module warns at every start, which tells an
+    # operator nothing they can act on: left out of the server's log (PYTHONWARNINGS' module
+    # field is the module the warning is attributed to)
+    quiet = "ignore::UserWarning:mlflow.server.fastapi_app"
+    warnings_env = ",".join(filter(None, [env.get("PYTHONWARNINGS", ""), quiet]))
+    env = {**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "PYTHONWARNINGS": warnings_env}
     if auth is not None:
         argv += ["--app-name", "basic-auth"]
         env.update(auth.server_environment())

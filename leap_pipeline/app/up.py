@@ -26,7 +26,6 @@ import importlib.util
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -44,6 +43,7 @@ from leap_pipeline.app.supervision import (
     READY_TIMEOUT_S,
     Probe,
     holding_folder,
+    listens,
     stop_retired,
     supervise,
 )
@@ -65,6 +65,7 @@ from leap_pipeline.settings import (
     DATA_ENV,
     DATABASE_URL_ENV,
     MAX_CONCURRENT_RUNS_ENV,
+    SERVICE_RUNS_ENV,
     Environment,
     environment,
     sqlalchemy_url,
@@ -145,7 +146,8 @@ def commands(
     if dask_workers and dask_tls is None:
         raise ValueError(f"dask_workers={dask_workers} needs dask_tls: the cluster runs on TLS")
     shared = service_environment(install, ports, auth, dask_tls if dask_workers else None)
-    env = {**ui_environment(install.data), **shared}
+    # the webserver's and the daemon's runs: config that promotes or names a source is refused
+    env = {**ui_environment(install.data), **shared, SERVICE_RUNS_ENV: "1"}
     workspace = str(workspace_file(install.data))
     mlflow_store = _mlflow_store(install)
     found = {
@@ -158,7 +160,14 @@ def commands(
              "-p", str(ports.dagster)],
             env,
         ),
-        "dagster-daemon": ([_script("dagster-daemon"), "run", "-w", workspace], env),
+        # the daemon starts a new code server for the workspace every minute and the old one
+        # warns "No heartbeat received in 20 seconds, shutting down" as it goes, by design:
+        # their log from ERROR up (a code server that fails to load is an error)
+        "dagster-daemon": (
+            [_script("dagster-daemon"), "run", "-w", workspace,
+             "--code-server-log-level", "error"],
+            env,
+        ),
     }  # fmt: skip
     if dask_workers:
         scratch = str(install.data / "dask")
@@ -180,19 +189,13 @@ def commands(
     return found
 
 
-def _listens(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 def _wait_ready(processes: dict, ports: Ports, log: Callable) -> bool:
     """Wait until MLflow, the webserver (and the Dask scheduler) answer; False when one of
     the servers exits first or they take over ``READY_TIMEOUT_S``."""
     checks = {
         "mlflow": lambda: answers(f"http://127.0.0.1:{ports.mlflow}/health"),
         "dagster-webserver": lambda: answers(f"http://127.0.0.1:{ports.dagster}/server_info"),
-        "dask-scheduler": lambda: _listens(ports.dask),
+        "dask-scheduler": lambda: listens(ports.dask),
     }
     waiting = [name for name in processes if name in checks]
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -221,7 +224,7 @@ def health_probes(postgres: EmbeddedPostgres, ports: Ports, log: Callable) -> di
         except (ValueError, OSError) as exc:
             log(f"Postgres did not start again after its stop ({how}): {exc}")
         finally:  # under root the wheel opens the folders above its own at each start (o+rx)
-            lock_down(postgres.folder.parent, postgres.folder, postgres.group_apart())
+            lock_down(postgres.folder.parent, postgres.folder, postgres.traversal_group())
 
     health = f"http://127.0.0.1:{ports.mlflow}/health"
     return {
@@ -344,7 +347,7 @@ def serve(
         postgres = EmbeddedPostgres(environment({DATA_ENV: str(data)}).postgres_folder)
         try:
             postgres.start()
-            opened = lock_down(data, postgres.folder, postgres.group_apart())
+            opened = lock_down(data, postgres.folder, postgres.traversal_group())
             if opened:
                 log(f"took group and other access off {opened} entries of {data}")
             created = postgres.create_databases(DATABASES)

@@ -18,7 +18,12 @@ from leap_pipeline.data.sources import Source, source_from_uri
 from leap_pipeline.data.warehouse import Warehouse, default_path, open_warehouse
 from leap_pipeline.modeling.parallel import check_scheduler
 from leap_pipeline.orchestration.calendar import Calendar
-from leap_pipeline.settings import GateSettings, RegistrySettings, TrainingSettings
+from leap_pipeline.settings import (
+    GateSettings,
+    RegistrySettings,
+    TrainingSettings,
+    environment,
+)
 
 
 class SourceResource(dg.ConfigurableResource):
@@ -32,6 +37,20 @@ class SourceResource(dg.ConfigurableResource):
 
     def source(self) -> Source:
         return source_from_uri(self.uri or self.default_uri or Calendar.load().source)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Under ``leap up``'s Dagster (``$LEAP_SERVICE_RUNS``), whose runs any local user who
+        reaches the webserver can launch, a run may land the calendar's source only: another
+        (``files:/any/folder``) would be read as the service's account."""
+        if not self.uri or not environment().service_runs:
+            return
+        calendar = self.default_uri or Calendar.load().source
+        if self.uri != calendar:
+            raise ValueError(
+                f"source uri={self.uri!r} is refused: runs launched through leap up's Dagster "
+                f"land the calendar's source ({calendar}) only; land another with `leap "
+                "materialize --source` from a shell with the service's variables"
+            )
 
 
 class WarehouseResource(dg.ConfigurableResource):
@@ -91,8 +110,21 @@ class TrainingResource(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """A scheduler the service does not allow (``parallel.check_scheduler``: plain TCP
-        where TLS is set up) fails the run as it starts, before any step connects anywhere."""
+        where TLS is set up) fails the run as it starts, before any step connects anywhere; so
+        does ``promote`` under ``leap up``'s Dagster (``$LEAP_SERVICE_RUNS``)."""
         check_scheduler(self.dask_scheduler)
+        if not environment().service_runs:
+            return
+        # run_kind nightly moves the alias as promote does: the schedule's runs are nightly
+        # by their schedule's tag, with no run config
+        for name, value in (("promote", self.promote), ("run_kind", self.run_kind)):
+            if value is True or value == "nightly":
+                raise ValueError(
+                    f"{name}={value!r} is refused: a run launched through leap up's Dagster, "
+                    "which any local user who reaches the webserver can launch, moves the alias "
+                    "only as the nightly schedule's run whose gate passed; promote a version "
+                    "with `leap model promote VERSION` (the pipeline's MLflow account)"
+                )
 
     def training_settings(self) -> TrainingSettings:
         return TrainingSettings(
