@@ -63,7 +63,7 @@ def _register(env: dict[str, str], scratch: Path) -> str:
         artifact_folder=scratch / "model",
         day=day,
         window=(day - dt.timedelta(days=30), day - dt.timedelta(days=1)),
-        run_kind="benchmark",
+        run_kind="adhoc",
         params={},
         metrics={"w20": 0.5},
         files=[],

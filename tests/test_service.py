@@ -184,6 +184,8 @@ def test_the_mlflow_auth_configuration_holds_no_secret_and_mlflow_reads_it(tmp_p
     read = read_auth_config()
     assert read.default_permission == "READ" and read.database_uri == database  # '%' kept
     assert read.admin_username == "leap" and read.admin_password is None
+    # a password checked once a minute, not at every one of a model's downloads
+    assert read.auth_cache_ttl_seconds == credentials.AUTH_CACHE_TTL_S > 0
     with pytest.raises(ValueError, match="default_permission='ALL'"):
         credentials.auth_ini(database, "ALL")
 

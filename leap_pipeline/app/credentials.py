@@ -130,6 +130,9 @@ class MlflowAuth:
         }
 
 
+AUTH_CACHE_TTL_S = 60  # MLflow's basic-auth credential cache, per server process
+
+
 def auth_ini(database_uri: str, default_permission: str = "READ") -> str:
     """The basic-auth app's configuration: every request needs an account; one that is not an
     admin reads (``default_permission``) and changes nothing it was not granted, so only the
@@ -148,6 +151,10 @@ def auth_ini(database_uri: str, default_permission: str = "READ") -> str:
         f"admin_username = {MLFLOW_ADMIN}\n"
         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
         "grant_default_workspace_access = false\n"
+        # a password checked once a minute per account, not at every request (scrypt, about
+        # 0.1 s each: a model's 98 downloads took 15 s); one worker, so no other worker's copy
+        # outlives a password change made through the server
+        f"auth_cache_ttl_seconds = {AUTH_CACHE_TTL_S}\n"
     )
 
 

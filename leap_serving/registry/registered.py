@@ -75,10 +75,14 @@ def fetch_registered(
     import mlflow
     from mlflow import MlflowClient
 
-    name, _, _ = _split_model_uri(model_uri)
-    try:
-        version = version or registry_version(model_uri)
-        record = MlflowClient().get_model_version(name, version)
+    name, alias, named = _split_model_uri(model_uri)
+    try:  # one request: the alias's answer is the version's record, tags and all
+        client = MlflowClient()
+        if version is None and alias is not None:
+            record = client.get_model_version_by_alias(name, alias)
+        else:
+            record = client.get_model_version(name, version or named)
+        version = str(record.version)
     except ModelArtifactError:
         raise
     except Exception as exc:  # MLflow raises several types for a missing model or server
