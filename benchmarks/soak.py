@@ -431,8 +431,13 @@ def _soak(nights, scale, seed, profile, keep, root, log, ui_every_night, service
     faults = {}
     if service is not None:  # each on an ordinary night (one that trains beside the UI)
         taken = {night_of[k] for k in ("late", "kill", "concurrent")}
-        for fraction, fault in ((0.35, service.restart_postgres), (0.5, service.kill_daemon),
-                                (0.65, service.kill_mlflow)):  # fmt: skip
+        for fraction, fault in (
+            (0.2, service.kill_postmaster),
+            (0.35, service.restart_postgres),
+            (0.5, service.kill_daemon),
+            (0.65, service.kill_mlflow),
+            (0.8, service.kill_webserver),
+        ):
             night = first_night + dt.timedelta(days=max(1, round(fraction * nights)) - 1)
             while night in taken:
                 night += dt.timedelta(days=1)
@@ -476,7 +481,11 @@ def _soak(nights, scale, seed, profile, keep, root, log, ui_every_night, service
     figures["events"] = {k: v.isoformat() for k, v in night_of.items()}
     if service is not None:
         figures["topology"] = "service"
-        figures["faults"] = {**service.faults, "servers_restarted": service.restarts_seen()}
+        figures["faults"] = {
+            **service.faults,
+            "servers_restarted": service.restarts_seen(),
+            "leap_up_stopped_itself": service.process.poll() is not None,
+        }
         figures["events"] |= {f.__name__: d.isoformat() for d, f in faults.items()}
     return figures
 

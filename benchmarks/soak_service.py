@@ -7,10 +7,14 @@ registers its model with the MLflow server over HTTP. The faults:
 
 - ``restart_postgres``: ``pg_ctl stop -m fast`` then start, while a night trains (every open
   connection is cut; Dagster's storage, the MLflow server and the run must reconnect);
-- ``kill_mlflow``: SIGKILL to the MLflow server's process group while a night trains
-  (``leap up`` starts it again; the night's registration must ride the gap);
+- ``kill_mlflow``: SIGKILL to the MLflow server's main process alone while a night trains
+  (its uvicorn child, which held the port, goes with its group; ``leap up`` starts it again
+  and the night's registration must ride the gap);
 - ``kill_daemon``: SIGKILL to the Dagster daemon while a night trains (``leap up`` starts it
-  again, ending nothing else).
+  again, ending nothing else);
+- ``kill_postmaster``: SIGKILL to the Postgres postmaster while a night trains (the health
+  probe finds it gone and starts it again);
+- ``kill_webserver``: SIGKILL to the Dagster webserver's main process while a night trains.
 """
 
 from __future__ import annotations
@@ -59,7 +63,10 @@ class ServiceTopology:
 
         # as a shell runs them: the MLflow account's password read from the file they name
         self.env = read_exports(self.text().splitlines())
-        self.faults = {"postgres_restarts": 0, "mlflow_kills": 0, "daemon_kills": 0}
+        self.faults = {
+            "postgres_restarts": 0, "mlflow_kills": 0, "daemon_kills": 0,
+            "postmaster_kills": 0, "webserver_kills": 0,
+        }  # fmt: skip
 
     def text(self) -> str:
         return self.output.read_text(errors="replace")
@@ -74,17 +81,40 @@ class ServiceTopology:
         self.faults["postgres_restarts"] += 1
         return f"Postgres restarted ({time.monotonic() - started:.1f} s down)"
 
-    def kill_mlflow(self) -> str:
+    def _kill_main(self, word: str, fault: str, name: str) -> str:
+        """SIGKILL to the main process alone of ``leap up``'s server whose command line holds
+        ``word``, then wait until ``leap up`` says it started it again."""
         servers = [p for p in psutil.Process(self.process.pid).children()
-                   if "mlflow" in " ".join(p.cmdline()) and "server" in p.cmdline()]  # fmt: skip
+                   if word in " ".join(p.cmdline())]  # fmt: skip
         if not servers:
-            return "no MLflow server to kill"
-        os.killpg(servers[0].pid, signal.SIGKILL)
-        self.faults["mlflow_kills"] += 1
+            return f"no {name} server to kill"
+        said = f"the {name} server exited"
+        before = self.text().count(said)
+        servers[0].send_signal(signal.SIGKILL)
+        self.faults[fault] += 1
         deadline = time.monotonic() + 120
-        while "the mlflow server exited" not in self.text() and time.monotonic() < deadline:
+        while self.text().count(said) == before and time.monotonic() < deadline:
             time.sleep(0.2)
-        return f"MLflow server killed (pid {servers[0].pid}); leap up started it again"
+        return f"{name} server's main process killed (pid {servers[0].pid}); started again"
+
+    def kill_mlflow(self) -> str:
+        return self._kill_main("mlflow", "mlflow_kills", "mlflow")
+
+    def kill_webserver(self) -> str:
+        return self._kill_main("dagster-webserver", "webserver_kills", "dagster-webserver")
+
+    def kill_postmaster(self) -> str:
+        pid = int((self.data / "postgres" / "postmaster.pid").read_text().split()[0])
+        said = "the postgres server started again"
+        before = self.text().count(said)
+        os.kill(pid, signal.SIGKILL)
+        self.faults["postmaster_kills"] += 1
+        deadline = time.monotonic() + 120
+        while self.text().count(said) == before:
+            if time.monotonic() > deadline:
+                return f"postmaster killed (pid {pid}); not started again within 120 s"
+            time.sleep(0.2)
+        return f"postmaster killed (pid {pid}); its probe started it again"
 
     def kill_daemon(self) -> str:
         """SIGKILL to the Dagster daemon alone (not its group: its code server and the run
