@@ -26,7 +26,7 @@ from ..model.publish import sha256_file
 from ..model.published import ModelArtifactError
 from .shipped import CACHE, REGISTERED_META
 
-BUNDLE_TAG = "model_bundle"  # on each registry version: JSON {"path", "uri", "sha256", "files"}
+BUNDLE_TAG = "model_bundle"  # on each registry version: JSON {"path", "sha256", "files"}
 BUNDLE_DIR = "model_bundle"  # the run's artifact folder that holds the tar
 BUNDLE_FILE = "model.tar"
 # a tar of a version is a few MB; one far larger is no version registration wrote
@@ -91,14 +91,14 @@ def fetch_bundle(run_id: str, record: dict, label: str, dst: Path) -> Path:
     checked against the version's other tags (the caller does)."""
     import mlflow
 
-    # by its URI where registration recorded it: one request fewer than by the run's id
-    where = (
-        {"artifact_uri": record["uri"]}
-        if isinstance(record.get("uri"), str)
-        else {"run_id": run_id, "artifact_path": record["path"]}
-    )
+    # by the run, whose artifact location the store keeps (a restored folder's is relocated;
+    # a URI kept on the tag would still name the original folder)
     try:
-        local = Path(mlflow.artifacts.download_artifacts(**where, dst_path=str(dst)))
+        local = Path(
+            mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=record["path"], dst_path=str(dst)
+            )
+        )
     except Exception as exc:  # MLflow raises several types for a missing file or server
         raise ModelArtifactError(f"cannot download {label}'s {record['path']}: {exc}") from exc
     if not local.is_file() or local.stat().st_size > MAX_BUNDLE_BYTES:

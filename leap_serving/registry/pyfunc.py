@@ -128,11 +128,8 @@ def stored_records(model_uri: str, config: dict[str, Any], run_id: str) -> dict[
         shipped = shipped_files(local)
         tar = Path(out) / BUNDLE_FILE
         bundle = write_bundle(local, tar)
-        client = MlflowClient()
-        client.log_artifact(run_id, str(tar), BUNDLE_DIR)
-        root = client.get_run(run_id).info.artifact_uri
+        MlflowClient().log_artifact(run_id, str(tar), BUNDLE_DIR)
     bundle["path"] = f"{BUNDLE_DIR}/{BUNDLE_FILE}"
-    bundle["uri"] = f"{root}/{bundle['path']}"  # the loader asks for it alone, not for the run
     return {
         CODE_SHA256_TAG: json.dumps(shipped, sort_keys=True),
         BUNDLE_TAG: json.dumps(bundle, sort_keys=True),
