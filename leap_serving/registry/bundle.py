@@ -31,6 +31,8 @@ BUNDLE_DIR = "model_bundle"  # the run's artifact folder that holds the tar
 BUNDLE_FILE = "model.tar"
 # a tar of a version is a few MB; one far larger is no version registration wrote
 MAX_BUNDLE_BYTES = 1 << 30
+# the extraction filter that refuses links, absolute names and ``..`` (Python 3.11.4 and later)
+HAS_DATA_FILTER = hasattr(tarfile, "data_filter")
 
 
 def bundle_files(model_dir: str | Path) -> list[Path]:

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from ..model.published import LeapModel, ModelArtifactError
-from .bundle import bundle_record, fetch_bundle
+from .bundle import HAS_DATA_FILTER, bundle_record, fetch_bundle
 from .shipped import CODE_SHA256_TAG, differences, drop_caches
 
 SHA256_TAG = "artifact_sha256"  # on each registry version: JSON, file name -> sha256
@@ -91,7 +91,8 @@ def fetch_registered(
     expected = tag_record(record.tags, SHA256_TAG, label)
     shipped = tag_record(record.tags, CODE_SHA256_TAG, label, required=require_code)
     bundle = bundle_record(record.tags, label)
-    if dst is not None and bundle is not None and record.run_id:
+    # the tar's ``data`` filter came with Python 3.11.4: without it, file by file
+    if dst is not None and bundle is not None and record.run_id and HAS_DATA_FILTER:
         local = fetch_bundle(record.run_id, bundle, label, Path(dst))
     else:
         try:
