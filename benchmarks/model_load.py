@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -137,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         one_by_one = _timed_loads(uri, args.repeats)
     finally:
         up.send_signal(signal.SIGINT)
-        up.wait(timeout=120)
+        if up.wait(timeout=120) == 0:  # stopped cleanly: its folder goes (else kept, its log)
+            shutil.rmtree(root, ignore_errors=True)
     result = {
         "bundle_s": round(statistics.median(bundle), 2),
         "file_by_file_s": round(statistics.median(one_by_one), 2),
