@@ -21,7 +21,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,6 @@ import time
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
-READY_TIMEOUT_S = 300
 
 
 def _artifact_requests(log: Path, since: int) -> int:
@@ -89,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    from leap_pipeline.app.ui import free_port
-    from leap_pipeline.app.up import read_exports
+    from soak_service import ServiceTopology  # leap up started and its exports read
+
     from leap_pipeline.orchestration.calendar import Calendar
 
     root = Path(tempfile.mkdtemp(prefix="leap-model-load-"))
@@ -99,19 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     Calendar(source="simulator:seed=0,scale=0.02").save(data)
     drop = ("DAGSTER_HOME", "MLFLOW_TRACKING_URI", "LEAP_DATABASE_URL", "LEAP_DATA")
     base = {k: v for k, v in os.environ.items() if k not in drop}
-    log = root / "up.log"
-    argv_up = [sys.executable, "-m", "leap_pipeline.app.cli", "up", "--data", str(data)]
-    argv_up += ["--dagster-port", str(free_port()), "--mlflow-port", str(free_port())]
-    with log.open("w") as out:
-        up = subprocess.Popen(argv_up, stdout=out, stderr=subprocess.STDOUT, env=base, cwd=PROJECT)
+    service = ServiceTopology(data, log=lambda line: None)
+    log, env = service.output, service.env
     try:
-        started = time.monotonic()
-        while "leap up: ready in" not in log.read_text(errors="replace"):
-            if up.poll() is not None or time.monotonic() - started > READY_TIMEOUT_S:
-                print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
-                return 1
-            time.sleep(1)
-        env = read_exports(log.read_text(errors="replace").splitlines())
         version = _register(env, root)
         from leap_pipeline.modeling import registry
 
@@ -137,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         file_requests = _artifact_requests(log, mark)
         one_by_one = _timed_loads(uri, args.repeats)
     finally:
-        up.send_signal(signal.SIGINT)
-        if up.wait(timeout=120) == 0:  # stopped cleanly: its folder goes (else kept, its log)
+        if service.stop() == 0:  # stopped cleanly: its folder goes (else kept, its log)
             shutil.rmtree(root, ignore_errors=True)
     result = {
         "bundle_s": round(statistics.median(bundle), 2),
