@@ -261,20 +261,23 @@ class EmbeddedPostgres:
         crashed backend made it reinitialise, and ``pg_ctl`` unable to stop it."""
         if os.geteuid() != 0:
             return None
-        try:
-            pid = int((self.folder / "postmaster.pid").read_text().split()[0])
-            return psutil.Process(pid).gids().effective
-        except (OSError, ValueError, IndexError, psutil.Error):  # not running: as the wheel runs it
-            return os.getegid()
+        with contextlib.suppress(psutil.Error):
+            if (postmaster := self._postmaster()) is not None:
+                return postmaster.gids().effective
+        return os.getegid()  # not running: the group the wheel will run it with
 
     def postmaster_gone(self) -> bool:
         """Whether the folder's postmaster is gone (its pid file names no live Postgres
         process): killed or crashed, not hung."""
+        return self._postmaster() is None
+
+    def _postmaster(self) -> psutil.Process | None:
+        """The live Postgres process the folder's pid file names, else None."""
         try:
-            pid = int((self.folder / "postmaster.pid").read_text().split()[0])
-            return "postgres" not in psutil.Process(pid).name()
+            process = psutil.Process(int((self.folder / "postmaster.pid").read_text().split()[0]))
+            return process if "postgres" in process.name() else None
         except (OSError, ValueError, IndexError, psutil.Error):
-            return True
+            return None
 
     def ready(self) -> bool:
         """Whether the server answers a query within ``PROBE_TIMEOUT_S`` (connecting, then
