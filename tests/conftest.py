@@ -1,7 +1,11 @@
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +22,41 @@ SMALL_SCALE = 0.05
 @pytest.fixture(scope="session")
 def small_fleet() -> SimulatedFleet:
     return SimulatedFleet(seed=3, scale=SMALL_SCALE)
+
+
+# the smallest demo that promotes a model, as `leap demo` runs it for a user
+SMALL_DEMO = ("demo", "--scale", "0.02", "--days", "10", "--nights", "1")
+
+
+@dataclass(frozen=True)
+class SmallDemo:
+    """A folder ``leap demo`` (``SMALL_DEMO``) made, the command (without ``--json``) and what
+    it printed."""
+
+    data: Path
+    command: tuple[str, ...]
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def small_demo(tmp_path_factory) -> SmallDemo:
+    """``leap demo`` at the smallest scale, run once in a process of its own and shared by the
+    tests of the backup, the nightly schedule and the UI: a warehouse, records, an MLflow store
+    with a production alias (version 1), a Dagster home, a calendar and the nights' folders
+    behind their symlinks. Each of those tests ran its own (about 30 s apiece). A test may add
+    to the folder what leaves version 1 in production and the demo's days landed (a day landed
+    after them, a re-run of the same demo); one that moves the folder puts it back."""
+    data = tmp_path_factory.mktemp("small-demo") / "data"
+    drop = ("DAGSTER_HOME", "LEAP_DATA", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(DAGSTER_DISABLE_TELEMETRY="1", MLFLOW_DISABLE_TELEMETRY="true")
+    command = (sys.executable, "-m", "leap_pipeline.app.cli", *SMALL_DEMO, "--data", str(data))
+    done = subprocess.run(
+        [*command, "--json"], capture_output=True, text=True, env=env, cwd=data.parent
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return SmallDemo(data, command, done.stdout, done.stderr)
 
 
 @pytest.fixture(autouse=True)

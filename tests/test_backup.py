@@ -33,17 +33,11 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Path:
-    """The smallest demo that promotes a model (the one test_nightly and test_any_date run):
-    a warehouse, records, an MLflow store with a production alias, a Dagster home, a calendar
-    and the nights' folders behind their symlinks."""
-    data = tmp_path_factory.mktemp("backup") / "data"
-    command = [sys.executable, "-m", "leap_pipeline.app.cli", "demo", "--scale", "0.02",
-               "--days", "10", "--nights", "1", "--data", str(data), "--json"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, env=_env(), cwd=data.parent)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return data
+@pytest.fixture
+def demo(small_demo) -> Path:
+    """The smallest demo that promotes a model, shared with the nightly and UI tests
+    (``conftest.small_demo``)."""
+    return small_demo.data
 
 
 def _leap(*args: str) -> tuple[int, str, str]:
@@ -93,10 +87,13 @@ def test_a_restored_folder_serves_the_same_ranking_without_the_original(demo, tm
         assert (restored / "models").is_dir() and any(p.is_symlink() for p in
                                                       (restored / "models").iterdir())  # fmt: skip
         assert not (restored / "locks").exists()  # locks hold no data
-        # the night's record names the restored night folder, which model_evaluation opens
-        (record,) = (restored / "records" / "cascade_model").rglob("*.json")
-        folder = Path(json.loads(record.read_text())["record"]["folder"])
-        assert folder.is_relative_to(restored.resolve()) and (folder / "night.json").is_file()
+        # each night's record (a re-run of the shared demo adds one) names the restored night
+        # folder, which model_evaluation opens
+        records = list((restored / "records" / "cascade_model").rglob("*.json"))
+        assert records
+        for record in records:
+            folder = Path(json.loads(record.read_text())["record"]["folder"])
+            assert folder.is_relative_to(restored.resolve()) and (folder / "night.json").is_file()
         with (
             open_warehouse(moved / "leap.duckdb", True) as a,
             open_warehouse(restored / "leap.duckdb", True) as b,

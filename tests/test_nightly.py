@@ -427,20 +427,18 @@ def test_the_schedule_trains_each_night_once_from_the_records(tmp_path, monkeypa
     assert not again.run_requests and "trained" in again.skip_message
 
 
-def test_after_the_demo_the_ui_process_plans_the_next_night_and_a_rerun_reuses(tmp_path):
-    """A small demo, then a process configured as ``leap ui`` configures it evaluates the
-    schedule for the night after the demo's last day: a run request. A second demo on the same
-    data registers no new version."""
-    data = tmp_path / "data"
+def test_after_the_demo_the_ui_process_plans_the_next_night_and_a_rerun_reuses(
+    small_demo, tmp_path
+):
+    """A small demo (``conftest.small_demo``), then a process configured as ``leap ui``
+    configures it evaluates the schedule for the night after the demo's last day: a run request.
+    A second demo on the same data registers no new version."""
+    data = small_demo.data
     env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", DATA_ENV)}
-    demo = [sys.executable, "-m", "leap_pipeline.app.cli", "demo", "--scale", "0.02",
-            "--days", "10", "--nights", "1", "--data", str(data), "--json"]  # fmt: skip
-    first = subprocess.run(demo, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
     # the headline carries the published model's intervals, scored on the evaluation day
-    intervals = json.loads(first.stdout.strip().splitlines()[-1])["intervals"]
+    intervals = json.loads(small_demo.stdout.strip().splitlines()[-1])["intervals"]
     assert intervals["level"] == 0.8 and 0.0 < intervals["coverage"] <= 1.0
-    assert "80% intervals: cover" in first.stdout
+    assert "80% intervals: cover" in small_demo.stdout
     calendar = Calendar.load(data)
     last = calendar.first_day + dt.timedelta(days=9)
     assert last == calendar.last_closed_day() - dt.timedelta(days=1)  # yesterday is left open
@@ -463,7 +461,9 @@ print([r.tags.get("{NIGHTS_TAG}") for r in result.run_requests or []], result.sk
     assert run.returncode == 0, run.stderr[-3000:]
     next_night = last + dt.timedelta(days=1)
     assert f"['{next_night}..{next_night}']" in run.stdout, run.stdout
-    second = subprocess.run(demo, capture_output=True, text=True, env=env, cwd=tmp_path)
+    second = subprocess.run(
+        [*small_demo.command, "--json"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     assert "reused version(s) 1" in second.stderr
     assert json.loads(second.stdout.strip().splitlines()[-1])["model_uri"].endswith("@production")
