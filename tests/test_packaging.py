@@ -154,7 +154,7 @@ fail() {
 }
 if [ "${1:-}" = -m ] && [ "${2:-}" = venv ]; then
     mkdir -p "$3/bin"
-    for tool in python pip ruff; do cp "$FAKE_CI_DIR/bin/fake" "$3/bin/$tool"; done
+    for tool in python pip ruff uv; do cp "$FAKE_CI_DIR/bin/fake" "$3/bin/$tool"; done
 elif [ "$(basename "$0")" = ruff ]; then
     if [ "${FAKE_CI_FAIL:-}" = ruff ]; then fail; fi
 elif [ "${1:-}" = -m ] && [ "${2:-}" = pytest ] && [[ " $* " == *" -m long "* ]]; then
@@ -224,6 +224,10 @@ def test_ci_runs_ruff_before_the_readme_tests_and_the_long_runs_beside_them(tmp_
     files = readme_long[readme_long.index("long") + 1 :]
     assert files and all(f.startswith("tests/test_") for f in files)
     assert [a.removeprefix("--ignore=") for a in long_lane if a.startswith("--ignore=")] == files
+    # uv installs the project in every environment but the README's own .venv, whose command
+    # installs it with pip
+    installers = sorted(c[0] for c in calls if "-e" in c)
+    assert installers == [".venv-3.13/bin/uv", ".venv-skypilot/bin/uv", ".venv/bin/pip"]
 
 
 @pytest.mark.parametrize(
