@@ -25,7 +25,8 @@ def small_fleet() -> SimulatedFleet:
 
 
 # the smallest demo that promotes a model, as `leap demo` runs it for a user
-SMALL_DEMO = ("demo", "--scale", "0.02", "--days", "10", "--nights", "1")
+SMALL_DEMO_DAYS = 10
+SMALL_DEMO = ("demo", "--scale", "0.02", "--days", str(SMALL_DEMO_DAYS), "--nights", "1")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class SmallDemo:
     command: tuple[str, ...]
     stdout: str
     stderr: str
+    days: int = SMALL_DEMO_DAYS  # the days it landed
 
 
 @pytest.fixture(scope="session")

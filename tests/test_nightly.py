@@ -440,7 +440,7 @@ def test_after_the_demo_the_ui_process_plans_the_next_night_and_a_rerun_reuses(
     assert intervals["level"] == 0.8 and 0.0 < intervals["coverage"] <= 1.0
     assert "80% intervals: cover" in small_demo.stdout
     calendar = Calendar.load(data)
-    last = calendar.first_day + dt.timedelta(days=9)
+    last = calendar.first_day + dt.timedelta(days=small_demo.days - 1)
     assert last == calendar.last_closed_day() - dt.timedelta(days=1)  # yesterday is left open
     from leap_pipeline.app.ui import ui_environment
 

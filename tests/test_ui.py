@@ -18,7 +18,6 @@ from leap_pipeline.app.ui import answers, free_port
 from leap_pipeline.orchestration.calendar import Calendar
 
 MODEL = "leap-throughput"
-DAYS = 10
 
 
 class Servers:
@@ -55,7 +54,7 @@ def _stop(process: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def servers(small_demo):
-    """`leap ui` on the small demo's folder (``conftest.small_demo``, ``DAYS`` days)."""
+    """`leap ui` on the small demo's folder (``conftest.small_demo``)."""
     data = small_demo.data
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "LEAP_DATA")},
@@ -71,7 +70,8 @@ def servers(small_demo):
     found = Servers(data, process, dagster_port, mlflow_port)
     found.demo_output, found.demo_summary = small_demo.stderr, small_demo.stdout
     found.first = Calendar.load(data).first_day
-    found.last = found.first + dt.timedelta(days=DAYS - 1)
+    found.days = small_demo.days
+    found.last = found.first + dt.timedelta(days=found.days - 1)
     try:
         deadline = time.monotonic() + 180
         while not (answers(f"{found.dagster}/server_info") and answers(f"{found.mlflow}/health")):
@@ -107,8 +107,9 @@ def test_dagster_lists_the_assets_with_the_landed_days_as_partitions(servers):
     assert {"job_attempts", "history_snapshot", "feature_table", "cascade_model"} <= set(stats)
     # the partitions are the demo's days and yesterday, open for a person or tonight's tick:
     # neither closed at the demo's last day nor a wall of missing days
-    assert stats["feature_table"] == {"numMaterialized": DAYS, "numPartitions": DAYS + 1}
-    assert stats["cascade_model"] == {"numMaterialized": 1, "numPartitions": DAYS + 1}
+    days = servers.days
+    assert stats["feature_table"] == {"numMaterialized": days, "numPartitions": days + 1}
+    assert stats["cascade_model"] == {"numMaterialized": 1, "numPartitions": days + 1}
 
 
 def test_a_person_materializes_the_day_after_the_demo_from_the_ui(servers):
@@ -137,7 +138,7 @@ def test_a_person_materializes_the_day_after_the_demo_from_the_ui(servers):
         "{ assetNodes { assetKey { path } partitionStats { numMaterialized numPartitions } } }"
     )["assetNodes"]
     stats = {"/".join(n["assetKey"]["path"]): n["partitionStats"] for n in nodes}
-    assert stats["feature_table"]["numMaterialized"] == DAYS + 1
+    assert stats["feature_table"]["numMaterialized"] == servers.days + 1
 
 
 def test_dagster_shows_the_asset_checks_with_their_results(servers):
