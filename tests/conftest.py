@@ -46,7 +46,7 @@ def small_demo(tmp_path_factory) -> SmallDemo:
     """``leap demo`` at the smallest scale, run once in a process of its own and shared by the
     tests of the backup, the nightly schedule and the UI: a warehouse, records, an MLflow store
     with a production alias (version 1), a Dagster home, a calendar and the nights' folders
-    behind their symlinks. Each of those tests ran its own (about 30 s apiece). A test may add
+    behind their symlinks. Each of those tests ran its own (about 25 s apiece alone). A test may add
     to the folder what leaves version 1 in production and the demo's days landed (a day landed
     after them, a re-run of the same demo); one that moves the folder puts it back."""
     data = tmp_path_factory.mktemp("small-demo") / "data"
