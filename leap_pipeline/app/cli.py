@@ -3,8 +3,8 @@
 Importing this module loads nothing heavy, and ``main`` reads ``leap --version`` and ``leap
 rank`` with a parser of their flags alone first: ``leap rank --server URL`` asks a running
 ``leap serve`` and prints its answer before anything imports polars, MLflow or Dagster (the
-full parser's imports alone took over a second on 2 busy cores). ``tests/test_rank_server.py``
-holds it so.
+full parser's imports alone took over a second on 2 busy cores), and an in-process ``leap
+rank`` imports the Ranker alone. ``tests/test_rank_server.py`` holds it so.
 """
 
 from __future__ import annotations
@@ -137,9 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="end with one JSON line")
     show.set_defaults(handler=command.demo)
 
+    from leap_pipeline.app.ranking import rank_in_process
+
     ranking = commands.add_parser("rank", help=RANK_HELP)
     _add_rank_flags(ranking)
-    ranking.set_defaults(handler=command.rank)
+    ranking.set_defaults(handler=rank_in_process)  # main answers it first, with _quick
 
     server = commands.add_parser("serve", help="the Ranker over HTTP (docs/serving.md)")
     server.add_argument("--host", default="", help="default $LEAP_SERVE_HOST, else 127.0.0.1")
@@ -273,20 +275,17 @@ def progress_on_stderr() -> Iterator[None]:
 
 
 def _quick(argv: list[str]) -> int | None:
-    """``leap --version``, and ``leap rank --server``, answered with a parser of their flags
-    alone; None for any other call (the full parser then reads it, ``leap rank`` without
-    ``--server`` too)."""
+    """``leap --version`` and ``leap rank`` (in-process or ``--server``), answered with a
+    parser of their flags alone; None for any other call (the full parser then reads it)."""
     if argv[:1] not in (["--version"], ["rank"]):
         return None
     parser = _top_parser()
     _add_rank_flags(parser.add_subparsers(dest="command").add_parser("rank", help=RANK_HELP))
     args = parser.parse_args(argv)
-    if not getattr(args, "server", ""):
-        return None
-    from leap_pipeline.app.ranking import rank_from_server
+    from leap_pipeline.app.ranking import rank_from_server, rank_in_process
 
     try:
-        return rank_from_server(args)
+        return rank_from_server(args) if args.server else rank_in_process(args)
     except ValueError as exc:  # a bad flag or launch file, or a HandoffError
         parser.exit(2, f"leap: error: {exc}\n")
 

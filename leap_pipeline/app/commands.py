@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import logging
 import sys
 from pathlib import Path
 
@@ -341,27 +340,6 @@ def _static_source(args: argparse.Namespace):
               "row's history may come from a later day: for dated logs, `leap import` and the "
               "nightly backtest score each day on the days before it", file=sys.stderr)  # fmt: skip
     return validated.kept, specs
-
-
-def rank(args: argparse.Namespace) -> int:
-    """Rank a job's candidates with the model loaded here; a bad job still exits 0, with an
-    empty ranking and a reason (``ranking``: what is read and printed, with ``--server`` too)."""
-    from leap_pipeline.app.ranking import handoff_config, read_launch, show
-    from leap_serving.decide.ranker import Ranker
-
-    for flag, value in (("--token-file", args.token_file), ("--cacert", args.cacert)):
-        if value:  # no request is made: a flag that does nothing would mislead
-            raise ValueError(f"{flag} {value!r}: only with --server URL")
-    logging.getLogger("leap_serving").setLevel(logging.ERROR)  # the reason is printed below
-    job, candidates = read_launch(args)
-    # the install's store, unless MLFLOW_TRACKING_URI names one (a server's download would draw
-    # a progress bar on stderr)
-    uri = registry_uri(install(args)) if from_registry(args.model) else install(args).tracking_uri
-    set_environment(overwrite=False, MLFLOW_TRACKING_URI=uri,
-                    MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")  # fmt: skip
-    handoff = handoff_config(args)  # fails first
-    ranker = Ranker(args.model or None, check_interval_s=float("inf"), wait=True)
-    return show(ranker.rank(job, candidates), args, job, handoff)
 
 
 def serve(args: argparse.Namespace) -> int:

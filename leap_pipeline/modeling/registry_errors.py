@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from mlflow.exceptions import MlflowException
 
+from leap_serving.registry.rest import says_absent
+
 
 class RegistryUnavailable(RuntimeError):
     """The registry answered with an error that is not "does not exist" (a timeout, a 5xx, a
@@ -21,11 +23,7 @@ def is_absent(exc: MlflowException) -> bool:
     """Whether MLflow's error says the thing asked for does not exist: a registered model or
     version (``RESOURCE_DOES_NOT_EXIST``), or an alias (which MLflow answers as an invalid
     parameter "alias ... not found"). Any other error says nothing of what exists."""
-    code = getattr(exc, "error_code", "")
-    if code == "RESOURCE_DOES_NOT_EXIST":
-        return True
-    message = str(exc).lower()
-    return code == "INVALID_PARAMETER_VALUE" and "alias" in message and "not found" in message
+    return says_absent(getattr(exc, "error_code", ""), str(exc))
 
 
 def absent_or_raise(exc: MlflowException, what: str) -> None:

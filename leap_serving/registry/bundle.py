@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..model.publish import sha256_file
 from ..model.published import ModelArtifactError
+from .rest import rest_registry
 from .shipped import CACHE, REGISTERED_META
 
 BUNDLE_TAG = "model_bundle"  # on each registry version: JSON {"path", "sha256", "files"}
@@ -91,16 +92,10 @@ def fetch_bundle(run_id: str, record: dict, label: str, dst: Path) -> Path:
     """Download the version's tar (one file) into ``dst``, check it against ``record``'s
     sha256 and extract it into ``dst / "model"``; returns that folder. Its files are still to be
     checked against the version's other tags (the caller does)."""
-    import mlflow
-
     # by the run, whose artifact location the store keeps (a restored folder's is relocated;
     # a URI kept on the tag would still name the original folder)
     try:
-        local = Path(
-            mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path=record["path"], dst_path=str(dst)
-            )
-        )
+        local = _download(run_id, record["path"], dst)
     except Exception as exc:  # MLflow raises several types for a missing file or server
         raise ModelArtifactError(f"cannot download {label}'s {record['path']}: {exc}") from exc
     if not local.is_file() or local.stat().st_size > MAX_BUNDLE_BYTES:
@@ -119,3 +114,17 @@ def fetch_bundle(run_id: str, record: dict, label: str, dst: Path) -> Path:
         raise ModelArtifactError(f"{label}'s {record['path']} cannot be extracted: {exc}") from exc
     local.unlink()
     return folder
+
+
+def _download(run_id: str, path: str, dst: Path) -> Path:
+    """The run's artifact ``path`` in ``dst``: over the tracking server's REST API when its
+    artifacts are proxied by it (``rest.py``), else through MLflow."""
+    rest = rest_registry()
+    local = rest and rest.download_run_artifact(run_id, path, dst, MAX_BUNDLE_BYTES)
+    if local:
+        return local
+    import mlflow
+
+    return Path(
+        mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=str(dst))
+    )

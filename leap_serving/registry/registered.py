@@ -5,7 +5,8 @@ ships beside them (``code_sha256``, ``shipped``). ``load_registered`` resolves a
 downloads that version, checks every file against its tags from installed code, and loads the
 artifacts as data (``model.published.LeapModel.load``): no file of the version runs. Kept in the
 MLflow subpackage, with MLflow imported inside the functions, so the model itself knows nothing
-of MLflow and importing this module loads none of it.
+of MLflow and importing this module loads none of it; a tracking server is read over its REST
+API (``rest.py``) and MLflow is not imported at all.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from ..model.published import LeapModel, ModelArtifactError
 from .bundle import HAS_DATA_FILTER, bundle_record, fetch_bundle
+from .rest import RegistryReadError, VersionRecord, rest_registry
 from .shipped import CODE_SHA256_TAG, differences, drop_caches
 
 SHA256_TAG = "artifact_sha256"  # on each registry version: JSON, file name -> sha256
@@ -72,17 +74,10 @@ def fetch_registered(
     when ``require_code`` (the caller will run its code), else fetched with a warning (a caller
     that only reads its artifacts runs none of its code).
     """
-    import mlflow
-    from mlflow import MlflowClient
-
     name, alias, named = _split_model_uri(model_uri)
     try:  # one request: the alias's answer is the version's record, tags and all
-        client = MlflowClient()
-        if version is None and alias is not None:
-            record = client.get_model_version_by_alias(name, alias)
-        else:
-            record = client.get_model_version(name, version or named)
-        version = str(record.version)
+        record = version_record(name, alias if version is None else None, version or named)
+        version = record.version
     except ModelArtifactError:
         raise
     except Exception as exc:  # MLflow raises several types for a missing model or server
@@ -95,6 +90,8 @@ def fetch_registered(
     if dst is not None and bundle is not None and record.run_id and HAS_DATA_FILTER:
         local = fetch_bundle(record.run_id, bundle, label, Path(dst))
     else:
+        import mlflow
+
         try:
             uri = f"models:/{name}/{version}"
             target = None if dst is None else str(dst)
@@ -142,13 +139,26 @@ def tag_record(
 
 def registry_version(model_uri: str) -> str:
     """The registry version a ``models:/name@alias`` or ``models:/name/N`` URI names now."""
+    name, alias, version = _split_model_uri(model_uri)
+    return version_record(name, alias, version).version
+
+
+def version_record(name: str, alias: str | None, version: str | None) -> VersionRecord:
+    """The registry's record of one version, by ``alias`` when given, else by number: over
+    the REST API (``rest.py``: no MLflow import) for a tracking server, else through MLflow."""
+    rest = rest_registry()
+    if rest is not None:
+        if alias is not None:
+            return rest.version_by_alias(name, alias)
+        return rest.version(name, str(version))
     from mlflow import MlflowClient
 
-    name, alias, version = _split_model_uri(model_uri)
     client = MlflowClient()
     if alias is not None:
-        return str(client.get_model_version_by_alias(name, alias).version)
-    return str(client.get_model_version(name, version).version)
+        record = client.get_model_version_by_alias(name, alias)
+    else:
+        record = client.get_model_version(name, str(version))
+    return VersionRecord(str(record.version), str(record.run_id or ""), dict(record.tags))
 
 
 def last_night(model_uri: str) -> dict | None:
@@ -159,15 +169,27 @@ def last_night(model_uri: str) -> dict | None:
         name, _, _ = _split_model_uri(model_uri)
     except ModelArtifactError:
         return None
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
     try:
-        text = MlflowClient().get_registered_model(name).tags.get(LAST_NIGHT_TAG)
-    except MlflowException:
+        text = model_tags(name).get(LAST_NIGHT_TAG)
+    except RegistryReadError:
         return None
     try:
         record = json.loads(text) if text else None
     except ValueError:
         return None
     return record if isinstance(record, dict) else None
+
+
+def model_tags(name: str) -> dict[str, str]:
+    """The registered model's own tags; ``RegistryReadError`` when the registry cannot say
+    (MLflow's errors are turned into it, so both paths fail alike)."""
+    rest = rest_registry()
+    if rest is not None:
+        return rest.model_tags(name)
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return dict(MlflowClient().get_registered_model(name).tags)
+    except MlflowException as exc:
+        raise RegistryReadError(str(exc)) from exc
