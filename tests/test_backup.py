@@ -255,6 +255,50 @@ def test_postgres_is_dumped_while_it_runs_and_copied_while_it_is_stopped(outside
     assert rows(tmp_path / "from-files") == ["a", "b"]
 
 
+@pytest.mark.long  # the service extra: the long lane's
+@pytest.mark.parametrize(
+    ("planted", "refused"),
+    [
+        # an untrusted extension: only a superuser may create it, and it reads the server's files
+        ("CREATE EXTENSION file_fdw", "permission denied to create extension"),
+        # a trigger function, which would run as the superuser the services connect as
+        (
+            "CREATE TABLE t (x text); CREATE FUNCTION f() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN RETURN NEW; END$$; CREATE TRIGGER g BEFORE INSERT ON t FOR EACH ROW "
+            "EXECUTE FUNCTION f()",
+            "creates a function",
+        ),
+    ],
+    ids=["untrusted-extension", "trigger"],
+)
+def test_a_dumps_sql_runs_without_superuser_and_leaves_nothing_that_runs_later(
+    outside_pytest_root, planted, refused
+):
+    """A dump is SQL anyone who can write to the backup store can edit: restored as a role
+    with no privilege beyond its databases, and refused when it leaves a function, trigger,
+    rule, extension or database setting behind (the services connect as the superuser)."""
+    import psycopg2
+
+    from leap_pipeline.app.backup_postgres import PostgresBackupError
+    from leap_pipeline.app.postgres import EmbeddedPostgres, database_url
+
+    data = outside_pytest_root / "data"
+    data.mkdir()
+    server = EmbeddedPostgres(data / "postgres")
+    url = server.start()
+    try:
+        server.create_databases(("mlflow",))
+        with contextlib.closing(psycopg2.connect(database_url(url, "mlflow"))) as con:
+            con.autocommit = True
+            con.cursor().execute(planted)
+        backup(data, outside_pytest_root / "backup")
+    finally:
+        server.stop()
+    with pytest.raises(PostgresBackupError, match=refused):
+        restore(outside_pytest_root / "backup", outside_pytest_root / "restored")
+    assert not (outside_pytest_root / "restored").exists()
+
+
 @pytest.mark.parametrize(
     ("variables", "left_out"),
     [

@@ -242,6 +242,7 @@ def test_load_registered_and_last_night_go_over_rest_when_a_server_is_named(
         import mlflow
 
         monkeypatch.setattr(mlflow, "get_tracking_uri", lambda: server.uri)
+        monkeypatch.setattr(mlflow, "get_registry_uri", lambda: server.uri)
     model, version = load_registered(registry["uri"])
     assert version == registry["versions"][0] and model.spec_table is not None
     assert any("/registered-models/alias" in r for r in server.requests)
@@ -266,8 +267,16 @@ def test_load_registered_and_last_night_go_over_rest_when_a_server_is_named(
             },
             False,
         ),
+        (
+            {
+                "MLFLOW_TRACKING_URI": "http://h",
+                "MLFLOW_TRACKING_TOKEN": "t",
+                "MLFLOW_REGISTRY_URI": "http://other",
+            },
+            False,
+        ),
     ],
-    ids=["sqlite", "folder", "token", "auth-plugin", "bad-timeout"],
+    ids=["sqlite", "folder", "token", "auth-plugin", "bad-timeout", "registry-apart"],
 )
 def test_only_a_tracking_server_configured_as_documented_is_read_over_rest(env, chosen):
     assert (rest_registry(env) is not None) is chosen

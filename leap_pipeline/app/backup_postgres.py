@@ -13,11 +13,12 @@ import contextlib
 import importlib.util
 import os
 import pwd
+import secrets
 import shutil
 import subprocess
 import warnings
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psutil
 
@@ -71,11 +72,13 @@ def _tool(name: str) -> str:
     return found
 
 
-def run_tool(name: str, *args: str) -> str:
+def run_tool(name: str, *args: str, password: str | None = None) -> str:
     """Run a Postgres client (libpq reads ``PGPASSWORD`` or ``~/.pgpass`` from the environment,
     never from argv); its stdout, or an error with its stderr."""
-    done = subprocess.run([_tool(name), *args], capture_output=True, text=True,
-                          env=child_environment(), timeout=PG_TIMEOUT_S)  # fmt: skip
+    env = child_environment(**({"PGPASSWORD": password} if password else {}))
+    done = subprocess.run(
+        [_tool(name), *args], capture_output=True, text=True, env=env, timeout=PG_TIMEOUT_S
+    )
     if done.returncode != 0:
         raise PostgresBackupError(f"{name} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     return done.stdout
@@ -87,22 +90,141 @@ def dump_databases(url: str, folder: Path) -> dict[str, Path]:
     dumps = {}
     for name in sorted(run_tool("psql", "-At", "-c", _DATABASES, "--dbname", url).split()):
         dumps[name] = folder / f"{name}.dump"
-        run_tool("pg_dump", "--format=custom", "--file", str(dumps[name]), "--dbname",
-                 database_url(url, name))  # fmt: skip
+        run_tool(
+            "pg_dump",
+            "--format=custom",
+            "--file",
+            str(dumps[name]),
+            "--dbname",
+            database_url(url, name),
+        )
     return dumps
 
 
 def load_dumps(folder: Path, dumps: dict[str, Path]) -> None:
-    """A new server on ``folder``, each dump restored into a database of its name, stopped."""
+    """A new server on ``folder``, each dump restored into a database of its name, stopped.
+
+    A dump is SQL that whoever can write to the backup store can edit, so it never runs as the
+    superuser (which could run a program, load a library or make itself a role): each database
+    is owned by ``RESTORE_ROLE``, a role with no privilege beyond its own databases, and
+    ``pg_restore`` runs as it. The services connect as the superuser afterwards, and a function,
+    trigger or rule runs with the rights of whoever sets it off: a restored database that holds
+    a function other than MLflow's own (``KNOWN_FUNCTIONS``, by the sha256 of its definition),
+    or a trigger of another, a rule, an extension or a database setting (``RUNS_LATER``) is
+    refused. The role can no longer log in once the restore is done."""
     server = EmbeddedPostgres(folder)
     url = server.start()
     try:
+        password = secrets.token_urlsafe(32)
         server.create_databases(tuple(dumps))
+        _restore_role(url, tuple(dumps), password)
         for name, dump in dumps.items():
-            run_tool("pg_restore", "--no-owner", "--exit-on-error", "--dbname",
-                     database_url(url, name), str(dump))  # fmt: skip
+            run_tool(
+                "pg_restore",
+                "--no-owner",
+                "--no-privileges",
+                "--exit-on-error",
+                "--dbname",
+                database_url(_as_role(url), name),
+                str(dump),
+                password=password,
+            )
+            _refuse_what_runs_later(database_url(url, name), name)
+        _restore_role(url, (), None)
     finally:
         server.stop()
+
+
+RESTORE_ROLE = "leap_restore"  # the role a dump's SQL runs as: no superuser, no role, no database
+# the functions leap's databases hold, each by its definition's sha256: MLflow's migrations
+# create one, a trigger that keeps a secret's name fixed (mlflow/store/db_migrations, 3.x)
+KNOWN_FUNCTIONS = {
+    "prevent_secrets_aad_mutation()": (
+        "0862521a5db35a901ba2c782bee015c9bed7fd80b3d77c8739ae4307586471b8"
+    ),
+}
+_FUNCTIONS = (
+    "SELECT p.oid::regprocedure::text, encode(sha256(convert_to(pg_get_functiondef(p.oid), "
+    "'UTF8')), 'hex') FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+    "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')"
+)
+# what else a dump's SQL could leave behind that runs later with the rights of whoever sets it
+# off: a trigger of a function not known above, a rule, an extension, a database setting
+RUNS_LATER = {
+    "trigger": "SELECT tgname || ' of ' || tgfoid::regprocedure::text FROM pg_trigger "
+    "WHERE NOT tgisinternal AND NOT tgfoid::regprocedure::text = ANY(%s)",
+    "rule": "SELECT r.rulename FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.rulename <> '_RETURN' "
+    "AND n.nspname NOT IN ('pg_catalog', 'information_schema')",
+    "extension": "SELECT extname FROM pg_extension WHERE extname <> 'plpgsql'",
+    "database setting": "SELECT array_to_string(setconfig, ', ') FROM pg_db_role_setting "
+    "WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())",
+}
+
+
+def _as_role(url: str) -> str:
+    """``url`` logging in as ``RESTORE_ROLE`` (its password in ``PGPASSWORD``, no passfile)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "passfile"]
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(
+        parts._replace(
+            netloc=f"{RESTORE_ROLE}@{host}", query=urlencode(query, safe="/", quote_via=quote)
+        )
+    )
+
+
+def _restore_role(url: str, databases: tuple[str, ...], password: str | None) -> None:
+    """As the superuser: with a ``password``, create ``RESTORE_ROLE`` (no superuser, no role
+    or database creation) able to log in and give it ``databases``; without, take its login
+    away. The password goes as its scram verifier, so it never reaches the server's log."""
+    import psycopg2
+    from psycopg2 import sql
+    from psycopg2.extensions import encrypt_password
+
+    role = sql.Identifier(RESTORE_ROLE)
+    with contextlib.closing(psycopg2.connect(url)) as connection:
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            if password is None:
+                cursor.execute(sql.SQL("ALTER ROLE {} NOLOGIN PASSWORD NULL").format(role))
+                return
+            verifier = encrypt_password(password, RESTORE_ROLE, connection, "scram-sha-256")
+            cursor.execute(
+                sql.SQL(
+                    "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION "
+                    "NOBYPASSRLS PASSWORD %s"
+                ).format(role),
+                (verifier,),
+            )
+            for name in databases:
+                statement = sql.SQL("ALTER DATABASE {} OWNER TO {}")
+                cursor.execute(statement.format(sql.Identifier(name), role))
+
+
+def _refuse_what_runs_later(url: str, name: str) -> None:
+    """``PostgresBackupError`` naming what the restored database ``name`` holds of
+    ``RUNS_LATER``, read as the superuser."""
+    import psycopg2
+
+    with contextlib.closing(psycopg2.connect(url)) as connection, connection.cursor() as cursor:
+        cursor.execute(_FUNCTIONS)
+        unknown = [f for f, digest in cursor.fetchall() if KNOWN_FUNCTIONS.get(f) != digest]
+        if unknown:
+            raise PostgresBackupError(
+                f"the dump of database {name} creates a function ({', '.join(unknown[:5])}) "
+                "that leap's databases do not hold, and it would run with the rights of whoever "
+                "set it off: restore a backup leap made"
+            )
+        for kind, query in RUNS_LATER.items():
+            cursor.execute(query, (list(KNOWN_FUNCTIONS),) if "%s" in query else None)
+            found = [str(row[0]) for row in cursor.fetchall()]
+            if found:
+                raise PostgresBackupError(
+                    f"the dump of database {name} creates a {kind} ({', '.join(found[:5])}): "
+                    "leap's databases hold none, and it would run with the rights of whoever "
+                    "set it off; restore a backup leap made"
+                )
 
 
 def up_locked_out(data: Path) -> contextlib.AbstractContextManager[None]:

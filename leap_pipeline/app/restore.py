@@ -8,8 +8,11 @@ Whoever can write to the backup store can edit a backup, so a restore trusts not
 link must be relative and stay inside the folder (and nothing may lie beneath one), a folder's
 mode may give no write access to others and no setuid or setgid bit, the folder is built at 0700,
 its files are created 0600, never through a link, and nothing is relocated or chowned through a
-link. Restore trusted backups only all the same: the dumps' SQL and the stores' contents are the
-install's own, and a dump is loaded by Postgres's superuser.
+link. A dump's SQL runs as a role with no privilege beyond its own databases, and a database
+that comes back holding a function, trigger, rule, extension or setting is refused
+(``backup_postgres.load_dumps``). Restore trusted backups only all the same: the stores'
+contents are the install's own, and a Postgres folder copied while stopped is its files as they
+were.
 """
 
 from __future__ import annotations

@@ -63,21 +63,26 @@ def says_absent(error_code: str | None, message: str | None) -> bool:
     return error_code == "INVALID_PARAMETER_VALUE" and "alias" in text and "not found" in text
 
 
-def tracking_uri() -> str:
-    """The tracking URI MLflow itself would use: ``mlflow.get_tracking_uri()`` when this
-    process has imported MLflow (a launcher may have set one in code), else the variable."""
-    mlflow = sys.modules.get("mlflow")
-    if mlflow is not None and hasattr(mlflow, "get_tracking_uri"):
-        return str(mlflow.get_tracking_uri())
-    return os.environ.get("MLFLOW_TRACKING_URI", "")
+def configured_uris(environ: dict[str, str] | None = None) -> tuple[str, str]:
+    """The tracking and registry URIs MLflow itself would use: ``mlflow.get_tracking_uri()``
+    and ``get_registry_uri()`` when this process has imported MLflow (a launcher may have set
+    them in code), else the variables (the registry's defaulting to the tracking one)."""
+    mlflow = sys.modules.get("mlflow") if environ is None else None
+    if mlflow is not None and hasattr(mlflow, "get_registry_uri"):
+        return str(mlflow.get_tracking_uri()), str(mlflow.get_registry_uri())
+    env = os.environ if environ is None else environ
+    tracking = env.get("MLFLOW_TRACKING_URI", "")
+    return tracking, env.get("MLFLOW_REGISTRY_URI") or tracking
 
 
 def rest_registry(environ: dict[str, str] | None = None) -> RestRegistry | None:
     """A REST client for the tracking server the process is configured for, or None when the
-    read must go through MLflow (not an ``http(s)`` URI, or configured in a way only MLflow's
-    client reads)."""
+    read must go through MLflow (not an ``http(s)`` URI, a registry apart from the tracking
+    server, or configured in a way only MLflow's client reads)."""
     env = dict(os.environ if environ is None else environ)
-    uri = env.get("MLFLOW_TRACKING_URI", "") if environ is not None else tracking_uri()
+    tracking, uri = configured_uris(environ)
+    if uri.rstrip("/") != tracking.rstrip("/"):
+        return None  # runs and versions in two stores: MLflow joins them
     if urllib.parse.urlsplit(uri).scheme not in ("http", "https"):
         return None
     if any(env.get(name) for name in MLFLOW_ONLY_ENV):
