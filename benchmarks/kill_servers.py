@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             lambda old: answers(f"http://127.0.0.1:{ports['mlflow']}/health"),
         ),
         "dagster-webserver": (
-            lambda: child("dagster-webserver").pid,
+            lambda: child("leap_pipeline.app.dagster_login").pid,
             lambda old: answers(f"http://127.0.0.1:{ports['dagster']}/server_info"),
         ),
         "dagster-daemon": (lambda: child("dagster-daemon").pid, daemon_back),

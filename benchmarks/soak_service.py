@@ -101,7 +101,7 @@ class ServiceTopology:
         return self._kill_main("mlflow", "mlflow_kills", "mlflow")
 
     def kill_webserver(self) -> str:
-        return self._kill_main("dagster-webserver", "webserver_kills", "dagster-webserver")
+        return self._kill_main("app.dagster_login", "webserver_kills", "dagster-webserver")
 
     def kill_postmaster(self) -> str:
         pid = int((self.data / "postgres" / "postmaster.pid").read_text().split()[0])

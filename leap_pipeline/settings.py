@@ -53,6 +53,7 @@ DASK_TLS_DIR_ENV = "LEAP_DASK_TLS_DIR"
 # set by ``leap up`` for its Dagster webserver and daemon, whose runs any local user who reaches
 # the webserver can launch: such a run's config may not promote or name another source
 SERVICE_RUNS_ENV = "LEAP_SERVICE_RUNS"
+DAGSTER_PASSWORD_FILE_ENV = "LEAP_DAGSTER_PASSWORD_FILE"  # set by `leap up`
 # the drivers the service extra installs: SQLAlchemy 2.1 reads a bare postgresql:// as psycopg
 # (version 3), which nothing here installs, so the Dagster and MLflow stores name psycopg2
 POSTGRES_SCHEMES = ("postgresql://", "postgresql+psycopg2://")
@@ -150,6 +151,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
         "(none)",
         "1 under `leap up`'s Dagster: run config sets no promote, no source",
     ),
+    DAGSTER_PASSWORD_FILE_ENV: (
+        "(none)",
+        "set by `leap up`: the file of its Dagster webserver's login password",
+    ),
     "LEAP_MODEL_URI": ("models:/leap-throughput@production", "the model the Ranker loads"),
     "LEAP_ROUTING_SWITCHES": ("(none)", "a JSON file of switches the Ranker re-reads"),
     # `leap serve`'s, read by ``leap_serving.http.config`` (``serve_config`` below)
@@ -188,6 +193,12 @@ def serve_config(**given):
     from leap_serving.http.config import config_from_environment
 
     return config_from_environment(os.environ, **given)
+
+
+def dagster_password_file() -> str:
+    """The file of the password ``leap up``'s Dagster webserver asks for (``app.dagster_login``):
+    set by ``leap up`` for the webserver alone; empty when not set."""
+    return os.environ.get(DAGSTER_PASSWORD_FILE_ENV, "")
 
 
 def ranker_model_uri() -> str:

@@ -266,7 +266,7 @@ def test_postgres_is_dumped_while_it_runs_and_copied_while_it_is_stopped(outside
             "CREATE TABLE t (x text); CREATE FUNCTION f() RETURNS trigger LANGUAGE plpgsql AS "
             "$$BEGIN RETURN NEW; END$$; CREATE TRIGGER g BEFORE INSERT ON t FOR EACH ROW "
             "EXECUTE FUNCTION f()",
-            "creates a function",
+            "holds a function",
         ),
     ],
     ids=["untrusted-extension", "trigger"],
@@ -297,6 +297,33 @@ def test_a_dumps_sql_runs_without_superuser_and_leaves_nothing_that_runs_later(
     with pytest.raises(PostgresBackupError, match=refused):
         restore(outside_pytest_root / "backup", outside_pytest_root / "restored")
     assert not (outside_pytest_root / "restored").exists()
+
+
+@pytest.mark.long  # the service extra: the long lane's
+def test_a_stopped_copy_whose_configuration_runs_a_program_is_refused_before_it_starts(
+    outside_pytest_root,
+):
+    """A stopped server's folder is copied as it is, its configuration with it: a line that
+    would run a program at the restored server's first start is refused, and never runs."""
+    from leap_pipeline.app.backup import file_digest
+    from leap_pipeline.app.backup_postgres import PostgresBackupError
+    from leap_pipeline.app.postgres import EmbeddedPostgres
+
+    data = outside_pytest_root / "data"
+    data.mkdir()
+    server = EmbeddedPostgres(data / "postgres")
+    server.start()
+    server.stop()
+    backup(data, outside_pytest_root / "backup")
+    ran = outside_pytest_root / "ran"
+    auto = outside_pytest_root / "backup" / "data" / "postgres" / "postgresql.auto.conf"
+    auto.write_text(f"archive_mode = on\narchive_command = 'touch {ran}' # tidy\n")
+    manifest = json.loads((outside_pytest_root / "backup" / MANIFEST).read_text())
+    manifest["files"]["data/postgres/postgresql.auto.conf"] = file_digest(auto)  # as anyone could
+    (outside_pytest_root / "backup" / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(PostgresBackupError, match="line 2 sets archive_command"):
+        restore(outside_pytest_root / "backup", outside_pytest_root / "restored")
+    assert not ran.exists() and not (outside_pytest_root / "restored").exists()
 
 
 @pytest.mark.parametrize(

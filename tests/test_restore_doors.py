@@ -206,3 +206,30 @@ def test_a_backup_without_secrets_holds_no_key(tmp_path):
         "data/secrets/postgres-password"
         in json.loads((tmp_path / "whole" / MANIFEST).read_text())["files"]
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "refused"),
+    [
+        ("archive_command = 'touch /tmp/x'", "archive_command"),
+        ("ARCHIVE_COMMAND='a # b' # note", "archive_command"),
+        ("shared_preload_libraries 'evil'", "shared_preload_libraries"),
+        ("include 'elsewhere.conf'", "include"),
+        ("shared_preload_libraries = ''", None),
+        ("# archive_command = 'touch /tmp/x'", None),
+        ("max_connections = 100  # archive_command = 'x'", None),
+        ("timezone = 'it''s fine'", None),
+    ],
+)
+def test_a_copied_servers_configuration_may_run_no_program(tmp_path, line, refused):
+    """What a stopped copy's postgresql.conf or postgresql.auto.conf may set: nothing that runs
+    a program, loads a library or names a file (``backup_postgres.UNSAFE_SETTINGS``)."""
+    from leap_pipeline.app.backup_postgres import PostgresBackupError, check_copied_config
+
+    (tmp_path / "postgresql.conf").write_text("max_connections = 100\n")
+    (tmp_path / "postgresql.auto.conf").write_text(f"# by ALTER SYSTEM\n{line}\n")
+    if refused is None:
+        check_copied_config(tmp_path)
+        return
+    with pytest.raises(PostgresBackupError, match=f"postgresql.auto.conf: line 2 sets {refused} "):
+        check_copied_config(tmp_path)

@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from leap_pipeline.app import credentials
+from leap_pipeline.app.dagster_login import login_header
 from leap_pipeline.app.postgres import (
     HBA_CONF,
     POSTGRES_USER,
@@ -224,6 +225,11 @@ def test_no_server_of_leap_up_or_leap_ui_gets_a_secret_on_its_command_line(tmp_p
     assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
     store = argv[argv.index("--backend-store-uri") + 1]
     assert store.startswith("postgresql+psycopg2://postgres@/mlflow?") and "passfile=" in store
+    argv, env = servers["dagster-webserver"]  # behind the login: its password's file in env
+    assert argv[1:3] == ["-m", "leap_pipeline.app.dagster_login"]
+    login = Path(env["LEAP_DAGSTER_PASSWORD_FILE"])
+    assert login.parent == tmp_path / "secrets" and login.stat().st_mode & 0o077 == 0
+    assert login.read_text().strip() not in " ".join(argv)
     scheduler, worker = servers["dask-scheduler"][0], servers["dask-worker"][0]
     assert "--tls-cert" in scheduler and "--tls-key" in worker
     assert worker[worker.index("worker") + 1] == f"tls://127.0.0.1:{Ports().dask}"
@@ -598,13 +604,21 @@ def test_dagster_runs_on_postgres_daemon_and_webserver_alike(service, monkeypatc
             time.sleep(2)
     # ... and the webserver reads the daemon's heartbeats from the same database
     query = '{ instance { daemonHealth { daemonStatus(daemonType: "SCHEDULER") { healthy } } } }'
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{service.ports['dagster']}/graphql",
-        data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"},
-    )  # fmt: skip
-    with urllib.request.urlopen(request, timeout=30) as response:
+
+    def graphql(headers: dict) -> urllib.request.Request:
+        return urllib.request.Request(
+            f"http://127.0.0.1:{service.ports['dagster']}/graphql",
+            data=json.dumps({"query": query}).encode(),
+            headers={"Content-Type": "application/json", **headers},
+        )
+
+    with urllib.request.urlopen(graphql(login_header(service.data)), timeout=30) as response:
         body = json.load(response)
     assert body["data"]["instance"]["daemonHealth"]["daemonStatus"]["healthy"] is True, body
+    # any local user reaches the port; without the owner's login, nothing answers
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(graphql({}), timeout=30)
+    assert refused.value.code == 401
 
 
 @pytest.mark.long
@@ -666,7 +680,9 @@ class Daemon:
         from dagster_graphql import DagsterGraphQLClient
 
         self.dg = dg
-        self.client = DagsterGraphQLClient("127.0.0.1", port_number=service.ports["dagster"])
+        self.client = DagsterGraphQLClient(
+            "127.0.0.1", port_number=service.ports["dagster"], headers=login_header(service.data)
+        )
         self.instance = dg.DagsterInstance.from_config(service.env["DAGSTER_HOME"])
 
     def submit(self, job: str, first: dt.date, last: dt.date | None = None, **training) -> str:
@@ -777,7 +793,7 @@ def _secrets(service: Service) -> list[str]:
     """Every secret leap up generated for the folder: the passwords, the Flask key, the Dask
     certificate's private key."""
     folder = service.data / "secrets"
-    names = ("postgres-password", "mlflow-password", "mlflow-flask-secret-key")
+    names = ("postgres-password", "mlflow-password", "mlflow-flask-secret-key", "dagster-password")
     found = [(folder / name).read_text().strip() for name in names]
     found.append((folder / "dask" / "key.pem").read_text().splitlines()[1])  # 64 of its base64
     assert all(len(secret) >= 40 for secret in found)
@@ -1117,7 +1133,7 @@ def test_each_server_killed_by_its_main_process_answers_again_within_30_s(servic
     servers = {
         "mlflow": (lambda: child("mlflow").pid,
                    lambda old: answers(url(service.ports["mlflow"]) + "/health")),
-        "dagster-webserver": (lambda: child("dagster-webserver").pid,
+        "dagster-webserver": (lambda: child("leap_pipeline.app.dagster_login").pid,
                               lambda old: answers(url(service.ports["dagster"]) + "/server_info")),
         "dagster-daemon": (lambda: child("dagster-daemon").pid, daemon_alive_5_s),
         "postgres": (postmaster, lambda old: postgres.ready()),

@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import os
 import pwd
+import re
 import secrets
 import shutil
 import subprocess
@@ -212,7 +213,7 @@ def _refuse_what_runs_later(url: str, name: str) -> None:
         unknown = [f for f, digest in cursor.fetchall() if KNOWN_FUNCTIONS.get(f) != digest]
         if unknown:
             raise PostgresBackupError(
-                f"the dump of database {name} creates a function ({', '.join(unknown[:5])}) "
+                f"the restored database {name} holds a function ({', '.join(unknown[:5])}) "
                 "that leap's databases do not hold, and it would run with the rights of whoever "
                 "set it off: restore a backup leap made"
             )
@@ -221,7 +222,7 @@ def _refuse_what_runs_later(url: str, name: str) -> None:
             found = [str(row[0]) for row in cursor.fetchall()]
             if found:
                 raise PostgresBackupError(
-                    f"the dump of database {name} creates a {kind} ({', '.join(found[:5])}): "
+                    f"the restored database {name} holds a {kind} ({', '.join(found[:5])}): "
                     "leap's databases hold none, and it would run with the rights of whoever "
                     "set it off; restore a backup leap made"
                 )
@@ -254,3 +255,91 @@ def give_to_postgres(folder: Path) -> None:
     for root, dirs, files in os.walk(folder):  # links are not followed, and chowned themselves
         for name in [".", *dirs, *files]:
             os.chown(Path(root, name), owner.pw_uid, owner.pw_gid, follow_symlinks=False)
+
+
+# settings that run a program, load a library, or name a file or folder outside the server's
+# own: a copied folder's configuration takes effect, as Postgres's user, the moment it starts
+UNSAFE_SETTINGS = frozenset(
+    {
+        "archive_command",
+        "archive_library",
+        "archive_cleanup_command",
+        "restore_command",
+        "recovery_end_command",
+        "shared_preload_libraries",
+        "local_preload_libraries",
+        "session_preload_libraries",
+        "jit_provider",
+        "dynamic_library_path",
+        "ssl_passphrase_command",
+        "include",
+        "include_dir",
+        "include_if_exists",
+        "data_directory",
+        "config_file",
+        "hba_file",
+        "ident_file",
+        "external_pid_file",
+        "log_directory",
+        "primary_conninfo",
+        "ssl_cert_file",
+        "ssl_key_file",
+        "ssl_ca_file",
+        "ssl_crl_file",
+        "ssl_crl_dir",
+        "krb_server_keyfile",
+    }
+)
+CONFIG_FILES = ("postgresql.conf", "postgresql.auto.conf")
+_SETTING = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=?\s*(.*)")
+
+
+def _setting(line: str) -> tuple[str, str] | None:
+    """(name, value) of one configuration line; None for a blank line or a comment."""
+    found = _SETTING.fullmatch(line)
+    if line.lstrip().startswith("#") or not found:
+        return None
+    value = found.group(2).strip()
+    if value.startswith("'"):  # quoted: up to the closing quote ('' is a quote inside)
+        end = 1
+        while end < len(value) and not (value[end] == "'" and value[end + 1 : end + 2] != "'"):
+            end += 2 if value[end : end + 2] == "''" else 1
+        value = value[1:end]
+    else:
+        value = value.split("#", 1)[0].strip()
+    return found.group(1).lower(), value
+
+
+def check_copied_config(folder: Path) -> None:
+    """Refuse a Postgres folder copied into a backup whose configuration sets anything in
+    ``UNSAFE_SETTINGS`` to a value: ``leap up`` would run it as Postgres's user at its first
+    start. What initdb and ``leap up`` write sets none of them."""
+    for name in CONFIG_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            setting = _setting(line)
+            if setting is not None and setting[0] in UNSAFE_SETTINGS and setting[1]:
+                raise PostgresBackupError(
+                    f"{path}: line {number} sets {setting[0]} = {setting[1]!r:.80}: a restored "
+                    "Postgres would run it at its first start; restore a backup leap made"
+                )
+
+
+def check_copied_server(folder: Path) -> None:
+    """Start the Postgres folder a backup copied (its configuration checked first), refuse it
+    when a database holds what ``RUNS_LATER`` names or a function leap's do not, and stop it."""
+    import psycopg2
+
+    check_copied_config(folder)
+    server = EmbeddedPostgres(folder)
+    url = server.start()
+    try:
+        with contextlib.closing(psycopg2.connect(url)) as connection, connection.cursor() as cur:
+            cur.execute("SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname")
+            names = [row[0] for row in cur.fetchall()]
+        for name in names:
+            _refuse_what_runs_later(database_url(url, name), name)
+    finally:
+        server.stop()

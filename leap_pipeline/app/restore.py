@@ -10,9 +10,10 @@ mode may give no write access to others and no setuid or setgid bit, the folder 
 its files are created 0600, never through a link, and nothing is relocated or chowned through a
 link. A dump's SQL runs as a role with no privilege beyond its own databases, and a database
 that comes back holding a function, trigger, rule, extension or setting is refused
-(``backup_postgres.load_dumps``). Restore trusted backups only all the same: the stores'
-contents are the install's own, and a Postgres folder copied while stopped is its files as they
-were.
+(``backup_postgres.load_dumps``). A Postgres folder copied while stopped is refused when its
+configuration runs a program, loads a library or names a file (``check_copied_config``), or when
+a database in it holds what a dump may not (``check_copied_server``). Restore trusted backups
+only all the same: the stores' contents are the install's own.
 """
 
 from __future__ import annotations
@@ -208,7 +209,9 @@ def restore(source: Path, data: Path) -> Outcome:
         for name, mode in sorted(manifest["folders"].items(), reverse=True):
             placed(staging, name).chmod(mode)  # last: a folder without write access is full
         if not manifest["dumps"] and (staging / POSTGRES).is_dir():
+            pg.check_copied_config(staging / POSTGRES)  # before anything starts it
             pg.give_to_postgres(staging / POSTGRES)
+            pg.check_copied_server(staging / POSTGRES)
     outcome = finish(Outcome(data), manifest, started)
     if manifest.get("secrets") == "left out":
         keep = (

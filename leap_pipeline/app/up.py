@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leap_pipeline.app.credentials import MlflowAuth, dask_certificates, mlflow_auth
+from leap_pipeline.app.dagster_login import LOGIN_USER, dagster_password
 from leap_pipeline.app.dask_servers import LOOPBACK_DIAGNOSTICS, NO_DASK_HTTP, dask_tls_arguments
 from leap_pipeline.app.lockdown import SERVICE_UMASK, lock_down
 from leap_pipeline.app.postgres import STOP_WAIT_S, EmbeddedPostgres, database_url
@@ -61,6 +62,7 @@ from leap_pipeline.app.ui import (
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.instance import write_dagster_home
 from leap_pipeline.settings import (
+    DAGSTER_PASSWORD_FILE_ENV,
     DASK_TLS_DIR_ENV,
     DATA_ENV,
     DATABASE_URL_ENV,
@@ -155,10 +157,12 @@ def commands(
             mlflow_store, install.mlflow_store / "artifacts", ports.mlflow,
             {**env, "MLFLOW_TRACKING_URI": mlflow_store}, proxy_artifacts=True, auth=auth,
         ),
+        # Dagster's own webserver behind a login (app/dagster_login.py): the password's file
+        # in the environment, never on the command line
         "dagster-webserver": (
-            [_script("dagster-webserver"), "-w", workspace, "-h", "127.0.0.1",
-             "-p", str(ports.dagster)],
-            env,
+            [sys.executable, "-m", "leap_pipeline.app.dagster_login", "-w", workspace,
+             "-h", "127.0.0.1", "-p", str(ports.dagster)],
+            {**env, DAGSTER_PASSWORD_FILE_ENV: str(dagster_password(install.data))},
         ),
         # the daemon starts a new code server for the workspace every minute and the old one
         # warns "No heartbeat received in 20 seconds, shutting down" as it goes, by design:
@@ -293,8 +297,9 @@ def _announce(
     log: Callable,
 ) -> None:
     log(f"leap up: ready in {took:.1f} s on {install.data}")
-    log(f"  Dagster UI:  http://127.0.0.1:{ports.dagster}  (webserver, no login: this machine "
-        "only; the daemon runs the schedule)")  # fmt: skip
+    log(f"  Dagster UI:  http://127.0.0.1:{ports.dagster}  (webserver; login: account "
+        f"{LOGIN_USER!r}, password in {dagster_password(install.data)}; the daemon runs the "
+        "schedule)")  # fmt: skip
     log(f"  MLflow:      http://127.0.0.1:{ports.mlflow}  (tracking, registry, artifacts; "
         f"basic auth: account {auth.username!r}, password in {auth.password_file})")  # fmt: skip
     log(f"  Postgres:    {database_url(install.database_url, 'postgres')}  (this machine only, "
