@@ -181,8 +181,10 @@ def uncovered(install: Environment) -> list[str]:
     tracking = urlsplit(install.mlflow_tracking_uri)
     local_server = embedded and tracking.hostname in ("127.0.0.1", "localhost")
     if tracking.scheme not in ("", "sqlite", "file") and not local_server:
-        notes.append(f"MLFLOW_TRACKING_URI={install.mlflow_tracking_uri} is not in this backup: "
-                     "back up that server's store and artifacts with their own tools")  # fmt: skip
+        notes.append(
+            f"MLFLOW_TRACKING_URI={install.mlflow_tracking_uri} is not in this backup: "
+            "back up that server's store and artifacts with their own tools"
+        )
     if install.dagster_home and not install.dagster_home_path.resolve().is_relative_to(data):
         notes.append(f"DAGSTER_HOME={install.dagster_home} lies outside {data}: not backed up")
     hosts = parse_qs(urlsplit(install.database_url).query).get("host", [""])
@@ -223,11 +225,19 @@ def backup(
     warehouse = (warehouse or data / "leap.duckdb").resolve()
     stored_as = warehouse if warehouse.is_relative_to(data) else data / "leap.duckdb"
     if stored_as != warehouse and stored_as.exists():
-        raise BackupError(f"the warehouse {warehouse} lies outside {data}, which holds another "
-                          f"{stored_as.name}: back up one at a time")  # fmt: skip
+        raise BackupError(
+            f"the warehouse {warehouse} lies outside {data}, which holds another "
+            f"{stored_as.name}: back up one at a time"
+        )
     outcome = Outcome(dest)
-    manifest: dict = {"format": FORMAT, "source": str(data), "files": {}, "links": {},
-                      "folders": {}, "dumps": {}}  # fmt: skip
+    manifest: dict = {
+        "format": FORMAT,
+        "source": str(data),
+        "files": {},
+        "links": {},
+        "folders": {},
+        "dumps": {},
+    }
     postgres = data / POSTGRES
     # its owner's only: it holds every store of the install, its secrets included
     with built_beside(dest, "partial", mode=0o700) as staging:
@@ -312,8 +322,9 @@ def _keep_entry(
             copy.unlink(missing_ok=True)  # a partial copy of the failed try: written anew
             copy.with_name(copy.name + ".wal").unlink(missing_ok=True)
             copies = {copy: copy_file(path, copy)}
-            outcome.notes.append(f"{name} was copied byte for byte, not under DuckDB's lock "
-                                 f"({exc}): it may not open")  # fmt: skip
+            outcome.notes.append(
+                f"{name} was copied byte for byte, not under DuckDB's lock ({exc}): it may not open"
+            )
         for copied, entry in copies.items():
             keep(copied, entry)
     elif kind == "file" and not (

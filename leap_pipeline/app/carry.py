@@ -124,8 +124,10 @@ def _carry_when_absent(store: Path, server: str, log) -> str | None:
         f"evaluated on {tags['evaluation_day']})",
         actor=ACTOR,
     )
-    log(f"carried production version {version} of {store / 'mlflow.db'} into the service "
-        f"registry as version {carried}, now production")  # fmt: skip
+    log(
+        f"carried production version {version} of {store / 'mlflow.db'} into the service "
+        f"registry as version {carried}, now production"
+    )
     return carried
 
 

@@ -24,8 +24,9 @@ class _PrintVersion(argparse.Action):
     """``--version``: the installed distribution's version, looked up only when asked (reading
     the installed distributions' metadata would add tens of ms to every other start)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any
+    ) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
@@ -35,8 +36,11 @@ class _PrintVersion(argparse.Action):
             print(f"leap {version('leap')}")  # on stdout, as argparse's own version action
             parser.exit(0)
         except PackageNotFoundError:
-            parser.exit(1, "leap: error: no installed distribution named leap to read a version "
-                        "from: install the project (pip install -e .)\n")  # fmt: skip
+            parser.exit(
+                1,
+                "leap: error: no installed distribution named leap to read a version "
+                "from: install the project (pip install -e .)\n",
+            )
 
 
 def _top_parser() -> argparse.ArgumentParser:
@@ -49,34 +53,67 @@ def _add_rank_flags(ranking: argparse.ArgumentParser) -> None:
     """``leap rank``'s flags, for the full parser and the quick one ``main`` tries first."""
     from leap_pipeline.app.ranking import EXAMPLE_JOB
 
-    ranking.add_argument("--job", default=str(EXAMPLE_JOB), help="launch config as JSON "
-                         "(default: examples/job.json)")  # fmt: skip
+    ranking.add_argument(
+        "--job", default=str(EXAMPLE_JOB), help="launch config as JSON (default: examples/job.json)"
+    )
     ranking.add_argument("--candidates", default="", help="A,B,C (default: the job's candidates)")
-    ranking.add_argument("--model", default="", help="models:/name@alias or a model folder "
-                         "(default: $LEAP_MODEL_URI, else the production alias)")  # fmt: skip
-    ranking.add_argument("--data", default="", help="where the demo's MLflow store lives, "
-                         "used unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
-                         "data)")  # fmt: skip
+    ranking.add_argument(
+        "--model",
+        default="",
+        help="models:/name@alias or a model folder "
+        "(default: $LEAP_MODEL_URI, else the production alias)",
+    )
+    ranking.add_argument(
+        "--data",
+        default="",
+        help="where the demo's MLflow store lives, "
+        "used unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
+        "data)",
+    )
     ranking.add_argument("--json", action="store_true", help="print one JSON object")
-    ranking.add_argument("--format", choices=("skypilot", "k8s", "slurm"), default=None,
-                         help="print the ranking for a scheduler: a SkyPilot task or a Kubernetes "
-                         "Job (YAML), or sbatch flags (docs/serving.md)")  # fmt: skip
-    ranking.add_argument("--handoff-config", default="", help="YAML or JSON file: the hardware "
-                         "type -> scheduler name maps, top_k, the base task or Job")  # fmt: skip
-    ranking.add_argument("--fail-empty", action=argparse.BooleanOptionalAction, default=True,
-                         help="with --format: an empty ranking exits 2 and prints nothing on "
-                         "stdout, so args=$(leap rank ...) && sbatch $args fails instead of "
-                         "submitting unconstrained; --no-fail-empty exits 0, still printing "
-                         "nothing (the reason on stderr)")  # fmt: skip
-    ranking.add_argument("--server", default="", help="URL of a running leap serve to ask "
-                         "instead of loading a model here (e.g. http://127.0.0.1:8765); the "
-                         "token from $LEAP_SERVE_TOKEN or $LEAP_SERVE_TOKEN_FILE")  # fmt: skip
-    ranking.add_argument("--token-file", default="", help="with --server: a file whose first "
-                         "token is sent (default: $LEAP_SERVE_TOKEN, else "
-                         "$LEAP_SERVE_TOKEN_FILE)")  # fmt: skip
-    ranking.add_argument("--cacert", default="", help="with an https --server: the PEM CA "
-                         "certificate that signed the server's (default: the system's trust "
-                         "store)")  # fmt: skip
+    ranking.add_argument(
+        "--format",
+        choices=("skypilot", "k8s", "slurm"),
+        default=None,
+        help="print the ranking for a scheduler: a SkyPilot task or a Kubernetes "
+        "Job (YAML), or sbatch flags (docs/serving.md)",
+    )
+    ranking.add_argument(
+        "--handoff-config",
+        default="",
+        help="YAML or JSON file: the hardware "
+        "type -> scheduler name maps, top_k, the base task or Job",
+    )
+    ranking.add_argument(
+        "--fail-empty",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --format: an empty ranking exits 2 and prints nothing on "
+        "stdout, so args=$(leap rank ...) && sbatch $args fails instead of "
+        "submitting unconstrained; --no-fail-empty exits 0, still printing "
+        "nothing (the reason on stderr)",
+    )
+    ranking.add_argument(
+        "--server",
+        default="",
+        help="URL of a running leap serve to ask "
+        "instead of loading a model here (e.g. http://127.0.0.1:8765); the "
+        "token from $LEAP_SERVE_TOKEN or $LEAP_SERVE_TOKEN_FILE",
+    )
+    ranking.add_argument(
+        "--token-file",
+        default="",
+        help="with --server: a file whose first "
+        "token is sent (default: $LEAP_SERVE_TOKEN, else "
+        "$LEAP_SERVE_TOKEN_FILE)",
+    )
+    ranking.add_argument(
+        "--cacert",
+        default="",
+        help="with an https --server: the PEM CA "
+        "certificate that signed the server's (default: the system's trust "
+        "store)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,8 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--nights", type=int, default=3, help="nightly retrains to run")
     show.add_argument("--seed", type=int, default=0)
     show.add_argument("--profile", choices=("fast", "paper"), default="fast")
-    show.add_argument("--data", default="", help="folder for the warehouse and MLflow "
-                      "(default: $LEAP_DATA, else data)")  # fmt: skip
+    show.add_argument(
+        "--data",
+        default="",
+        help="folder for the warehouse and MLflow (default: $LEAP_DATA, else data)",
+    )
     show.add_argument(
         "--last-day",
         type=command.parse_date,
@@ -145,13 +185,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     server = commands.add_parser("serve", help="the Ranker over HTTP (docs/serving.md)")
     server.add_argument("--host", default="", help="default $LEAP_SERVE_HOST, else 127.0.0.1")
-    server.add_argument("--port", type=command.parse_port, default=None, help="default "
-                        "$LEAP_SERVE_PORT, else 8765")  # fmt: skip
-    server.add_argument("--model", default="", help="models:/name@alias or a model folder "
-                        "(default: $LEAP_MODEL_URI, else the production alias)")  # fmt: skip
-    server.add_argument("--data", default="", help="where the demo's MLflow store lives, "
-                        "used unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
-                        "data)")  # fmt: skip
+    server.add_argument(
+        "--port", type=command.parse_port, default=None, help="default $LEAP_SERVE_PORT, else 8765"
+    )
+    server.add_argument(
+        "--model",
+        default="",
+        help="models:/name@alias or a model folder "
+        "(default: $LEAP_MODEL_URI, else the production alias)",
+    )
+    server.add_argument(
+        "--data",
+        default="",
+        help="where the demo's MLflow store lives, "
+        "used unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
+        "data)",
+    )
     add_listener_flags(server)  # --token-file, --tls-cert/--tls-key, --webhook-port, ...
     server.set_defaults(handler=command.serve)
 
@@ -159,63 +208,114 @@ def build_parser() -> argparse.ArgumentParser:
     imports.add_argument("--attempts", required=True, help="job attempts: a file or a folder")
     imports.add_argument("--allocations", required=True, help="allocation logs")
     imports.add_argument("--hardware", required=True, help="the hardware spec table")
-    imports.add_argument("--days-from", default="ds", help="column giving each attempt's day "
-                         "(a date or a timestamp, e.g. launch_ts)")  # fmt: skip
-    imports.add_argument("--data", default="", help="staging goes under DATA/imports/ "
-                         "(default: $LEAP_DATA, else data)")  # fmt: skip
-    imports.add_argument("--warehouse", default="", help="DuckDB file (default DATA/leap.duckdb; "
-                         "without --data, $LEAP_WAREHOUSE when set)")  # fmt: skip
+    imports.add_argument(
+        "--days-from",
+        default="ds",
+        help="column giving each attempt's day (a date or a timestamp, e.g. launch_ts)",
+    )
+    imports.add_argument(
+        "--data",
+        default="",
+        help="staging goes under DATA/imports/ (default: $LEAP_DATA, else data)",
+    )
+    imports.add_argument(
+        "--warehouse",
+        default="",
+        help="DuckDB file (default DATA/leap.duckdb; without --data, $LEAP_WAREHOUSE when set)",
+    )
     imports.set_defaults(handler=command.import_logs)
 
     static = commands.add_parser("crossval", help="grouped-split evaluation of static data")
     static.add_argument("--source", choices=("sia", "lambda", "contract"), required=True)
-    static.add_argument("--path", required=True, help="Sia traces folder, a Lambda snapshot's "
-                        "pytorch folder, or a folder of contract files")  # fmt: skip
-    static.add_argument("--hardware", default="", help="Epoch ml_hardware.csv (sia) or a "
-                        "hardware_specs file (contract)")  # fmt: skip
+    static.add_argument(
+        "--path",
+        required=True,
+        help="Sia traces folder, a Lambda snapshot's pytorch folder, or a folder of contract files",
+    )
+    static.add_argument(
+        "--hardware",
+        default="",
+        help="Epoch ml_hardware.csv (sia) or a hardware_specs file (contract)",
+    )
     static.add_argument("--split", default="leave-model-hardware-out", choices=(*SPLITS, "all"))
-    static.add_argument("--jobs", type=int, default=-1, help="folds fitted at once (joblib; "
-                        "-1: one per core)")  # fmt: skip
+    static.add_argument(
+        "--jobs", type=int, default=-1, help="folds fitted at once (joblib; -1: one per core)"
+    )
     static.add_argument("--profile", choices=("quick", "fast", "paper"), default="fast")
-    static.add_argument("--exclude", default="", help="MODEL:TYPE,... groups dropped before "
-                        "splitting, e.g. input-bound measurements")  # fmt: skip
+    static.add_argument(
+        "--exclude",
+        default="",
+        help="MODEL:TYPE,... groups dropped before splitting, e.g. input-bound measurements",
+    )
     static.add_argument("--json", action="store_true")
-    static.add_argument("--markdown", default="", help="also write the tables, one per split, "
-                        "to this file")  # fmt: skip
+    static.add_argument(
+        "--markdown", default="", help="also write the tables, one per split, to this file"
+    )
     static.set_defaults(handler=command.crossval)
 
     ui = commands.add_parser("ui", help="the Dagster and MLflow UIs on the project's data")
-    ui.add_argument("--data", default="", help="the folder the demo and pipeline write "
-                    "(default: $LEAP_DATA, else data)")  # fmt: skip
+    ui.add_argument(
+        "--data",
+        default="",
+        help="the folder the demo and pipeline write (default: $LEAP_DATA, else data)",
+    )
     ui.add_argument("--dagster-port", type=command.parse_port, default=3000)
     ui.add_argument("--mlflow-port", type=command.parse_port, default=5000)
     ui.set_defaults(handler=command.user_interfaces)
 
-    up = commands.add_parser("up", help="the service on this machine: Postgres, MLflow, "
-                             "Dagster's webserver and daemon (the service extra)")  # fmt: skip
-    up.add_argument("--data", default="", help="the install's folder; Postgres keeps its data "
-                    "in DATA/postgres (default: $LEAP_DATA, else data)")  # fmt: skip
+    up = commands.add_parser(
+        "up",
+        help="the service on this machine: Postgres, MLflow, "
+        "Dagster's webserver and daemon (the service extra)",
+    )
+    up.add_argument(
+        "--data",
+        default="",
+        help="the install's folder; Postgres keeps its data "
+        "in DATA/postgres (default: $LEAP_DATA, else data)",
+    )
     up.add_argument("--dagster-port", type=command.parse_port, default=3000)
     up.add_argument("--mlflow-port", type=command.parse_port, default=5000)
-    up.add_argument("--dask", action="store_true", help="also a Dask scheduler and workers, "
-                    "for the training resource's dask_scheduler")  # fmt: skip
+    up.add_argument(
+        "--dask",
+        action="store_true",
+        help="also a Dask scheduler and workers, for the training resource's dask_scheduler",
+    )
     up.add_argument("--dask-port", type=command.parse_port, default=8786)
-    up.add_argument("--dask-workers", type=int, default=0, help="worker processes of one "
-                    "thread each (default: one per core)")  # fmt: skip
-    up.add_argument("--upgrade", action="store_true", help="after installing a new release: "
-                    "migrate the MLflow and Dagster databases first")  # fmt: skip
+    up.add_argument(
+        "--dask-workers",
+        type=int,
+        default=0,
+        help="worker processes of one thread each (default: one per core)",
+    )
+    up.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="after installing a new release: migrate the MLflow and Dagster databases first",
+    )
     up.set_defaults(handler=command.service)
 
     paper = commands.add_parser("report", help="the paper's evaluation and routing value")
-    paper.add_argument("--scale", type=float, help="fleet scale (default: the largest at which "
-                       "30 nights take about an hour on 2 cores; docs/commands.md)")  # fmt: skip
+    paper.add_argument(
+        "--scale",
+        type=float,
+        help="fleet scale (default: the largest at which "
+        "30 nights take about an hour on 2 cores; docs/commands.md)",
+    )
     paper.add_argument("--nights", type=int, help="nightly retrains to score (default: 30)")
     paper.add_argument("--seed", type=int, default=0)
-    paper.add_argument("--profile", choices=("fast", "paper"), help="the nights' trees "
-                       "(default: fast; paper: section 2.4's, about 9 minutes a night at "
-                       "scale 1.0)")  # fmt: skip
-    paper.add_argument("--data", default="", help="warehouse and DATA/reports/ go here "
-                       "(default: $LEAP_DATA, else data)")  # fmt: skip
+    paper.add_argument(
+        "--profile",
+        choices=("fast", "paper"),
+        help="the nights' trees "
+        "(default: fast; paper: section 2.4's, about 9 minutes a night at "
+        "scale 1.0)",
+    )
+    paper.add_argument(
+        "--data",
+        default="",
+        help="warehouse and DATA/reports/ go here (default: $LEAP_DATA, else data)",
+    )
     paper.add_argument("--quick", action="store_true", help="a one-minute run for tests")
     paper.add_argument("--json", action="store_true")
     paper.set_defaults(handler=command.report)
@@ -225,20 +325,32 @@ def build_parser() -> argparse.ArgumentParser:
     promote = model_commands.add_parser("promote", help="point production at VERSION (rollback)")
     promote.add_argument("version")
     promote.add_argument("--reason", default="manual promotion", help="recorded with the move")
-    promote.add_argument("--no-pin", dest="pin", action="store_false", help="let the next "
-                         "passing night move it again (default: pinned until unpin)")  # fmt: skip
+    promote.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="let the next passing night move it again (default: pinned until unpin)",
+    )
     model_commands.add_parser("unpin", help="let passing nights move production again")
     model_commands.add_parser("history", help="every recorded move of the pointer, and the pin")
-    model.add_argument("--data", default="", help="the install's folder, its MLflow store used "
-                       "unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
-                       "data)")  # fmt: skip
+    model.add_argument(
+        "--data",
+        default="",
+        help="the install's folder, its MLflow store used "
+        "unless MLFLOW_TRACKING_URI is set (default: $LEAP_DATA, else "
+        "data)",
+    )
     model.set_defaults(handler=command.model_command)
 
-    saved = commands.add_parser("backup", help="a consistent copy of an install's data folder: "
-                                "warehouse, records, MLflow, Dagster, Postgres")  # fmt: skip
+    saved = commands.add_parser(
+        "backup",
+        help="a consistent copy of an install's data folder: "
+        "warehouse, records, MLflow, Dagster, Postgres",
+    )
     saved.add_argument("dest", help="a new (or empty) folder, outside the data folder")
-    saved.add_argument("--data", default="", help="the install's folder (default: $LEAP_DATA, "
-                       "else data)")  # fmt: skip
+    saved.add_argument(
+        "--data", default="", help="the install's folder (default: $LEAP_DATA, else data)"
+    )
     saved.add_argument("--json", action="store_true", help="print one JSON object")
     saved.add_argument(
         "--without-secrets",
@@ -251,8 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
         "restore", help="a backup into a new data folder, checked first (trusted backups only)"
     )
     back.add_argument("src", help="a folder `leap backup` wrote")
-    back.add_argument("--data", required=True, help="the new data folder (must not exist or be "
-                      "empty)")  # fmt: skip
+    back.add_argument(
+        "--data", required=True, help="the new data folder (must not exist or be empty)"
+    )
     back.add_argument("--json", action="store_true", help="print one JSON object")
     back.set_defaults(handler=command.restore)
     return parser

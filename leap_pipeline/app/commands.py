@@ -110,14 +110,28 @@ def demo(args: argparse.Namespace) -> int:
     from leap_pipeline.app.demo import DemoSettings, run_demo, summary_lines
 
     settings = DemoSettings(
-        scale=args.scale, days=args.days, nights=args.nights, seed=args.seed,
-        profile=args.profile, data=install(args).data, last_day=args.last_day,
-    )  # fmt: skip
+        scale=args.scale,
+        days=args.days,
+        nights=args.nights,
+        seed=args.seed,
+        profile=args.profile,
+        data=install(args).data,
+        last_day=args.last_day,
+    )
     result = run_demo(settings, log=lambda line: print(line, file=sys.stderr))
     print("\n".join(summary_lines(result, settings)))
     if args.json:
-        keys = ("w20", "coverage", "oracle_w20", "published_model", "selection", "table1",
-                "intervals", "model_uri", "tracking_uri")  # fmt: skip
+        keys = (
+            "w20",
+            "coverage",
+            "oracle_w20",
+            "published_model",
+            "selection",
+            "table1",
+            "intervals",
+            "model_uri",
+            "tracking_uri",
+        )
         print(json.dumps({k: result[k] for k in keys}))
     return 0
 
@@ -141,16 +155,23 @@ def model_command(args: argparse.Namespace) -> int:
     elif args.model_command == "unpin":
         with alias_lock(install(args).data):
             held = alias_records.unpin()
-        print("nothing was pinned" if held is None else f"unpinned version {held['version']}: "
-              "the next passing night moves production")  # fmt: skip
+        print(
+            "nothing was pinned"
+            if held is None
+            else f"unpinned version {held['version']}: the next passing night moves production"
+        )
     else:
         held = alias_records.pinned()
         if held is not None:
-            print(f"pinned to version {held['version']} by {held['by']} at {held['at']}: "
-                  f"{held['reason']}")  # fmt: skip
+            print(
+                f"pinned to version {held['version']} by {held['by']} at {held['at']}: "
+                f"{held['reason']}"
+            )
         for record in registry.promotion_history():
-            print(f"{record['at']}  {record['from_version']} -> {record['to_version']}  "
-                  f"by {record['by']}: {record['reason']}")  # fmt: skip
+            print(
+                f"{record['at']}  {record['from_version']} -> {record['to_version']}  "
+                f"by {record['by']}: {record['reason']}"
+            )
     return 0
 
 
@@ -174,23 +195,48 @@ def restore(args: argparse.Namespace) -> int:
 
 
 def _saved(outcome, as_json: bool, what: str) -> int:
-    summary = (f"{what} to {outcome.folder}: {outcome.files} files, "
-               f"{outcome.bytes / 1e6:,.1f} MB, {outcome.seconds:.1f} s")  # fmt: skip
+    summary = (
+        f"{what} to {outcome.folder}: {outcome.files} files, "
+        f"{outcome.bytes / 1e6:,.1f} MB, {outcome.seconds:.1f} s"
+    )
     print(json.dumps(outcome.to_dict()) if as_json else "\n".join([summary, *outcome.notes]))
     return 0
 
 
 # what `leap report --json` prints of report.json (the whole file is in <data>/reports/)
 REPORT_JSON_KEYS = (
-    "settings", "nightly_w20", "nightly_w20_median", "published_w20_median", "oracle_w20_median",
-    "single_gbdt_w20_median", "table1", "ablation",
-    "holdout_hardware_delta_w20", "holdout_family_delta_w20", "holdout_regret",
-    "routing", "routing_capture", "per_night", "monitoring",
-    "exploration", "published_w20", "single_gbdt_w20", "lookup_w20_median",
-    "selection", "published_shares", "night_seconds", "night_peak_memory_mb",
-    "w20_by_model", "physics_w20", "night_seconds_median", "night_peak_memory_mb_max",
-    "staleness", "phase_seconds", "fits", "seconds",
-)  # fmt: skip
+    "settings",
+    "nightly_w20",
+    "nightly_w20_median",
+    "published_w20_median",
+    "oracle_w20_median",
+    "single_gbdt_w20_median",
+    "table1",
+    "ablation",
+    "holdout_hardware_delta_w20",
+    "holdout_family_delta_w20",
+    "holdout_regret",
+    "routing",
+    "routing_capture",
+    "per_night",
+    "monitoring",
+    "exploration",
+    "published_w20",
+    "single_gbdt_w20",
+    "lookup_w20_median",
+    "selection",
+    "published_shares",
+    "night_seconds",
+    "night_peak_memory_mb",
+    "w20_by_model",
+    "physics_w20",
+    "night_seconds_median",
+    "night_peak_memory_mb_max",
+    "staleness",
+    "phase_seconds",
+    "fits",
+    "seconds",
+)
 
 
 def report(args: argparse.Namespace) -> int:
@@ -218,8 +264,11 @@ def imported_calendar(data: Path, first: dt.date, source: str):
     # the folder's own logs replace a simulated source; another folder of logs stays
     keep = calendar.source and not calendar.source.startswith("simulator")
     if not Calendar.exists(data) or first < calendar.first_day or not keep:
-        calendar = Calendar(min(first, calendar.first_day) if Calendar.exists(data) else first,
-                            calendar.timezone, calendar.source if keep else source)  # fmt: skip
+        calendar = Calendar(
+            min(first, calendar.first_day) if Calendar.exists(data) else first,
+            calendar.timezone,
+            calendar.source if keep else source,
+        )
         path = calendar.save(data)
         print(f"calendar: partitions from {calendar.first_day} ({path})", file=sys.stderr)
     return calendar
@@ -238,23 +287,35 @@ def import_logs(args: argparse.Namespace) -> int:
         Path(args.attempts), Path(args.allocations), Path(args.hardware), staging, args.days_from
     )
     first, last = staged.days[0], staged.days[-1]
-    print(f"importing {staged.rows['job_attempts']:,} attempts over {len(staged.days)} days "
-          f"({first} .. {last})", file=sys.stderr)  # fmt: skip
+    print(
+        f"importing {staged.rows['job_attempts']:,} attempts over {len(staged.days)} days "
+        f"({first} .. {last})",
+        file=sys.stderr,
+    )
     warehouse = args.warehouse or str(install(args).warehouse_path)
     calendar = imported_calendar(data, first, f"files:{staging}")
-    materialize_days(first, last, source=f"files:{staging}", warehouse=warehouse,
-                     log_level="WARNING", calendar=calendar)  # fmt: skip
+    materialize_days(
+        first,
+        last,
+        source=f"files:{staging}",
+        warehouse=warehouse,
+        log_level="WARNING",
+        calendar=calendar,
+    )
     with open_warehouse(warehouse, read_only=True) as wh:
         kept = wh.read("job_attempts", first, last, columns=["ds"]).height
         quarantine = (
             wh.read("quarantine", first, last, columns=["reason"])
-            if wh.has("quarantine") else pl.DataFrame({"reason": []}, schema={"reason": pl.String})
-        )  # fmt: skip
+            if wh.has("quarantine")
+            else pl.DataFrame({"reason": []}, schema={"reason": pl.String})
+        )
     rows_in = staged.rows["job_attempts"]
     orphans = staged.rows["allocations_without_attempt"]
-    print(f"rows in {rows_in:,}, kept {kept:,}, dropped (no throughput) "
-          f"{rows_in - kept - quarantine.height:,}, quarantined {quarantine.height:,}; "
-          f"allocations without an attempt {orphans:,}")  # fmt: skip
+    print(
+        f"rows in {rows_in:,}, kept {kept:,}, dropped (no throughput) "
+        f"{rows_in - kept - quarantine.height:,}, quarantined {quarantine.height:,}; "
+        f"allocations without an attempt {orphans:,}"
+    )
     for reason, count in (
         quarantine.group_by("reason").len().sort("len", descending=True).head(10).iter_rows()
     ):
@@ -289,19 +350,25 @@ def crossval(args: argparse.Namespace) -> int:
     results = {}
     for split in splits:
         try:
-            results[split] = run_split(attempts, specs, split, profile=args.profile,
-                                       n_jobs=args.jobs,
-                                       log=lambda line: print(line, file=sys.stderr))  # fmt: skip
+            results[split] = run_split(
+                attempts,
+                specs,
+                split,
+                profile=args.profile,
+                n_jobs=args.jobs,
+                log=lambda line: print(line, file=sys.stderr),
+            )
         except ValueError as exc:  # a split these rows cannot make; the others still run
             if len(splits) == 1:
                 raise
             print(f"{split}: skipped: {exc}", file=sys.stderr)
             results[split] = {"skipped": str(exc)}
     tables = "\n".join(
-        f"**{split}**: skipped: {result['skipped']}\n" if "skipped" in result
+        f"**{split}**: skipped: {result['skipped']}\n"
+        if "skipped" in result
         else split_table(split, result)
         for split, result in results.items()
-    )  # fmt: skip
+    )
     if args.markdown:
         Path(args.markdown).write_text(tables)
     print(json.dumps(results) if args.json else tables)
@@ -320,25 +387,42 @@ def _static_source(args: argparse.Namespace):
             raise ValueError(f"--hardware: the Epoch ml_hardware.csv is needed for {args.source}")
         attempts, _, specs = public_sources(args.source, path, Path(args.hardware))
         return attempts, specs
-    specs_path = Path(args.hardware) if args.hardware else next(
-        (p for p in (path / "hardware_specs.parquet", path / "hardware_specs.csv") if p.exists()),
-        path / "hardware_specs.csv",
-    )  # fmt: skip
+    specs_path = (
+        Path(args.hardware)
+        if args.hardware
+        else next(
+            (
+                p
+                for p in (path / "hardware_specs.parquet", path / "hardware_specs.csv")
+                if p.exists()
+            ),
+            path / "hardware_specs.csv",
+        )
+    )
     specs = typed_frame(read_source_files(specs_path, "hardware_specs"), "hardware_specs")
-    found = [p for p in (path / "job_attempts", *(path / f"job_attempts{s}" for s in
-             (".parquet", ".csv"))) if p.exists()]  # fmt: skip
+    found = [
+        p
+        for p in (path / "job_attempts", *(path / f"job_attempts{s}" for s in (".parquet", ".csv")))
+        if p.exists()
+    ]
     if not found:
         raise ValueError(f"--path {path}: no job_attempts folder, .parquet or .csv in it")
     raw = read_source_files(found[0], "job_attempts")
     validated = validate_attempts(raw, specs["hardware_type"])
     if validated.quarantined.height:
-        print(f"quarantined {validated.quarantined.height} rows, e.g. "
-              f"{validated.quarantined['reason'][0]}", file=sys.stderr)  # fmt: skip
+        print(
+            f"quarantined {validated.quarantined.height} rows, e.g. "
+            f"{validated.quarantined['reason'][0]}",
+            file=sys.stderr,
+        )
     days = validated.kept["ds"].n_unique() if "ds" in validated.kept.columns else 0
     if days > 1:  # the folds cut by model and type, not by time
-        print(f"note: --path {path} holds {days} days; crossval treats them as one, so a test "
-              "row's history may come from a later day: for dated logs, `leap import` and the "
-              "nightly backtest score each day on the days before it", file=sys.stderr)  # fmt: skip
+        print(
+            f"note: --path {path} holds {days} days; crossval treats them as one, so a test "
+            "row's history may come from a later day: for dated logs, `leap import` and the "
+            "nightly backtest score each day on the days before it",
+            file=sys.stderr,
+        )
     return validated.kept, specs
 
 
@@ -350,8 +434,9 @@ def serve(args: argparse.Namespace) -> int:
 
     config = serve_config(host=args.host or None, port=args.port, **listener_settings(args))
     uri = registry_uri(install(args)) if from_registry(args.model) else install(args).tracking_uri
-    set_environment(overwrite=False, MLFLOW_TRACKING_URI=uri,
-                    MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")  # fmt: skip
+    set_environment(
+        overwrite=False, MLFLOW_TRACKING_URI=uri, MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false"
+    )
     from leap_pipeline.orchestration.calendar import Calendar
 
     # the model's age counted in the calendar's days, not UTC's (docs/serving.md, /metrics)

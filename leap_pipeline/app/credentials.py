@@ -198,10 +198,16 @@ def _issue(folder: Path, now: dt.datetime) -> None:
 
     until = now + dt.timedelta(days=CERT_DAYS)
     signs_only = x509.KeyUsage(
-        digital_signature=False, content_commitment=False, key_encipherment=False,
-        data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-        encipher_only=False, decipher_only=False,
-    )  # fmt: skip
+        digital_signature=False,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
+    )
     # the one certificate serves the scheduler and the workers (servers) and every client
     both_ends = x509.ExtendedKeyUsage(
         [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]

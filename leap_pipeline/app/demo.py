@@ -57,8 +57,10 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
     log(f"[1/2] landing {settings.days} days of {source} and building features ({first}..{last})")
     landed = [d for d in _landed_days(warehouse) if first <= d <= last]
     if landed:
-        log(f"      {len(landed)} of them were landed before: each is replaced whole (the same "
-            "source gives the same rows)")  # fmt: skip
+        log(
+            f"      {len(landed)} of them were landed before: each is replaced whole (the same "
+            "source gives the same rows)"
+        )
     materialize_days(
         first, last, source=source, warehouse=str(warehouse), log_level="INFO", calendar=calendar
     )
@@ -79,12 +81,16 @@ def run_demo(settings: DemoSettings, log=print) -> dict:
         log_level="WARNING",  # the progress line says what runs; the run's log keeps the rest
         calendar=calendar,
     )
-    nights = [night_record(trained, "model_evaluation", first_night + dt.timedelta(days=i))
-              for i in range(settings.nights)]  # fmt: skip
+    nights = [
+        night_record(trained, "model_evaluation", first_night + dt.timedelta(days=i))
+        for i in range(settings.nights)
+    ]
     reused = [str(n["version"]) for n in nights if n.get("reused_version") and n["version"]]
     if reused:
-        log(f"      {len(reused)} night(s) unchanged since they were registered: reused "
-            f"version(s) {', '.join(reused)} instead of registering again")  # fmt: skip
+        log(
+            f"      {len(reused)} night(s) unchanged since they were registered: reused "
+            f"version(s) {', '.join(reused)} instead of registering again"
+        )
     tracking_uri = configure_tracking(store)
     registered = night_record(trained, "model_evaluation", last)
     evaluation = registered["evaluation"]
@@ -166,8 +172,10 @@ def interval_lines(intervals: dict | None) -> list[str]:
     class, and the median width."""
     if intervals is None:
         return []
-    by_history = ", ".join(f"{name} {_pct(v['coverage']).strip()} of {v['rows']}"
-                           for name, v in intervals["by_history"].items())  # fmt: skip
+    by_history = ", ".join(
+        f"{name} {_pct(v['coverage']).strip()} of {v['rows']}"
+        for name, v in intervals["by_history"].items()
+    )
     return [
         f"{intervals['level']:.0%} intervals: cover {_pct(intervals['coverage']).strip()} of the "
         f"day's throughputs ({by_history}); median width {intervals['width_median']:.2f} x the "

@@ -87,8 +87,11 @@ def with_passfile(url: str, path: Path) -> str:
 
 def hba_methods(text: str) -> set[str]:
     """The authentication methods the active lines of a pg_hba.conf name (its last field)."""
-    return {line.split()[-1] for line in text.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")}  # fmt: skip
+    return {
+        line.split()[-1]
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    }
 
 
 class EmbeddedPostgres:
@@ -170,8 +173,17 @@ class EmbeddedPostgres:
                 shutil.chown(scratch, user, user)
                 shutil.chown(pwfile, user, user)
             try:
-                module.initdb(["--auth=scram-sha-256", "--encoding=utf8", "-U", SUPERUSER,
-                               f"--pwfile={pwfile}"], pgdata=self.folder, user=user)  # fmt: skip
+                module.initdb(
+                    [
+                        "--auth=scram-sha-256",
+                        "--encoding=utf8",
+                        "-U",
+                        SUPERUSER,
+                        f"--pwfile={pwfile}",
+                    ],
+                    pgdata=self.folder,
+                    user=user,
+                )
             except subprocess.CalledProcessError as exc:
                 raise ValueError(
                     f"initdb failed on {self.folder} (exit {exc.returncode}): {exc.stderr or ''}"
@@ -202,8 +214,10 @@ class EmbeddedPostgres:
         deadline = time.monotonic() + 30
         while self.accepts_without_password():  # the postmaster reloads on its SIGHUP
             if time.monotonic() > deadline:
-                raise ValueError(f"Postgres on {self.folder} still trusts connections after "
-                                 f"reloading pg_hba.conf: see {self.folder / 'log'}")  # fmt: skip
+                raise ValueError(
+                    f"Postgres on {self.folder} still trusts connections after "
+                    f"reloading pg_hba.conf: see {self.folder / 'log'}"
+                )
             time.sleep(0.2)
         self.migrated = True
 
@@ -216,8 +230,12 @@ class EmbeddedPostgres:
         query = [(k, v) for k, v in parse_qsl(bare.query) if k != "passfile"]
         url = urlunsplit(bare._replace(query=urlencode(query, safe="/", quote_via=quote)))
         try:
-            psycopg2.connect(url, password="", passfile=str(self.folder / "no-such-passfile"),
-                             connect_timeout=PROBE_TIMEOUT_S).close()  # fmt: skip
+            psycopg2.connect(
+                url,
+                password="",
+                passfile=str(self.folder / "no-such-passfile"),
+                connect_timeout=PROBE_TIMEOUT_S,
+            ).close()
         except psycopg2.OperationalError:
             return False
         return True
@@ -287,9 +305,10 @@ class EmbeddedPostgres:
 
         try:
             connection = psycopg2.connect(
-                self.uri, connect_timeout=PROBE_TIMEOUT_S,
+                self.uri,
+                connect_timeout=PROBE_TIMEOUT_S,
                 options=f"-c statement_timeout={PROBE_TIMEOUT_S * 1000}",
-            )  # fmt: skip
+            )
         except psycopg2.Error:
             return False
         try:
@@ -339,8 +358,9 @@ class EmbeddedPostgres:
         user = self._run_as()
         for mode in ("fast", "immediate"):
             with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
-                module.pg_ctl(["-w", "-m", mode, "stop"], pgdata=self.folder, user=user,
-                              timeout=STOP_WAIT_S)  # fmt: skip
+                module.pg_ctl(
+                    ["-w", "-m", mode, "stop"], pgdata=self.folder, user=user, timeout=STOP_WAIT_S
+                )
             with contextlib.suppress(psutil.TimeoutExpired, psutil.NoSuchProcess):
                 postmaster.wait(timeout=STOP_WAIT_S)
             if not postmaster.is_running():

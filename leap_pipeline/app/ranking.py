@@ -56,8 +56,13 @@ def rank_from_server(args: argparse.Namespace) -> int:
     job, candidates = read_launch(args)
     handoff = handoff_config(args)
     try:
-        result = rank_remote(args.server, job, candidates, token=client_token(args.token_file),
-                             cacert=args.cacert or None)  # fmt: skip
+        result = rank_remote(
+            args.server,
+            job,
+            candidates,
+            token=client_token(args.token_file),
+            cacert=args.cacert or None,
+        )
     except ServerError as exc:
         print(f"leap: error: {exc}", file=sys.stderr)
         return 1
@@ -101,19 +106,26 @@ def show(result: Ranking, args: argparse.Namespace, job: Any, handoff: Any) -> i
         from leap_serving.handoff.formats import guessed_names, render, unmapped
 
         if not result.ranking and not args.fail_empty:
-            print(f"leap: no ranking ({result.reason}): nothing printed (--no-fail-empty)",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"leap: no ranking ({result.reason}): nothing printed (--no-fail-empty)",
+                file=sys.stderr,
+            )
             return 0
         # the host sizes the ranking priced each type on: what a launch taking whole hosts
         # asks for, from the answer itself, so a server's ranking hands on as a local one does
-        host_sizes = {c.hardware_type: c.devices_per_host
-                      for c in (*result.ranking, *result.removed)
-                      if c.devices_per_host is not None}  # fmt: skip
+        host_sizes = {
+            c.hardware_type: c.devices_per_host
+            for c in (*result.ranking, *result.removed)
+            if c.devices_per_host is not None
+        }
         text = render(args.format, result, handoff, job, host_sizes)
         left_out = unmapped(args.format, result, handoff)
         if left_out:  # ranked, but the scheduler cannot be told: the user must hear of it
-            print(f"leap: {args.format}: left out, no label value in the hand-off config's "
-                  f"kubernetes.products: {', '.join(left_out)}", file=sys.stderr)  # fmt: skip
+            print(
+                f"leap: {args.format}: left out, no label value in the hand-off config's "
+                f"kubernetes.products: {', '.join(left_out)}",
+                file=sys.stderr,
+            )
         guessed = guessed_names(args.format, result, handoff)
         if guessed:  # handed on under a guessed name the scheduler may not know
             key = "skypilot.accelerators" if args.format == "skypilot" else "slurm.features"
@@ -132,15 +144,21 @@ def show(result: Ranking, args: argparse.Namespace, job: Any, handoff: Any) -> i
     if result.reason:
         print(f"no ranking: {result.reason}")
     if result.interval_level is not None:
-        print(f"intervals: {result.interval_level:.0%} (conformal, calibrated on the selection "
-              "day)")  # fmt: skip
+        print(
+            f"intervals: {result.interval_level:.0%} (conformal, calibrated on the selection day)"
+        )
     for c in result.ranking:
         history = "history" if c.history_found else "cold start"
-        interval = (f" [{c.throughput_low:,.0f} - {c.throughput_high:,.0f}]"
-                    if c.throughput_low is not None else "")  # fmt: skip
-        print(f"{c.rank:>3}. {c.hardware_type:14} {c.predicted_throughput:>14,.0f} samples/s"
-              f"{interval} {c.cost_per_hour:>9,.2f} $/h {c.throughput_per_cost:>16,.0f} "
-              f"samples/$ bin {c.bin:>2} ({c.bin_probability:.2f}) {history}")  # fmt: skip
+        interval = (
+            f" [{c.throughput_low:,.0f} - {c.throughput_high:,.0f}]"
+            if c.throughput_low is not None
+            else ""
+        )
+        print(
+            f"{c.rank:>3}. {c.hardware_type:14} {c.predicted_throughput:>14,.0f} samples/s"
+            f"{interval} {c.cost_per_hour:>9,.2f} $/h {c.throughput_per_cost:>16,.0f} "
+            f"samples/$ bin {c.bin:>2} ({c.bin_probability:.2f}) {history}"
+        )
     for c in result.removed:
         print(f"  - {c.hardware_type}: {c.removed_reason}")
     if result.worth_a_trial is not None:

@@ -127,8 +127,10 @@ def stop_retired(groups: list[tuple[int, float]], log: Callable) -> None:
         members = group_members(pgid, retired_at)
         if not members:
             continue
-        log(f"stopping {len(members)} process(es) left by a server that was started again "
-            f"(group {pgid})")  # fmt: skip
+        log(
+            f"stopping {len(members)} process(es) left by a server that was started again "
+            f"(group {pgid})"
+        )
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
         for process in psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)[1]:
@@ -296,8 +298,10 @@ def supervise(
     def too_many(name: str, what: str, last: str) -> bool:
         exits[name] = _count_restart(exits[name], time.monotonic())
         if len(exits[name]) > MAX_RESTARTS:
-            log(f"the {name} server {what} {len(exits[name])} times within "
-                f"{RESTART_WINDOW_S:.0f} s ({last}): stopping")  # fmt: skip
+            log(
+                f"the {name} server {what} {len(exits[name])} times within "
+                f"{RESTART_WINDOW_S:.0f} s ({last}): stopping"
+            )
             return True
         return False
 
@@ -323,15 +327,16 @@ def supervise(
             record(processes, retired)
             if name in probes:
                 probes[name].reset(time.monotonic())
-            log(f"the {name} server exited with {why}: started again "
-                f"(pid {processes[name].pid})")  # fmt: skip
+            log(f"the {name} server exited with {why}: started again (pid {processes[name].pid})")
         for name, probe in probes.items():
             if not probe.failed(time.monotonic()):
                 continue
             if too_many(name, "needed a restart", "last: its health probe failed"):
                 return 1
-            log(f"the {name} server failed its health probe {PROBE_FAILURES} times in a row "
-                f"(every {probe.interval_s:.0f} s): restarting it")  # fmt: skip
+            log(
+                f"the {name} server failed its health probe {PROBE_FAILURES} times in a row "
+                f"(every {probe.interval_s:.0f} s): restarting it"
+            )
             if probe.restart is not None:
                 probe.restart()
             elif name in processes:
@@ -343,6 +348,8 @@ def supervise(
                 processes[name] = start_group(argv, env)
                 record(processes, retired)
             probe.reset(time.monotonic())
-            log(f"the {name} server started again"
-                + (f" (pid {processes[name].pid})" if name in processes else ""))  # fmt: skip
+            log(
+                f"the {name} server started again"
+                + (f" (pid {processes[name].pid})" if name in processes else "")
+            )
         time.sleep(0.5)

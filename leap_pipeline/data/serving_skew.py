@@ -50,8 +50,11 @@ def serving_skew(
     for row in picked.iter_rows(named=True):
         # the launch as a launcher sends it (its JSON's types: dates as text), typed and checked
         # as the Ranker does before it builds the features
-        job = {k: v.isoformat() if isinstance(v, dt.date) else v for k, v in row.items()
-               if k not in ("candidate_hardware", "family")}  # fmt: skip
+        job = {
+            k: v.isoformat() if isinstance(v, dt.date) else v
+            for k, v in row.items()
+            if k not in ("candidate_hardware", "family")
+        }
         launch, types, _ = typed_launch(job, [row["hardware_type"]], index.last_ds, known, None)
         launches.append((launch, types))
     served = launch_matrix(CandidateRows(launches), specs, index)
@@ -70,10 +73,14 @@ def serving_skew(
     for j in np.flatnonzero(~same.all(axis=0)):
         rows = np.flatnonzero(~same[:, j])
         first = rows[0]
-        found.append({
-            "feature": FEATURE_COLUMNS[j],
-            "launches": len(rows),
-            "sampled": len(ids),
-            "example": f"{ids[first]}: table {stored[first, j]!r}, serving {served[first, j]!r}",
-        })  # fmt: skip
+        found.append(
+            {
+                "feature": FEATURE_COLUMNS[j],
+                "launches": len(rows),
+                "sampled": len(ids),
+                "example": (
+                    f"{ids[first]}: table {stored[first, j]!r}, serving {served[first, j]!r}"
+                ),
+            }
+        )
     return found

@@ -47,11 +47,15 @@ def feature_drift(window: pl.DataFrame, rows: pl.DataFrame) -> list[dict]:
     out = []
     for j, name in enumerate(FEATURE_COLUMNS):
         psi = population_stability(reference[:, j], current[:, j])
-        out.append({
-            "feature": name,
-            "psi": psi,
-            "window_missing": float(np.isnan(reference[:, j]).mean()) if len(reference) else None,
-            "day_missing": float(np.isnan(current[:, j]).mean()) if len(current) else None,
-            "drifted": psi > PSI_WARN,
-        })  # fmt: skip
+        out.append(
+            {
+                "feature": name,
+                "psi": psi,
+                "window_missing": float(np.isnan(reference[:, j]).mean())
+                if len(reference)
+                else None,
+                "day_missing": float(np.isnan(current[:, j]).mean()) if len(current) else None,
+                "drifted": psi > PSI_WARN,
+            }
+        )
     return sorted(out, key=lambda entry: -entry["psi"])

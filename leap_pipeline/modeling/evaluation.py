@@ -46,7 +46,7 @@ def novelty_scores(
         "w20_flagged": share(hit[flagged]),
         "w20_unflagged": share(hit[~flagged]),
         "flag_right": share(flagged != hit),
-    }  # fmt: skip
+    }
 
 
 def frequency_band(rows: pl.DataFrame, ranks: pl.DataFrame) -> pl.Series:

@@ -76,5 +76,6 @@ def plot_routing_capture(series: pl.DataFrame, path: str) -> str:
     """Each night's share of the oracle's saving over as-logged routing that a policy captured
     on its day (``routing.day_routing``), one line per policy that ranks by a model."""
     ranked = series.filter(pl.col("policy").is_in(["lookup", "leap", "leap_lower"]))
-    return plot_per_night(ranked, "policy", "capture", path,
-                          ylabel="share of the oracle's saving", reference=1.0)  # fmt: skip
+    return plot_per_night(
+        ranked, "policy", "capture", path, ylabel="share of the oracle's saving", reference=1.0
+    )

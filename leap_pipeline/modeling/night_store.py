@@ -42,14 +42,16 @@ def save_trained(
         if night is not None:
             (version / NIGHT_RECORD).write_text(json.dumps(night, indent=1))
         serving_model(
-            models, snapshot, specs,
+            models,
+            snapshot,
+            specs,
             metadata={
                 "training_window": [d.isoformat() for d in models.window],
                 "training_rows": models.training_rows,
                 "profile": profile,
                 "selection": models.selection,
             },
-        ).save(version / "cascade")  # fmt: skip
+        ).save(version / "cascade")
         dump_model(models.single_gbdt_booster, version / "single_gbdt.json")
         dump_model(models.cascade, version / "cascade_candidate.json")
         models.lookup.entries.write_parquet(version / "lookup_entries.parquet")

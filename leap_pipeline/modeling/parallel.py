@@ -58,8 +58,9 @@ def dask_security(address: str, tls_dir: Path | None = None) -> Any:
     if missing:
         raise ValueError(f"{DASK_TLS_DIR_ENV}={folder}: no {', '.join(missing)} in it")
     ca, cert, key = (str(folder / name) for name in DASK_TLS_FILES)
-    return Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key,
-                    require_encryption=True)  # fmt: skip
+    return Security(
+        tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True
+    )
 
 
 def check_scheduler(address: str) -> None:

@@ -39,9 +39,13 @@ class Progress:
         step = f"{self.phase}: {what}" if self.phase else what
         self.logger.info(
             "%s | %s | %s elapsed, %s (%.0f%%)",
-            self.task, step, _duration(elapsed), left, 100 * self.done / max(self.total, 1e-9),
+            self.task,
+            step,
+            _duration(elapsed),
+            left,
+            100 * self.done / max(self.total, 1e-9),
             extra={"leap_finished": self.done >= self.total * (1 - 1e-9)},
-        )  # fmt: skip
+        )
 
     def drop(self, units: float) -> None:
         """Work the estimate counted that will not be done (EM converged early)."""

@@ -65,8 +65,10 @@ def _routing(wh: Warehouse, day: dt.date, models: TrainedModels, oracle: Oracle)
     for a night not to publish)."""
     before = day - dt.timedelta(days=1)
     if wh.count("history_snapshot", before) == 0:
-        return {"error": f"no history snapshot for {before}: the launches of {day} cannot be "
-                "ranked as they were served"}  # fmt: skip
+        return {
+            "error": f"no history snapshot for {before}: the launches of {day} cannot be "
+            "ranked as they were served"
+        }
     try:
         return day_routing(
             wh.read("job_attempts", day, day),

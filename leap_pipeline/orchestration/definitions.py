@@ -83,8 +83,16 @@ def nightly_state(
     trained = {dt.date.fromisoformat(day) for day in registry.registered_nights()}
     landed = whole_landings(logged, set(featured), empty, live)
     adapter = source.source()
-    return NightlyState(landed, trained, in_flight, adapter.has_day, failed, empty, refused,
-                        unbuilt=set(logged) - landed)  # fmt: skip
+    return NightlyState(
+        landed,
+        trained,
+        in_flight,
+        adapter.has_day,
+        failed,
+        empty,
+        refused,
+        unbuilt=set(logged) - landed,
+    )
 
 
 def trains_nights(run: dg.DagsterRun) -> bool:
@@ -123,10 +131,12 @@ def runs_state(instance: dg.DagsterInstance) -> tuple[set[dt.date], dict[str, in
     failed: dict[str, int] = {}
     planned = [  # the runs the nightly plan asked for: the schedule's, and its retry sensor's
         record
-        for tags in ({"dagster/schedule_name": "nightly_schedule"},
-                     {"dagster/sensor_name": RETRY_SENSOR})
+        for tags in (
+            {"dagster/schedule_name": "nightly_schedule"},
+            {"dagster/sensor_name": RETRY_SENSOR},
+        )
         for record in instance.get_run_records(dg.RunsFilter(tags=tags))
-    ]  # fmt: skip
+    ]
     for record in planned:
         run = record.dagster_run  # read after the dead were marked: they count as failed
         if run.status in LIVE or run.status == dg.DagsterRunStatus.SUCCESS:

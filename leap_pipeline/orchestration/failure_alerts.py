@@ -132,8 +132,9 @@ def _step_error(event: dg.DagsterEvent) -> str:
 def run_failure_alerts(context: dg.RunFailureSensorContext) -> None:
     """Log the failed run; post it to the webhook when one is set."""
     run = context.dagster_run
-    steps = [(event.step_key or "?", _step_error(event))
-             for event in context.get_step_failure_events()]  # fmt: skip
+    steps = [
+        (event.step_key or "?", _step_error(event)) for event in context.get_step_failure_events()
+    ]
     error = context.failure_event.message or ""
     text = alert_text(run.job_name, run.run_id, run.tags, error, steps)
     context.log.error(text)

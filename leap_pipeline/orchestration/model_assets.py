@@ -78,9 +78,14 @@ def train_nights(
                     snapshot = wh.read("history_snapshot", day, day).drop("ds")
                     specs = wh.read("hardware_specs", day, day).drop("ds")
                     save_trained(
-                        night.models, folder, snapshot, specs, training.profile,
-                        night.evaluation, record,
-                    )  # fmt: skip
+                        night.models,
+                        folder,
+                        snapshot,
+                        specs,
+                        training.profile,
+                        night.evaluation,
+                        record,
+                    )
             if reused is not None:
                 records[day.isoformat()] = {**reused, "folder": str(folder.resolve())}
                 per_day.append({"ds": day.isoformat(), "reused": True, **_night_row(reused)})

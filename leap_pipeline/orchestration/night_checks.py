@@ -52,9 +52,10 @@ def drift_check(day: dt.date, drift: list[dict] | None) -> dg.AssetCheckResult:
     ``PSI_WARN``, naming them."""
     if not drift:
         return dg.AssetCheckResult(
-            check_name="feature_drift", passed=True,
+            check_name="feature_drift",
+            passed=True,
             metadata={"drift": f"{day}: not computed for this night"},
-        )  # fmt: skip
+        )
     drifted = [entry["feature"] for entry in drift if entry["drifted"]]
     return dg.AssetCheckResult(
         check_name="feature_drift",
@@ -76,9 +77,10 @@ def interval_check(day: dt.date, intervals: dict | None) -> dg.AssetCheckResult:
     as tables."""
     if intervals is None:
         return dg.AssetCheckResult(
-            check_name="interval_coverage", passed=True,
+            check_name="interval_coverage",
+            passed=True,
             metadata={"coverage": f"{day}: the published model has no intervals"},
-        )  # fmt: skip
+        )
     low, high = COVERAGE_BAND
     share = intervals["coverage"]
 

@@ -81,9 +81,14 @@ def evaluate_nights(
                 existing = registry.registered_night(day, fingerprint) if fingerprint else None
                 rows = wh.read("feature_table", day, day)
                 gate = night_gate(
-                    evaluation["overall"]["published"]["w20"], incumbent, day, rows,
-                    gate_settings.floor, gate_settings.margin, context.log,
-                )  # fmt: skip
+                    evaluation["overall"]["published"]["w20"],
+                    incumbent,
+                    day,
+                    rows,
+                    gate_settings.floor,
+                    gate_settings.margin,
+                    context.log,
+                )
                 retired = (
                     registry.registered_before(day, fingerprint)
                     if existing is None and fingerprint

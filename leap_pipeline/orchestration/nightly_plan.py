@@ -106,11 +106,15 @@ def plan_tick(
     newest = max((n for n in state.trained if n <= day), default=None)
     if newest is not None:  # a gap before the newest trained night is a backfill's to fill
         earliest = max(earliest, newest + dt.timedelta(days=1))
-    wanted = [
-        n
-        for n in days_between(earliest, day)
-        if n not in state.trained and n not in state.in_flight and n not in state.empty
-    ] if earliest <= day else []  # fmt: skip
+    wanted = (
+        [
+            n
+            for n in days_between(earliest, day)
+            if n not in state.trained and n not in state.in_flight and n not in state.empty
+        ]
+        if earliest <= day
+        else []
+    )
     ready: list[dt.date] = []
     blocked = ""
     for night in wanted:
@@ -161,9 +165,11 @@ def plan_tick(
         stuck = _stuck(days_between(start, day), state)
         if not stuck:
             return [_request(start, day, "land", state, landing_assets)]
-        blocked = (f"{stuck[0]} landed without its features and failed to land again "
-                   f"{landings_failed(state.failed_attempts, stuck[0])} times: see those runs, "
-                   f"fix the day and materialize {stuck[0]}")  # fmt: skip
+        blocked = (
+            f"{stuck[0]} landed without its features and failed to land again "
+            f"{landings_failed(state.failed_attempts, stuck[0])} times: see those runs, "
+            f"fix the day and materialize {stuck[0]}"
+        )
     if blocked:
         return dg.SkipReason(blocked)
     if day < first_night:

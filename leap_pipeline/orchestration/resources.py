@@ -128,9 +128,12 @@ class TrainingResource(dg.ConfigurableResource):
 
     def training_settings(self) -> TrainingSettings:
         return TrainingSettings(
-            self.profile, self.window_days, self.lookup_min_support, self.n_jobs,
+            self.profile,
+            self.window_days,
+            self.lookup_min_support,
+            self.n_jobs,
             self.dask_scheduler,
-        )  # fmt: skip
+        )
 
     def window_wait(self) -> float:
         """``window_wait_s``, checked before a night starts: finite and not negative (an endless

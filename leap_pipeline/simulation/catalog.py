@@ -57,10 +57,27 @@ ARCHETYPES: dict[str, dict] = {
 ARCHETYPE_NAMES = tuple(ARCHETYPES)
 
 _DOMAINS = (
-    "ads", "feed", "reels", "search", "marketplace", "notif", "integrity", "video", "groups",
-    "stories", "messaging", "commerce", "jobs", "gaming", "news", "pages", "events", "watch",
-    "shops", "creators",
-)  # fmt: skip
+    "ads",
+    "feed",
+    "reels",
+    "search",
+    "marketplace",
+    "notif",
+    "integrity",
+    "video",
+    "groups",
+    "stories",
+    "messaging",
+    "commerce",
+    "jobs",
+    "gaming",
+    "news",
+    "pages",
+    "events",
+    "watch",
+    "shops",
+    "creators",
+)
 _TASKS = {
     "dlrm": ("ctr", "cvr", "engagement", "like", "share", "comment", "click", "install", "quality"),
     "seqrec": ("seqrank", "nextitem", "session", "history", "sequence"),
@@ -70,9 +87,25 @@ _TASKS = {
     "lm": ("llm", "summarize", "assistant", "translate"),
 }
 _PURPOSES = (
-    "baseline", "prod", "exp_lr", "exp_dim", "sweep", "holdout", "ablation", "retrain", "shadow",
-    "canary", "backfill", "eval", "tune", "distill", "warmstart", "explore", "refresh", "hparam",
-)  # fmt: skip
+    "baseline",
+    "prod",
+    "exp_lr",
+    "exp_dim",
+    "sweep",
+    "holdout",
+    "ablation",
+    "retrain",
+    "shadow",
+    "canary",
+    "backfill",
+    "eval",
+    "tune",
+    "distill",
+    "warmstart",
+    "explore",
+    "refresh",
+    "hparam",
+)
 _SYLLABLES = ("ka", "mo", "ri", "ta", "ne", "lu", "sa", "jo", "vi", "de", "pa", "zu", "ha", "li")
 NAME_TEMPLATES = 4
 
@@ -144,10 +177,15 @@ def _definition(archetype: str, rng: np.random.Generator) -> dict:
         layers = [
             {"op": "embedding_bag", "dim": dim, "pooling": pooling},
             {"op": "mlp", "widths": [d]},
-            {"op": "transformer", "layers": int(rng.integers(2, 7)), "d_model": d,
-             "heads": int(rng.choice([4, 8])), "ffn_mult": 4},
+            {
+                "op": "transformer",
+                "layers": int(rng.integers(2, 7)),
+                "d_model": d,
+                "heads": int(rng.choice([4, 8])),
+                "ffn_mult": 4,
+            },
             {"op": "mlp", "widths": [256, 1]},
-        ]  # fmt: skip
+        ]
     elif archetype == "twotower":
         layers = [
             {"op": "mlp", "widths": [256, dim]},
@@ -160,24 +198,36 @@ def _definition(archetype: str, rng: np.random.Generator) -> dict:
             {"op": "mlp", "widths": [512, dim]},
             {"op": "embedding_bag", "dim": dim, "pooling": pooling},
             {"op": "interaction", "kind": "dot"},
-            {"op": "experts", "num_experts": int(rng.integers(4, 17)), "widths": [512, 256],
-             "tasks": int(rng.integers(2, 9))},
+            {
+                "op": "experts",
+                "num_experts": int(rng.integers(4, 17)),
+                "widths": [512, 256],
+                "tasks": int(rng.integers(2, 9)),
+            },
             {"op": "mlp", "widths": [128, 1]},
-        ]  # fmt: skip
+        ]
     elif archetype == "cnn":
         layers = [
-            {"op": "conv_stack", "blocks": int(rng.integers(8, 25)),
-             "channels": int(rng.choice([64, 128, 256])),
-             "image_size": int(rng.choice([128, 224, 320]))},
+            {
+                "op": "conv_stack",
+                "blocks": int(rng.integers(8, 25)),
+                "channels": int(rng.choice([64, 128, 256])),
+                "image_size": int(rng.choice([128, 224, 320])),
+            },
             {"op": "mlp", "widths": [1000]},
-        ]  # fmt: skip
+        ]
     else:  # lm
         d = int(rng.choice([768, 1024, 1536, 2048]))
         layers = [
-            {"op": "transformer", "layers": int(rng.integers(8, 25)), "d_model": d,
-             "heads": d // 64, "ffn_mult": 4},
+            {
+                "op": "transformer",
+                "layers": int(rng.integers(8, 25)),
+                "d_model": d,
+                "heads": d // 64,
+                "ffn_mult": 4,
+            },
             {"op": "lm_head", "vocab": int(rng.choice([32000, 50000, 128000]))},
-        ]  # fmt: skip
+        ]
     return {"layers": layers}
 
 

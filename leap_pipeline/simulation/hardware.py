@@ -185,11 +185,29 @@ _CATALOG: tuple[tuple, ...] = (
 
 # devices of each type in the fleet; the legacy scheduler places work roughly in proportion
 LEGACY_CAPACITY: dict[str, float] = {
-    "T4": 3.0, "V100-16GB": 5.0, "V100-32GB": 6.0, "A10G": 3.0, "L4": 2.5,
-    "A100-40GB": 10.0, "A100-80GB": 12.0, "L40S": 3.0, "RTX6000-Ada": 1.5, "H100-PCIe": 3.0,
-    "H100-SXM": 10.0, "H200": 3.0, "B200": 2.5, "MI100": 1.5, "MI210": 2.5, "MI250X": 3.0,
-    "MI300X": 4.0, "MI325X": 1.0, "Gaudi2": 2.0, "Gaudi3": 1.5, "Trn1": 1.5, "Trn2": 1.5,
-}  # fmt: skip
+    "T4": 3.0,
+    "V100-16GB": 5.0,
+    "V100-32GB": 6.0,
+    "A10G": 3.0,
+    "L4": 2.5,
+    "A100-40GB": 10.0,
+    "A100-80GB": 12.0,
+    "L40S": 3.0,
+    "RTX6000-Ada": 1.5,
+    "H100-PCIe": 3.0,
+    "H100-SXM": 10.0,
+    "H200": 3.0,
+    "B200": 2.5,
+    "MI100": 1.5,
+    "MI210": 2.5,
+    "MI250X": 3.0,
+    "MI300X": 4.0,
+    "MI325X": 1.0,
+    "Gaudi2": 2.0,
+    "Gaudi3": 1.5,
+    "Trn1": 1.5,
+    "Trn2": 1.5,
+}
 
 VENDORS: tuple[str, ...] = ("nvidia", "amd", "intel", "aws")
 N_HARDWARE_TYPES = len(_CATALOG)

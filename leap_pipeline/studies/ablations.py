@@ -174,10 +174,14 @@ def features_without(
         before = day - dt.timedelta(days=1)
         recent = past.filter(pl.col("ds").is_between(day - lookback, before))
         snapshot = history_snapshot(recent, as_of=before)
-        tables.append(build_feature_table(
-            wh.read("job_attempts", day, day), wh.read("allocations", day, day),
-            wh.read("hardware_specs", day, day).drop("ds"), snapshot,
-        ).select(UNSEEN_COLUMNS))  # fmt: skip
+        tables.append(
+            build_feature_table(
+                wh.read("job_attempts", day, day),
+                wh.read("allocations", day, day),
+                wh.read("hardware_specs", day, day).drop("ds"),
+                snapshot,
+            ).select(UNSEEN_COLUMNS)
+        )
     return Unseen(pl.concat(tables), snapshot)
 
 
@@ -201,11 +205,14 @@ def holdouts(
     rng = np.random.default_rng(0)
     progress = Progress(
         "hold-outs",
-        4 * cascade_units(
-            published.max_em_iter, published.n_bins, published.expert_overlap,
+        4
+        * cascade_units(
+            published.max_em_iter,
+            published.n_bins,
+            published.expert_overlap,
             published.em_sample,
         ),
-    )  # fmt: skip
+    )
     out, refits = {}, {}
     for key, column in (("hardware", "hardware_type"), ("family", "model_type")):
         counts = rows.group_by(column).len().sort(["len", column], descending=[True, False])
@@ -219,8 +226,11 @@ def holdouts(
         unseen = rebuild(column, target) if rebuild is not None else None
         predicted = {}
         for name, drop in (("held_out", removed), ("control", control)):
-            progress.phase = (f"{column} {target} held out" if name == "held_out"
-                              else f"{column} control: as many random rows out")  # fmt: skip
+            progress.phase = (
+                f"{column} {target} held out"
+                if name == "held_out"
+                else f"{column} control: as many random rows out"
+            )
             X_fit, X_scored = X_all[~drop], X_day
             if name == "held_out" and unseen is not None:
                 X_fit, X_scored = _unseen_matrices(unseen.rows, training, scored, ~drop)
@@ -241,12 +251,14 @@ def holdouts(
             **w20,
         }
         if key == "family":  # the novelty flag where the model type really is new to the model
-            reference = NoveltyReference.fit(training.filter(~removed)["model_type"].to_list(),
-                                             X_unseen)  # fmt: skip
+            reference = NoveltyReference.fit(
+                training.filter(~removed)["model_type"].to_list(), X_unseen
+            )
             out["holdout_family"]["novelty"] = novelty_scores(
                 reference.assess_rows(scored["model_type"].to_list(), X_new),
-                predicted["held_out"], scored["throughput"].to_numpy(),
-            )  # fmt: skip
+                predicted["held_out"],
+                scored["throughput"].to_numpy(),
+            )
         out[f"holdout_{key}"]["history_removed"] = rebuild is not None
         out[f"holdout_{key}_delta_w20"] = w20["held_out"] - w20["full"]
         out[f"holdout_{key}_control_delta_w20"] = w20["control"] - w20["full"]

@@ -40,7 +40,7 @@ from leap_pipeline.studies.decisions import (
     cells,
     decision_regrets,
     summarize,
-)  # fmt: skip
+)
 from leap_pipeline.studies.selection import INCUMBENT, choose_ranking, with_published
 from leap_pipeline.studies.splits import (
     SPLITS,
@@ -142,14 +142,19 @@ def physics_predict(
             ).fill_nan(None),
         )
     )
-    joined = rows.join(known, on=list(CONFIG), how="left").filter(
-        pl.col("hardware_type") != pl.col("target")
-    ).with_columns(
-        scaled=pl.col("log_q")
-        + (attainable_flops(pl.col("target"), specs, pl.col("fp32"), pl.col("intensity"))
-           / attainable_flops(pl.col("hardware_type"), specs, pl.col("fp32"),
-                              pl.col("intensity"))).log()
-    )  # fmt: skip
+    joined = (
+        rows.join(known, on=list(CONFIG), how="left")
+        .filter(pl.col("hardware_type") != pl.col("target"))
+        .with_columns(
+            scaled=pl.col("log_q")
+            + (
+                attainable_flops(pl.col("target"), specs, pl.col("fp32"), pl.col("intensity"))
+                / attainable_flops(
+                    pl.col("hardware_type"), specs, pl.col("fp32"), pl.col("intensity")
+                )
+            ).log()
+        )
+    )
     means = joined.group_by("_i").agg(pl.col("scaled").mean())
     out = rows.select("_i").join(means, on="_i", how="left").sort("_i")["scaled"].to_numpy()
     return np.exp(out.astype(float))
@@ -216,8 +221,9 @@ def _inner_selection(
         predicted[GBDT_BLEND][held] = geometric_blend(
             {n: predicted[n][held] for n in GBDT_PAIR}, GBDT_PAIR
         )
-        table = cells(train, specs, held, {n: np.where(held, p, np.nan) for n, p in
-                                           predicted.items()})  # fmt: skip
+        table = cells(
+            train, specs, held, {n: np.where(held, p, np.nan) for n, p in predicted.items()}
+        )
         by_candidate, decision_models = decision_regrets(table, list(PREDICTORS))
         models.append(decision_models)
         for name, by_kind in by_candidate.items():
@@ -225,8 +231,12 @@ def _inner_selection(
                 regrets[name][kind].append(r)
     q = train["throughput"].to_numpy()
     clusters = np.concatenate(models or [np.empty(0, dtype=object)])
-    w20 = {name: metrics.within(predicted[name][validated], q[validated], 20)
-           if validated.any() else 0.0 for name in GBDTS}  # fmt: skip
+    w20 = {
+        name: metrics.within(predicted[name][validated], q[validated], 20)
+        if validated.any()
+        else 0.0
+        for name in GBDTS
+    }
     pooled = {
         c: {k: np.concatenate(regrets[c][k] or [np.empty(0)]) for k in KINDS} for c in CANDIDATES
     }
@@ -297,16 +307,25 @@ def run_fold(
     predicted["lookup"] = lookup.predict(test).cast(pl.Float64).to_numpy()
     predicted["leap"] = predicted[choice["gbdt"]]
     intervals = fold_intervals(
-        train, choice.pop("held_out_features"), choice.pop("held_out_predictions"), test, X_test,
+        train,
+        choice.pop("held_out_features"),
+        choice.pop("held_out_predictions"),
+        test,
+        X_test,
         predicted["leap"],
-    )  # fmt: skip
+    )
     full = {}
     for name in PREDICTORS:
         full[name] = np.full(rows.height, np.nan)
         full[name][test_mask] = predicted[name]
     regrets = with_published(cells(rows, specs, test_mask, full), list(PREDICTORS), choice)
-    return {"test": np.flatnonzero(test_mask), "predicted": predicted, "regrets": regrets,
-            "choice": choice, "intervals": intervals}  # fmt: skip
+    return {
+        "test": np.flatnonzero(test_mask),
+        "predicted": predicted,
+        "regrets": regrets,
+        "choice": choice,
+        "intervals": intervals,
+    }
 
 
 def run_split(
@@ -355,15 +374,20 @@ def run_split(
         published["gbdt"][choice["gbdt"]] += 1
         for kind in KINDS:
             published[kind][choice["ranking"][kind]] += 1
-            means = {c: float(np.mean(r[kind])) for c, r in fold["regrets"].items()
-                     if len(r[kind]) and c != "leap"}  # fmt: skip
+            means = {
+                c: float(np.mean(r[kind]))
+                for c, r in fold["regrets"].items()
+                if len(r[kind]) and c != "leap"
+            }
             if means:
                 best_on_test[kind] += means[choice["ranking"][kind]] <= min(means.values()) + TIE
         for name, by_kind in fold["regrets"].items():
             for kind, r in by_kind.items():
                 regrets[name][kind].append(r)
-        log(f"{split}: fold {done}/{len(masks)} done ({len(test):,} test rows, "
-            f"{time.monotonic() - started:.0f} s)")  # fmt: skip
+        log(
+            f"{split}: fold {done}/{len(masks)} done ({len(test):,} test rows, "
+            f"{time.monotonic() - started:.0f} s)"
+        )
     q = rows["throughput"].to_numpy()[scored]
     result: dict = {"n_rows": rows.height, "scored_rows": int(scored.sum()), "folds": len(masks)}
     for name in SCORED:
@@ -371,12 +395,16 @@ def run_split(
         if name in predicted:
             p = predicted[name][scored]
             mdape = metrics.mdape(p, q)
-            entry = {"w10": metrics.within(p, q, 10), "w20": metrics.within(p, q, 20),
-                     "mdape": float(mdape) if np.isfinite(mdape) else None,  # none predicted
-                     "coverage": metrics.predicted_share(p)}  # fmt: skip
+            entry = {
+                "w10": metrics.within(p, q, 10),
+                "w20": metrics.within(p, q, 20),
+                "mdape": float(mdape) if np.isfinite(mdape) else None,  # none predicted
+                "coverage": metrics.predicted_share(p),
+            }
         if name in regrets:
-            summary = {k: summarize(np.concatenate(regrets[name][k] or [np.empty(0)]))
-                       for k in KINDS}  # fmt: skip
+            summary = {
+                k: summarize(np.concatenate(regrets[name][k] or [np.empty(0)])) for k in KINDS
+            }
             entry["top1"] = {k: summary[k].pop("top1") for k in KINDS}
             entry["regret"] = summary
         result[name] = entry

@@ -51,8 +51,10 @@ def split_table(split: str, result: dict) -> str:
             if r is None or r["mean"] is None:
                 cells += ["", ""]
                 continue
-            cells += [_share(entry["top1"][kind]),
-                      f"{r['mean']:.3f} / {r['p90']:.3f} / {r['within_5pct']:.1%}"]  # fmt: skip
+            cells += [
+                _share(entry["top1"][kind]),
+                f"{r['mean']:.3f} / {r['p90']:.3f} / {r['within_5pct']:.1%}",
+            ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("| oracle | | | 100% | 0 / 0 / 100% | 100% | 0 / 0 / 100% |")
     published = "; ".join(

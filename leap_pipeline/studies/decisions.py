@@ -62,9 +62,11 @@ def cells(
         held=pl.Series(held, dtype=pl.Boolean),
         cost=pl.Series(unit_costs(rows, specs)),
         peak=pl.col("hardware_type").replace_strict(peak, return_dtype=pl.Float64),
-        **{name: pl.Series(np.asarray(p, dtype=float)).fill_nan(None) for name, p in
-           predicted.items()},
-    )  # fmt: skip
+        **{
+            name: pl.Series(np.asarray(p, dtype=float)).fill_nan(None)
+            for name, p in predicted.items()
+        },
+    )
     keys = [*CONFIG, "hardware_type"]
     table = frame.group_by(keys, maintain_order=True).agg(
         pl.col("q").log().mean().exp(),

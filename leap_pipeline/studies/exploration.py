@@ -43,8 +43,10 @@ def exploration_value(
         ids = attempts["attempt_id"].to_list()
         types = sorted({t for c in attempts["candidate_hardware"] for t in c})
         truth = oracle.true_medians(ids, types)
-        cost = {(a, t): c for a, t, c in truth.select(
-            "attempt_id", "hardware_type", "cost_usd").iter_rows()}  # fmt: skip
+        cost = {
+            (a, t): c
+            for a, t, c in truth.select("attempt_id", "hardware_type", "cost_usd").iter_rows()
+        }
         family = dict(zip(ids, attempts["family"], strict=True))
         candidates = dict(zip(ids, attempts["candidate_hardware"], strict=True))
         first = launches["first"]

@@ -61,8 +61,9 @@ def holdout_regrets(
         target, refit, unseen_snapshot = refits[key]
         day = launches.filter(pl.col(column) == target)
         pairs, X = candidate_features(day, snapshot, specs)
-        X_unseen = X if unseen_snapshot is None else candidate_features(
-            day, unseen_snapshot, specs)[1]  # fmt: skip
+        X_unseen = (
+            X if unseen_snapshot is None else candidate_features(day, unseen_snapshot, specs)[1]
+        )
         truth = oracle.true_medians(day["attempt_id"].to_list(), specs["hardware_type"].to_list())
         table = _decision_table(pairs, truth, specs).with_columns(
             held_out=pl.Series(np.exp(refit.predict(X_unseen))),

@@ -99,8 +99,11 @@ def proxy_correlation(per_night: list[dict]) -> dict | None:
     if np.ptp(w20) == 0 or np.ptp(capture) == 0:
         return None
     result = spearmanr(w20, capture)
-    return {"spearman": float(result.statistic), "p_value": float(result.pvalue),
-            "nights": len(pairs)}  # fmt: skip
+    return {
+        "spearman": float(result.statistic),
+        "p_value": float(result.pvalue),
+        "nights": len(pairs),
+    }
 
 
 def busy_type_coverage(per_night: list[dict], level: float) -> dict:

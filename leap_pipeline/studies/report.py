@@ -104,9 +104,11 @@ class ReportSettings:
         """Each night's training: the report's profile, its window, a lookup-table support
         that shrinks with the fleet, every core (the models are the same on any count)."""
         return TrainingSettings(
-            profile=self.profile, window_days=self.window_days,
-            lookup_min_support=self.lookup_min_support, n_jobs=-1,
-        )  # fmt: skip
+            profile=self.profile,
+            window_days=self.window_days,
+            lookup_min_support=self.lookup_min_support,
+            n_jobs=-1,
+        )
 
     def night_key(self) -> dict:
         """The settings a kept night's figures depend on (``report_nights``): the fleet, the
@@ -189,16 +191,19 @@ def build_report(
         study_missing = any(v is None for v in studies.values())
         left = sum(r is None for r in kept.values())
         left += kept[final_key] is not None and study_missing
-        log(f"{sum(r is not None for r in kept.values())} night(s) kept in {store.folder}; "
-            + remaining_line(left, settings.nights, computed_seconds))  # fmt: skip
+        log(
+            f"{sum(r is not None for r in kept.values())} night(s) kept in {store.folder}; "
+            + remaining_line(left, settings.nights, computed_seconds)
+        )
         final = None
         for i, (day, key) in enumerate(zip(night_days, keys, strict=True)):
             record = kept[key]
             last_needed = i == settings.nights - 1 and study_missing
             if record is None or last_needed:
                 if first_served is None and i > 0:
-                    first_served = _first_served(store, keys[0], night_days[0], wh, training,
-                                                 oracle)  # fmt: skip
+                    first_served = _first_served(
+                        store, keys[0], night_days[0], wh, training, oracle
+                    )
                     _lap()  # a night's seconds are its own, not the first night's again
                 night = run_night(wh, day, training, oracle)
                 record, served = night_record(wh, night, first_served)
@@ -221,8 +226,12 @@ def build_report(
             per_night.append(record["monitoring"])
             if record.get("routing_launches") is not None:
                 launches = wh.read("job_attempts", day, day)
-                explored.append((launches.select("attempt_id", "family", "candidate_hardware"),
-                                 record["routing_launches"]))  # fmt: skip
+                explored.append(
+                    (
+                        launches.select("attempt_id", "family", "candidate_hardware"),
+                        record["routing_launches"],
+                    )
+                )
             phases["nights"].append(spent)  # this run's seconds (a kept night's are its reading)
             log(
                 f"night {i + 1}/{settings.nights} {day} ({how}): "
@@ -279,8 +288,9 @@ def build_report(
         "oracle_w20_median": float(series["oracle"].median()),
         "table1": last["table1"],
     }
-    for study, run in _last_night_studies(final, window, settings, oracle, attempts,
-                                          snapshot_before, specs, warehouse).items():  # fmt: skip
+    for study, run in _last_night_studies(
+        final, window, settings, oracle, attempts, snapshot_before, specs, warehouse
+    ).items():
         if studies[study] is None:
             log(study)
             studies[study] = run()
@@ -332,14 +342,16 @@ def _first_served(store: NightStore, key: str, day: dt.date, wh, training, oracl
     return day, model
 
 
-def _last_night_studies(final: Night | None, window, settings, oracle, attempts, snapshot,
-                        specs, warehouse: Path) -> dict[str, Callable[[], dict]]:  # fmt: skip
+def _last_night_studies(
+    final: Night | None, window, settings, oracle, attempts, snapshot, specs, warehouse: Path
+) -> dict[str, Callable[[], dict]]:
     """The studies of the last night's models, each a function run only when not kept."""
 
     def ablation_study() -> dict:
         models = final.models
-        ladder = ablation(window, final.rows, settings.profile, models.single_gbdt_booster,
-                          models.cascade)  # fmt: skip
+        ladder = ablation(
+            window, final.rows, settings.profile, models.single_gbdt_booster, models.cascade
+        )
         return {"ablation": ladder}
 
     def importance_study() -> dict:

@@ -110,9 +110,14 @@ def fewest_misses(rows: list[dict[str, float]]) -> str | None:
     if not rows:
         return None
     labels = list(rows[0])
-    return min(labels, key=lambda label: (sum(row[label] > 0 for row in rows),
-                                          sum(row[label] for row in rows),
-                                          labels.index(label)))  # fmt: skip
+    return min(
+        labels,
+        key=lambda label: (
+            sum(row[label] > 0 for row in rows),
+            sum(row[label] for row in rows),
+            labels.index(label),
+        ),
+    )
 
 
 def leave_one_set_out(misses: dict[tuple, dict[str, float]]) -> dict[str, str]:

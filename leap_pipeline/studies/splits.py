@@ -20,9 +20,12 @@ import numpy as np
 import polars as pl
 
 SPLITS = (
-    "leave-model-out", "partial-history", "leave-hardware-out", "leave-model-hardware-out",
+    "leave-model-out",
+    "partial-history",
+    "leave-hardware-out",
+    "leave-model-hardware-out",
     "random",
-)  # fmt: skip
+)
 # what a split holds out together
 GROUP_KEYS: dict[str, list[str]] = {
     "leave-model-out": ["model_type"],
@@ -148,8 +151,10 @@ def validation_folds(train: pl.DataFrame, split: str, seed: int = 0) -> list[np.
         if len(masks) <= MAX_INNER_FOLDS:
             return masks
         order = np.random.default_rng(seed).permutation(len(masks)) % MAX_INNER_FOLDS
-        return [np.logical_or.reduce([m for m, k in zip(masks, order, strict=True) if k == fold])
-                for fold in range(MAX_INNER_FOLDS)]  # fmt: skip
+        return [
+            np.logical_or.reduce([m for m, k in zip(masks, order, strict=True) if k == fold])
+            for fold in range(MAX_INNER_FOLDS)
+        ]
     chunk = inner_chunks(train, split, seed=seed)
     if chunk.max() == 0:
         return []

@@ -30,10 +30,12 @@ def served_predictions(model: LeapModel, attempts: pl.DataFrame, day: dt.date) -
     own_type = attempts.with_columns(candidate_hardware=pl.concat_list("hardware_type"))
     rankings = rank_day(ranker, own_type, day)
     return np.array(
-        [r.ranking[0].predicted_throughput if r.ranking else np.nan
-         for r in (rankings[a] for a in attempts["attempt_id"])],
+        [
+            r.ranking[0].predicted_throughput if r.ranking else np.nan
+            for r in (rankings[a] for a in attempts["attempt_id"])
+        ],
         dtype=float,
-    )  # fmt: skip
+    )
 
 
 def staleness_scores(

@@ -51,9 +51,10 @@ class CanaryJudging:
         seen, failures = 0, []
         try:
             compared = [
-                i for i, r in enumerate(results)
+                i
+                for i, r in enumerate(results)
                 if r.reason_code is None or r.reason_code in MODEL_FAILURES
-            ][: max(canary.needed - canary.seen, 0)]  # fmt: skip
+            ][: max(canary.needed - canary.seen, 0)]
             seen = len(compared)
             candidate = canary.loaded
             shadow: list[Ranking | None] = [None] * len(jobs)
@@ -83,8 +84,11 @@ class CanaryJudging:
                     failures.append(f"job {name}: {problem}")
                     log.warning(
                         "leap_serving: canary of model %s version %s failed on job %s: %s",
-                        self.model_uri, candidate.name, name, problem,
-                    )  # fmt: skip
+                        self.model_uri,
+                        candidate.name,
+                        name,
+                        problem,
+                    )
         except Exception as exc:  # a bug in the canary: it cannot vouch for the version
             log.error("leap_serving: canary check failed", exc_info=exc)
             failures.append(f"the canary check failed: {type(exc).__name__}: {exc}")
@@ -151,8 +155,12 @@ def canary_problem(served: Ranking, shadow: Ranking | None, dated: bool) -> str 
         if shadow.reason_code in MODEL_FAILURES:
             return f"no ranking ({shadow.reason_code}: {shadow.reason})"
     bad = [
-        c.hardware_type for c in shadow.ranking + shadow.removed
-        if not (math.isfinite(c.predicted_throughput) and c.predicted_throughput > 0
-                and math.isfinite(c.throughput_per_cost))
-    ]  # fmt: skip
+        c.hardware_type
+        for c in shadow.ranking + shadow.removed
+        if not (
+            math.isfinite(c.predicted_throughput)
+            and c.predicted_throughput > 0
+            and math.isfinite(c.throughput_per_cost)
+        )
+    ]
     return f"throughput not finite and positive for {bad}" if bad else None

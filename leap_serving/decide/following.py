@@ -73,8 +73,12 @@ class ModelFollowing:
                 log.warning(
                     "leap_serving: canary of model %s version %s abandoned after %d of %d "
                     "launches: the pointer names %s now",
-                    self.model_uri, canary.loaded.name, canary.seen, canary.needed, stamp,
-                )  # fmt: skip
+                    self.model_uri,
+                    canary.loaded.name,
+                    canary.seen,
+                    canary.needed,
+                    stamp,
+                )
             if held is not None and stamp is not None and stamp == held.stamp:
                 return False
             loaded = self._load(source, stamp)
@@ -102,8 +106,11 @@ class ModelFollowing:
             log.info(
                 "leap_serving: model %s version %s loaded, on canary for %d launches beside "
                 "version %s",
-                self.model_uri, loaded.name, self.canary_launches, held.name,
-            )  # fmt: skip
+                self.model_uri,
+                loaded.name,
+                self.canary_launches,
+                held.name,
+            )
             return False
         self._serving(loaded, "loaded")
         return True
@@ -120,14 +127,17 @@ class ModelFollowing:
             log.warning(
                 "leap_serving: model %s is %d days past its history snapshot (limit %d): is the "
                 "nightly pipeline running?",
-                self.model_uri, stats["model_age_days"], self.max_model_age_days,
-            )  # fmt: skip
+                self.model_uri,
+                stats["model_age_days"],
+                self.max_model_age_days,
+            )
         if stats["dependency_drift"]:
             log.warning(
                 "leap_serving: model %s was saved with other library versions than these "
                 "(name: saved, here): %s",
-                self.model_uri, stats["dependency_drift"],
-            )  # fmt: skip
+                self.model_uri,
+                stats["dependency_drift"],
+            )
 
     def _refused(self, message: str, traceback: bool = False) -> None:
         held = self._loaded

@@ -66,8 +66,10 @@ class LatencyMonitor:
         log.warning(
             "leap_serving: ranking p99 %.1f ms over the last %d calls is past the budget of "
             "%.1f ms: has the model grown, or the machine slowed?",
-            p99, len(self._seconds), self.budget_ms,
-        )  # fmt: skip
+            p99,
+            len(self._seconds),
+            self.budget_ms,
+        )
 
     def summary(self) -> dict[str, Any]:
         """p50, p99 and max in milliseconds over the calls kept, the budget and the warnings."""

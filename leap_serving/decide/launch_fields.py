@@ -26,9 +26,15 @@ if TYPE_CHECKING:
 REQUIRED_JOB_FIELDS = ("job_name", "model_type", "num_trainers", "batch_size")
 _POSITIVE_FIELDS = ("num_trainers", "batch_size", "requested_devices_per_host")
 _NON_NEGATIVE_FIELDS = (
-    "num_readers", "tensor_parallel", "pipeline_parallel", "num_sparse_features",
-    "num_dense_features", "hash_size", "seq_len", "training_days",
-)  # fmt: skip
+    "num_readers",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "num_sparse_features",
+    "num_dense_features",
+    "hash_size",
+    "seq_len",
+    "training_days",
+)
 # fields a launcher may send that describe the attempt, not the launch: accepted, not used
 _CONTRACT = schema("job_attempts")  # read-only; built once, not per launch
 _CONTRACT_FIELDS = set(_CONTRACT)
@@ -38,8 +44,9 @@ def check_job(
     job: Any, candidates: Any, loaded: Loaded, launch_date: dt.date | None
 ) -> tuple[dict[str, Any], list[str], list[str]]:
     """The launch as contract-typed values, the candidate list, and the fields ignored."""
-    return typed_launch(job, candidates, loaded.model.history_index.last_ds, loaded.specs,
-                        launch_date)  # fmt: skip
+    return typed_launch(
+        job, candidates, loaded.model.history_index.last_ds, loaded.specs, launch_date
+    )
 
 
 def typed_launch(

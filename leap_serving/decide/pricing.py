@@ -33,9 +33,22 @@ from .results import CandidateScore, JobError, Ranking
 
 
 def order_candidates(
-    launch, types, log_q, bins, probability, history_found, loaded: Loaded, ignored, prior,
-    novelty, interval, measured, *, rank_by: str, premium_min_ratio: float,
-) -> Ranking:  # fmt: skip
+    launch,
+    types,
+    log_q,
+    bins,
+    probability,
+    history_found,
+    loaded: Loaded,
+    ignored,
+    prior,
+    novelty,
+    interval,
+    measured,
+    *,
+    rank_by: str,
+    premium_min_ratio: float,
+) -> Ranking:
     """One launch's ranking from its candidates' predictions (``log_q``, the bins and their
     probability, the prior, the interval, whether history was found and measured on the type)."""
     throughput = np.exp(log_q)
@@ -63,18 +76,34 @@ def order_candidates(
     per_cost = (throughput * 3600.0 / cost).tolist()
     fields = [
         {
-            "hardware_type": hardware_type, "predicted_throughput": q, "cost_per_hour": c,
-            "throughput_per_cost": v, "bin": b, "bin_probability": pb, "history_found": h,
-            "premium": bool(spec["premium"]), "roofline_throughput": roof, "throughput_low": lo,
-            "throughput_high": hi, "devices_per_host": float(spec["devices_per_host"]),
+            "hardware_type": hardware_type,
+            "predicted_throughput": q,
+            "cost_per_hour": c,
+            "throughput_per_cost": v,
+            "bin": b,
+            "bin_probability": pb,
+            "history_found": h,
+            "premium": bool(spec["premium"]),
+            "roofline_throughput": roof,
+            "throughput_low": lo,
+            "throughput_high": hi,
+            "devices_per_host": float(spec["devices_per_host"]),
         }
         for hardware_type, spec, q, c, v, b, pb, h, roof, lo, hi in zip(
-            types, specs, throughput.tolist(), cost.tolist(), per_cost,
-            np.asarray(bins, dtype=np.int64).tolist(), np.asarray(probability).tolist(),
-            np.asarray(history_found, dtype=bool).tolist(), _finite(roofline),
-            _finite(interval[0]), _finite(interval[1]), strict=True,
+            types,
+            specs,
+            throughput.tolist(),
+            cost.tolist(),
+            per_cost,
+            np.asarray(bins, dtype=np.int64).tolist(),
+            np.asarray(probability).tolist(),
+            np.asarray(history_found, dtype=bool).tolist(),
+            _finite(roofline),
+            _finite(interval[0]),
+            _finite(interval[1]),
+            strict=True,
         )
-    ]  # fmt: skip
+    ]
 
     # samples per dollar as the ranking reads it: the model's (the lower end of its interval
     # when risk-aware), or the prior's when novel
@@ -113,7 +142,8 @@ def order_candidates(
         trial = trial_run(
             [
                 Candidate(
-                    f["hardware_type"], f["throughput_per_cost"],
+                    f["hardware_type"],
+                    f["throughput_per_cost"],
                     f["throughput_low"] * 3600.0 / f["cost_per_hour"],
                     f["throughput_high"] * 3600.0 / f["cost_per_hour"],
                     was_measured[f["hardware_type"]],
@@ -121,9 +151,13 @@ def order_candidates(
                 for f in kept
             ],
             loaded.model.intervals.level,
-        )  # fmt: skip
+        )
     return Ranking(
-        ranked, removed, loaded.version, None, ignored,
+        ranked,
+        removed,
+        loaded.version,
+        None,
+        ignored,
         novelty=None if novelty is None else asdict(novelty),
         order="roofline_prior" if by_prior else "model_lower" if by_lower else "model",
         interval_level=None if loaded.model.intervals is None else loaded.model.intervals.level,
@@ -132,8 +166,10 @@ def order_candidates(
             f"novel architecture: {novelty.distance:.2f} from the nearest known model type "
             f"{novelty.nearest_model_type} (threshold {novelty.threshold:.2f}); ranked by "
             "the roofline prior's throughput per dollar"
-        ) if by_prior else None,
-    )  # fmt: skip
+        )
+        if by_prior
+        else None,
+    )
 
 
 def _finite(values: np.ndarray) -> list[float | None]:

@@ -308,20 +308,52 @@ class Ranker(ModelFollowing, CanaryJudging):
                     else None
                 )
                 results[i] = self._order(
-                    launch, types, log_q[start:stop], bins[start:stop],
-                    probability[start:stop], history_found[start:stop], loaded, ignored,
-                    prior[start:stop], novelty, (low[start:stop], high[start:stop]),
+                    launch,
+                    types,
+                    log_q[start:stop],
+                    bins[start:stop],
+                    probability[start:stop],
+                    history_found[start:stop],
+                    loaded,
+                    ignored,
+                    prior[start:stop],
+                    novelty,
+                    (low[start:stop], high[start:stop]),
                     measured[start:stop],
-                )  # fmt: skip
+                )
             except Exception as exc:
                 results[i] = empty_ranking(exc, loaded.version, launch, quiet)
             start = stop
 
-    def _order(self, launch, types, log_q, bins, probability, history_found, loaded, ignored,
-               prior, novelty, interval, measured):  # fmt: skip
+    def _order(
+        self,
+        launch,
+        types,
+        log_q,
+        bins,
+        probability,
+        history_found,
+        loaded,
+        ignored,
+        prior,
+        novelty,
+        interval,
+        measured,
+    ):
         """One launch's ranking by this Ranker's policy (``pricing``)."""
         return order_candidates(
-            launch, types, log_q, bins, probability, history_found, loaded, ignored, prior,
-            novelty, interval, measured, rank_by=self.rank_by,
+            launch,
+            types,
+            log_q,
+            bins,
+            probability,
+            history_found,
+            loaded,
+            ignored,
+            prior,
+            novelty,
+            interval,
+            measured,
+            rank_by=self.rank_by,
             premium_min_ratio=self.premium_min_ratio,
-        )  # fmt: skip
+        )

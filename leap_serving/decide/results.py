@@ -152,13 +152,23 @@ def empty_ranking(exc: Exception, version: str | None, job: Any, quiet: bool = F
     shadow = "canary's shadow " if quiet else ""
     if isinstance(exc, JobError):
         reason, code = str(exc), exc.code
-        log.log(logging.DEBUG if quiet else logging.WARNING,
-                "leap_serving: %sempty ranking for job %s: %s", shadow, name, reason)  # fmt: skip
+        log.log(
+            logging.DEBUG if quiet else logging.WARNING,
+            "leap_serving: %sempty ranking for job %s: %s",
+            shadow,
+            name,
+            reason,
+        )
     else:  # not a bad input we know of: a bug, kept with its traceback
         reason, code = f"ranking failed: {type(exc).__name__}: {exc}", "internal_error"
-        log.log(logging.WARNING if quiet else logging.ERROR,
-                "leap_serving: %sempty ranking for job %s: %s", shadow, name, reason,
-                exc_info=exc)  # fmt: skip
+        log.log(
+            logging.WARNING if quiet else logging.ERROR,
+            "leap_serving: %sempty ranking for job %s: %s",
+            shadow,
+            name,
+            reason,
+            exc_info=exc,
+        )
     return Ranking([], [], version, reason, reason_code=code)
 
 

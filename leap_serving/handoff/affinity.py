@@ -29,8 +29,10 @@ def products(ranking: Ranking, config: HandoffConfig) -> list[str]:
     types = ranked_types(ranking)
     values = list(dict.fromkeys(config.gpu_products[t] for t in types if t in config.gpu_products))
     if not values:
-        raise HandoffError(f"kubernetes: no ranked type has a {config.gpu_label} value in the "
-                           f"map (ranked: {', '.join(types)})")  # fmt: skip
+        raise HandoffError(
+            f"kubernetes: no ranked type has a {config.gpu_label} value in the "
+            f"map (ranked: {', '.join(types)})"
+        )
     return values[: config.top_k]
 
 

@@ -19,22 +19,42 @@ import yaml
 # SkyPilot's accelerator names (its catalog's ``AcceleratorName``); a type not here is handed on
 # under its own name, which SkyPilot looks up in its catalogs and on Kubernetes
 SKYPILOT_ACCELERATORS: dict[str, str] = {
-    "T4": "T4", "V100-16GB": "V100", "V100-32GB": "V100-32GB", "A10G": "A10G", "L4": "L4",
-    "A100-40GB": "A100", "A100-80GB": "A100-80GB", "L40S": "L40S", "RTX6000-Ada": "RTX6000-Ada",
-    "H100-PCIe": "H100-PCIe", "H100-SXM": "H100", "H200": "H200", "B200": "B200",
-    "MI300X": "MI300X", "Trn1": "Trainium", "Trn2": "Trainium2",
-}  # fmt: skip
+    "T4": "T4",
+    "V100-16GB": "V100",
+    "V100-32GB": "V100-32GB",
+    "A10G": "A10G",
+    "L4": "L4",
+    "A100-40GB": "A100",
+    "A100-80GB": "A100-80GB",
+    "L40S": "L40S",
+    "RTX6000-Ada": "RTX6000-Ada",
+    "H100-PCIe": "H100-PCIe",
+    "H100-SXM": "H100",
+    "H200": "H200",
+    "B200": "B200",
+    "MI300X": "MI300X",
+    "Trn1": "Trainium",
+    "Trn2": "Trainium2",
+}
 
 # the GPU Feature Discovery label's values (``nvidia.com/gpu.product``: the device name
 # nvidia-smi reports, spaces as hyphens); AMD, Intel and AWS devices carry other labels, so they
 # have no default and a Kubernetes hand-off leaves them out until the file names them
 GPU_PRODUCTS: dict[str, str] = {
-    "T4": "Tesla-T4", "V100-16GB": "Tesla-V100-SXM2-16GB", "V100-32GB": "Tesla-V100-SXM2-32GB",
-    "A10G": "NVIDIA-A10G", "L4": "NVIDIA-L4", "A100-40GB": "NVIDIA-A100-SXM4-40GB",
-    "A100-80GB": "NVIDIA-A100-SXM4-80GB", "L40S": "NVIDIA-L40S",
-    "RTX6000-Ada": "NVIDIA-RTX-6000-Ada-Generation", "H100-PCIe": "NVIDIA-H100-PCIe",
-    "H100-SXM": "NVIDIA-H100-80GB-HBM3", "H200": "NVIDIA-H200", "B200": "NVIDIA-B200",
-}  # fmt: skip
+    "T4": "Tesla-T4",
+    "V100-16GB": "Tesla-V100-SXM2-16GB",
+    "V100-32GB": "Tesla-V100-SXM2-32GB",
+    "A10G": "NVIDIA-A10G",
+    "L4": "NVIDIA-L4",
+    "A100-40GB": "NVIDIA-A100-SXM4-40GB",
+    "A100-80GB": "NVIDIA-A100-SXM4-80GB",
+    "L40S": "NVIDIA-L40S",
+    "RTX6000-Ada": "NVIDIA-RTX-6000-Ada-Generation",
+    "H100-PCIe": "NVIDIA-H100-PCIe",
+    "H100-SXM": "NVIDIA-H100-80GB-HBM3",
+    "H200": "NVIDIA-H200",
+    "B200": "NVIDIA-B200",
+}
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # the extended resource a pod asks devices by (NVIDIA's device plugin; AMD's is amd.com/gpu)
@@ -45,8 +65,10 @@ LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?"
 # a Slurm feature as the flags print it: no character a shell or a constraint expression reads
 FEATURE = re.compile(r"[A-Za-z0-9_.:+-]+")
 # an extended resource name: a DNS subdomain prefix, a slash, a name
-RESOURCE = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}"
-                      r"[A-Za-z0-9])?")  # fmt: skip
+RESOURCE = re.compile(
+    r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}"
+    r"[A-Za-z0-9])?"
+)
 # a Slurm GRES name (gres.conf ``Name=``): ``--gres=NAME:COUNT`` reads a colon as a separator
 GRES = re.compile(r"[A-Za-z0-9_.+-]+")
 
@@ -79,9 +101,11 @@ class HandoffConfig:
             raise ValueError(f"top_k={self.top_k!r}: a whole number of types, at least 1")
         if self.top_k > 100:  # the preferred terms' weights are 1..100, strictly decreasing
             raise ValueError(f"top_k={self.top_k!r}: at most 100")
-        for name, values in (("skypilot_accelerators", self.skypilot_accelerators),
-                             ("gpu_products", self.gpu_products),
-                             ("slurm_features", self.slurm_features)):  # fmt: skip
+        for name, values in (
+            ("skypilot_accelerators", self.skypilot_accelerators),
+            ("gpu_products", self.gpu_products),
+            ("slurm_features", self.slurm_features),
+        ):
             if not isinstance(values, Mapping):
                 raise ValueError(f"{name}={values!r}: a map of hardware type -> name")
             for key, value in values.items():
@@ -94,11 +118,14 @@ class HandoffConfig:
             if not FEATURE.fullmatch(value):
                 raise ValueError(f"slurm_features[{key!r}]={value!r}: letters, digits, _.:+- only")
         if not (isinstance(self.gpu_resource, str) and RESOURCE.fullmatch(self.gpu_resource)):
-            raise ValueError(f"gpu_resource={self.gpu_resource!r}: not a resource name "
-                             "(domain/name, e.g. nvidia.com/gpu)")  # fmt: skip
+            raise ValueError(
+                f"gpu_resource={self.gpu_resource!r}: not a resource name "
+                "(domain/name, e.g. nvidia.com/gpu)"
+            )
         if not (isinstance(self.slurm_gres, str) and GRES.fullmatch(self.slurm_gres)):
-            raise ValueError(f"slurm_gres={self.slurm_gres!r}: a GRES name, letters, digits, "
-                             "_.+- only")  # fmt: skip
+            raise ValueError(
+                f"slurm_gres={self.slurm_gres!r}: a GRES name, letters, digits, _.+- only"
+            )
         if self.kueue_queue is not None and not (
             isinstance(self.kueue_queue, str) and LABEL_VALUE.fullmatch(self.kueue_queue)
         ):
@@ -143,14 +170,17 @@ def config_from_mapping(data: Mapping[str, Any]) -> HandoffConfig:
             fields_["top_k"] = value
             continue
         if key not in FILE_KEYS:
-            raise ValueError(f"hand-off config: unknown key {key!r} (known: top_k, "
-                             f"{', '.join(FILE_KEYS)})")  # fmt: skip
+            raise ValueError(
+                f"hand-off config: unknown key {key!r} (known: top_k, {', '.join(FILE_KEYS)})"
+            )
         if not isinstance(value, Mapping):
             raise ValueError(f"hand-off config: {key}={value!r} is not a mapping")
         for sub, sub_value in value.items():
             if sub not in FILE_KEYS[key]:
-                raise ValueError(f"hand-off config: unknown key {key}.{sub!r} (known: "
-                                 f"{', '.join(FILE_KEYS[key])})")  # fmt: skip
+                raise ValueError(
+                    f"hand-off config: unknown key {key}.{sub!r} (known: "
+                    f"{', '.join(FILE_KEYS[key])})"
+                )
             name = FILE_KEYS[key][sub]
             if name in MAPS and isinstance(sub_value, Mapping):
                 sub_value = {**getattr(base, name), **sub_value}

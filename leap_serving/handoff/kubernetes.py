@@ -93,21 +93,28 @@ def kubernetes_job(
     except (KeyError, TypeError):
         raise HandoffError("kubernetes: the Job has no spec.template.spec.containers") from None
     if not isinstance(containers, list) or not containers or not isinstance(containers[0], dict):
-        raise HandoffError(f"kubernetes: spec.template.spec.containers={containers!r} is not a "
-                           "list of containers")  # fmt: skip
+        raise HandoffError(
+            f"kubernetes: spec.template.spec.containers={containers!r} is not a list of containers"
+        )
     pod["affinity"] = merged_affinity(pod.get("affinity"), node_affinity(ranking, config))
     metadata = job.setdefault("metadata", {})
-    metadata["annotations"] = {**(metadata.get("annotations") or {}),
-                               **ranking_annotations(ranking)}  # fmt: skip
+    metadata["annotations"] = {
+        **(metadata.get("annotations") or {}),
+        **ranking_annotations(ranking),
+    }
     if config.kueue_queue is not None:
-        metadata["labels"] = {**(metadata.get("labels") or {}),
-                              KUEUE_QUEUE_LABEL: config.kueue_queue}  # fmt: skip
+        metadata["labels"] = {
+            **(metadata.get("labels") or {}),
+            KUEUE_QUEUE_LABEL: config.kueue_queue,
+        }
     if devices.nodes is not None:
         for key in ("parallelism", "completions"):
             if spec.get(key, devices.nodes) != devices.nodes:
-                raise HandoffError(f"kubernetes: the Job's spec.{key}={spec[key]!r} but the "
-                                   f"launch's num_trainers={devices.nodes}: one pod per trainer "
-                                   "host; make them agree (or leave it out)")  # fmt: skip
+                raise HandoffError(
+                    f"kubernetes: the Job's spec.{key}={spec[key]!r} but the "
+                    f"launch's num_trainers={devices.nodes}: one pod per trainer "
+                    "host; make them agree (or leave it out)"
+                )
         if devices.nodes > 1:
             spec["parallelism"] = spec["completions"] = devices.nodes
             spec.setdefault("completionMode", "Indexed")
@@ -163,8 +170,9 @@ def _allowed(uid: str, warning: str | None = None, patch: list | None = None) ->
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
     if warning is not None:
         text = f"leap: {warning}"
-        response["warnings"] = [text[: WARNING_CHARS - 3] + "..." if len(text) > WARNING_CHARS
-                                else text]  # fmt: skip
+        response["warnings"] = [
+            text[: WARNING_CHARS - 3] + "..." if len(text) > WARNING_CHARS else text
+        ]
         log.warning("leap_serving: admission %s unchanged: %s", uid, warning)
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
@@ -179,9 +187,11 @@ def pinned(spec: Mapping[str, Any], label: str) -> bool:
     terms = required if isinstance(required, list) else []
     return any(
         isinstance(e, Mapping) and e.get("key") == label
-        for t in terms if isinstance(t, Mapping)
-        for e in (t.get("matchExpressions") or []) if isinstance(t.get("matchExpressions"), list)
-    )  # fmt: skip
+        for t in terms
+        if isinstance(t, Mapping)
+        for e in (t.get("matchExpressions") or [])
+        if isinstance(t.get("matchExpressions"), list)
+    )
 
 
 def _launch(annotations: Mapping[str, Any], config: HandoffConfig) -> tuple[Any, list | None]:
@@ -243,8 +253,9 @@ def admission_response(
         if pinned(_at(obj, spec_path), config.gpu_label):
             # ANDing our types with its own could leave no node: it stays as its author set it
             return _allowed(uid, f"{kind} already selects on {config.gpu_label}: left as it is")
-        affinity = merged_affinity(_at(obj, (*spec_path, "affinity")),
-                                   node_affinity(ranking, config))  # fmt: skip
+        affinity = merged_affinity(
+            _at(obj, (*spec_path, "affinity")), node_affinity(ranking, config)
+        )
         recorded = ranking_annotations(ranking)
         patch = [{"op": "add", "path": pointer(*spec_path, "affinity"), "value": affinity}]
         patch += _annotate(obj, ("metadata",), recorded)

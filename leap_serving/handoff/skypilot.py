@@ -59,14 +59,17 @@ def skypilot_task(
         raise HandoffError(f"skypilot task: resources={resources!r} is not a mapping")
     if devices.nodes is not None:
         if base.get("num_nodes", devices.nodes) != devices.nodes:
-            raise HandoffError(f"skypilot task: num_nodes={base['num_nodes']!r} but the launch's "
-                               f"num_trainers={devices.nodes}: make them agree (or leave "
-                               "num_nodes out of the task)")  # fmt: skip
+            raise HandoffError(
+                f"skypilot task: num_nodes={base['num_nodes']!r} but the launch's "
+                f"num_trainers={devices.nodes}: make them agree (or leave "
+                "num_nodes out of the task)"
+            )
         base["num_nodes"] = devices.nodes
     fallback = base_count(resources) or 1
     if fallback < 1:
-        raise HandoffError(f"skypilot task: resources.accelerators count {fallback} is not a "
-                           "positive count")  # fmt: skip
+        raise HandoffError(
+            f"skypilot task: resources.accelerators count {fallback} is not a positive count"
+        )
     entries = []
     for hardware_type in types:
         count = devices.required(hardware_type, "skypilot task")

@@ -23,8 +23,10 @@ def slurm_features(ranking: Ranking, config: HandoffConfig | None = None) -> lis
     features = list(dict.fromkeys(config.slurm_feature(t) for t in ranked_types(ranking)))
     for feature in features:
         if not FEATURE.fullmatch(feature):  # a type's default name, outside the map
-            raise HandoffError(f"slurm: feature {feature!r} holds a character a constraint "
-                               "reads; name it in slurm_features")  # fmt: skip
+            raise HandoffError(
+                f"slurm: feature {feature!r} holds a character a constraint "
+                "reads; name it in slurm_features"
+            )
     return features[: config.top_k]
 
 

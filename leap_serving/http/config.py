@@ -198,19 +198,38 @@ def add_listener_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of ``leap serve``'s listeners, shared with the pipeline's ``leap serve``. No
     flag takes a secret's value (argv is readable by every user of the host): a token comes
     from ``$LEAP_SERVE_TOKEN`` or a file."""
-    parser.add_argument("--token-file", default=None, help="a file of bearer tokens, one a line, "
-                        "re-read when it changes (default $LEAP_SERVE_TOKEN_FILE)")  # fmt: skip
-    parser.add_argument("--tls-cert", default=None, help="PEM certificate: https on every "
-                        "listener (default $LEAP_SERVE_TLS_CERT)")  # fmt: skip
-    parser.add_argument("--tls-key", default=None, help="its PEM private key "
-                        "(default $LEAP_SERVE_TLS_KEY)")  # fmt: skip
-    parser.add_argument("--webhook-port", type=int, default=None, help="serve the Kubernetes "
-                        "admission webhook on this port: https, no token, its own threads "
-                        "(default $LEAP_SERVE_WEBHOOK_PORT, else none)")  # fmt: skip
-    parser.add_argument("--webhook-host", default=None, help="the webhook's address "
-                        "(default $LEAP_SERVE_WEBHOOK_HOST, else --host's)")  # fmt: skip
-    parser.add_argument("--allow-unauthenticated", action="store_true", help="listen off "
-                        "loopback without a token (a proxy in front authenticates)")  # fmt: skip
+    parser.add_argument(
+        "--token-file",
+        default=None,
+        help="a file of bearer tokens, one a line, "
+        "re-read when it changes (default $LEAP_SERVE_TOKEN_FILE)",
+    )
+    parser.add_argument(
+        "--tls-cert",
+        default=None,
+        help="PEM certificate: https on every listener (default $LEAP_SERVE_TLS_CERT)",
+    )
+    parser.add_argument(
+        "--tls-key", default=None, help="its PEM private key (default $LEAP_SERVE_TLS_KEY)"
+    )
+    parser.add_argument(
+        "--webhook-port",
+        type=int,
+        default=None,
+        help="serve the Kubernetes "
+        "admission webhook on this port: https, no token, its own threads "
+        "(default $LEAP_SERVE_WEBHOOK_PORT, else none)",
+    )
+    parser.add_argument(
+        "--webhook-host",
+        default=None,
+        help="the webhook's address (default $LEAP_SERVE_WEBHOOK_HOST, else --host's)",
+    )
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="listen off loopback without a token (a proxy in front authenticates)",
+    )
 
 
 def listener_settings(args: argparse.Namespace) -> dict:

@@ -89,8 +89,9 @@ def serve(
     if config.webhook_port is not None:
         host = config.webhook_host or config.host
         webhook = create_webhook_app(ranker, config, metrics=app.metrics)
-        servers.append(uvicorn.Config(webhook, host=host, port=config.webhook_port, **tls,
-                                      **common))  # fmt: skip
+        servers.append(
+            uvicorn.Config(webhook, host=host, port=config.webhook_port, **tls, **common)
+        )
         log.info(
             "leap serve: admission webhook on https://%s:%d/v1/k8s/mutate (no token, %d "
             "threads of its own)",

@@ -111,14 +111,18 @@ class Tokens:
         except ValueError as exc:
             self._from_file = []
             if not self._failing:
-                log.error("leap_serving: %s; only %s (if set) is accepted until it is fixed",
-                          exc, TOKEN_ENV)  # fmt: skip
+                log.error(
+                    "leap_serving: %s; only %s (if set) is accepted until it is fixed",
+                    exc,
+                    TOKEN_ENV,
+                )
             self._failing = True
             return
         self._from_file = [_digest(t.encode()) for t in tokens]
         if self._failing:
-            log.warning("leap_serving: %s=%r read again: %d tokens", TOKEN_FILE_ENV, self.path,
-                        len(tokens))  # fmt: skip
+            log.warning(
+                "leap_serving: %s=%r read again: %d tokens", TOKEN_FILE_ENV, self.path, len(tokens)
+            )
         self._failing = False
 
     def __len__(self) -> int:

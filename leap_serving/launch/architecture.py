@@ -188,8 +188,9 @@ def summarize(
         elif op == "transformer":
             n, d = _number(layer, "layers", i), _number(layer, "d_model", i)
             heads = _number(layer, "heads", i)
-            d_ff = (_number(layer, "d_ff", i) if "d_ff" in layer
-                    else _number(layer, "ffn_mult", i) * d)  # fmt: skip
+            d_ff = (
+                _number(layer, "d_ff", i) if "d_ff" in layer else _number(layer, "ffn_mult", i) * d
+            )
             d_attn = _number(layer, "d_attn", i) if "d_attn" in layer else d
             experts = _number(layer, "num_experts", i) if "num_experts" in layer else 1.0
             blocks = 2.0 if _flag(layer, "cross_attention", i) else 1.0

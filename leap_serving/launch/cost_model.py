@@ -113,16 +113,17 @@ def step_costs(
         # one micro-batch: the stages run in turn, each 1/pp of the replica's work
         compute = compute * pp
         one_host = ~(hosts > 1)  # the contract's trainers are hosts; unknown: one
-        link = np.where(one_host, spec["intra_node_bandwidth_gbps"],
-                        spec["inter_node_bandwidth_gbps"]) * 1e9  # fmt: skip
+        link = (
+            np.where(one_host, spec["intra_node_bandwidth_gbps"], spec["inter_node_bandwidth_gbps"])
+            * 1e9
+        )
         link = np.where(link > 0, link, np.nan)
         intra = spec["intra_node_bandwidth_gbps"] * 1e9
         intra = np.where(intra > 0, intra, np.nan)
         gradient = 2.0 * (replicas - 1.0) / replicas * arch["dense_params"] * bpv / split / link
         exchange = (
-            2.0 * (tp - 1.0) / tp * 2.0 * arch["tp_exchange_bytes_per_sample"] * per_replica
-            / intra
-        )  # fmt: skip
+            2.0 * (tp - 1.0) / tp * 2.0 * arch["tp_exchange_bytes_per_sample"] * per_replica / intra
+        )
         # a link the spec table does not know costs nothing rather than hiding the whole prior
         communication = np.where(replicas > 1, np.nan_to_num(gradient), 0.0) + np.where(
             tp > 1, np.nan_to_num(exchange), 0.0

@@ -178,9 +178,9 @@ def feature_matrix(
     one launch's candidates and seconds for a month of attempts.
     """
     rows = launch_rows(launches)
-    history_rows = history.height if isinstance(history, pl.DataFrame) else (
-        len(history[HISTORY_FEATURES[0]])
-    )  # fmt: skip
+    history_rows = (
+        history.height if isinstance(history, pl.DataFrame) else (len(history[HISTORY_FEATURES[0]]))
+    )
     if history_rows != rows.height:
         raise ValueError(f"history has {history_rows} rows for {rows.height} launches")
     specs = spec_table(hardware_specs)
@@ -244,8 +244,9 @@ def feature_matrix(
     a = {k: arch[:, j] for j, k in enumerate(ARCHITECTURE_SUMMARY_KEYS)}
 
     with np.errstate(divide="ignore", invalid="ignore"):
-        peak_tflops = np.where(bytes_per_value == 2.0, spec["peak_bf16_tflops"],
-                               spec["peak_fp32_tflops"])  # fmt: skip
+        peak_tflops = np.where(
+            bytes_per_value == 2.0, spec["peak_bf16_tflops"], spec["peak_fp32_tflops"]
+        )
         step_flops = 3.0 * a["flops_per_sample"] * global_batch
         step_bytes = (
             3.0 * a["activation_bytes_per_sample"] + a["embedding_bytes_per_sample"]
@@ -267,13 +268,19 @@ def feature_matrix(
         )
     for k in ARCHITECTURE_SUMMARY_KEYS:
         f[f"arch_{k}"] = a[k]
-    f.update(step_costs(
-        a, global_batch=global_batch, hosts=trainers, devices=devices,
-        tensor_parallel=f["job_tensor_parallel"], pipeline_parallel=f["job_pipeline_parallel"],
-        bytes_per_value=bytes_per_value,
-        optimizer_known=np.array([o is not None for o in rows.values("optimizer")], dtype=bool),
-        spec=spec,
-    ))  # fmt: skip
+    f.update(
+        step_costs(
+            a,
+            global_batch=global_batch,
+            hosts=trainers,
+            devices=devices,
+            tensor_parallel=f["job_tensor_parallel"],
+            pipeline_parallel=f["job_pipeline_parallel"],
+            bytes_per_value=bytes_per_value,
+            optimizer_known=np.array([o is not None for o in rows.values("optimizer")], dtype=bool),
+            spec=spec,
+        )
+    )
     for name in HISTORY_FEATURES:
         values = history[name]
         f[name] = values.cast(pl.Float64).to_numpy() if isinstance(values, pl.Series) else values

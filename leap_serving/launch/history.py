@@ -144,9 +144,11 @@ class HistoryIndex:
             ).iter_rows()
         }
         profiles: dict[str, list[tuple[str, float]]] = {}
-        for family, hardware_type, mean in type_level.sort("family", "hardware_type").select(
-            "family", "hardware_type", "mean_log_q"
-        ).iter_rows():  # fmt: skip
+        for family, hardware_type, mean in (
+            type_level.sort("family", "hardware_type")
+            .select("family", "hardware_type", "mean_log_q")
+            .iter_rows()
+        ):
             profiles.setdefault(family, []).append((hardware_type, mean))
         fleet_mean = (
             float(np.mean(family_level["mean_log_q"].to_numpy())) if family_level.height else None

@@ -56,9 +56,15 @@ BYTES_PER_VALUE: dict[str, float] = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp1
 LEAST_BYTES_PER_VALUE = 2.0  # an unknown or missing precision: the estimate leans low
 # fp32 optimizer state per parameter (bytes): moments the optimizer keeps beside the weights
 OPTIMIZER_STATE_BYTES: dict[str, float] = {
-    "adam": 8.0, "adamw": 8.0, "lamb": 8.0, "lion": 4.0,
-    "sgd": 4.0, "momentum": 4.0, "adagrad": 4.0, "rmsprop": 4.0,
-}  # fmt: skip
+    "adam": 8.0,
+    "adamw": 8.0,
+    "lamb": 8.0,
+    "lion": 4.0,
+    "sgd": 4.0,
+    "momentum": 4.0,
+    "adagrad": 4.0,
+    "rmsprop": 4.0,
+}
 MASTER_COPY_BYTES = 4.0  # the fp32 weights mixed precision keeps beside the 2-byte ones
 REPLICATED_SHARDING = "data"  # each device holds every embedding table
 

@@ -106,10 +106,13 @@ class _Booster(BaseEstimator):
         if X_val is None and self.early_stopping:  # no held-out rows given: a seeded split
             stratify = y if n_classes and np.min(np.bincount(y.astype(int))) >= 2 else None
             parts = train_test_split(
-                X, y, *([] if sample_weight is None else [sample_weight]),
-                test_size=self.validation_fraction, random_state=self.random_state,
+                X,
+                y,
+                *([] if sample_weight is None else [sample_weight]),
+                test_size=self.validation_fraction,
+                random_state=self.random_state,
                 stratify=stratify,
-            )  # fmt: skip
+            )
             X, X_val, y, y_val = parts[:4]
             if sample_weight is not None:
                 sample_weight, sample_weight_val = parts[4:]
@@ -127,14 +130,19 @@ class _Booster(BaseEstimator):
             X_val = np.ascontiguousarray(X_val, dtype=np.float64)
             valid_sets = [train.create_valid(X_val, y_val, weight=sample_weight_val)]
             stop = lgb.early_stopping(
-                self.n_iter_no_change, first_metric_only=True, verbose=False,
+                self.n_iter_no_change,
+                first_metric_only=True,
+                verbose=False,
                 min_delta=self.early_stopping_tol,
-            )  # fmt: skip
+            )
             callbacks += [stop, lgb.record_evaluation(evaluations)]
         booster = lgb.train(
-            params, train, num_boost_round=self.max_iter, valid_sets=valid_sets,
+            params,
+            train,
+            num_boost_round=self.max_iter,
+            valid_sets=valid_sets,
             callbacks=callbacks,
-        )  # fmt: skip
+        )
         kept = booster.best_iteration if valid_sets and booster.best_iteration > 0 else -1
         self.model_text_ = booster.model_to_string(num_iteration=kept)
         self.n_iter_ = booster.best_iteration if kept > 0 else booster.current_iteration()
@@ -204,8 +212,9 @@ class GBDTClassifier(ClassifierMixin, _Booster):
         encoded_val = None
         if y_val is not None:
             encoded_val = np.searchsorted(self.classes_, y_val).astype(np.float64)
-            if not np.all(self.classes_[np.minimum(encoded_val.astype(int),
-                                                   len(self.classes_) - 1)] == y_val):  # fmt: skip
+            if not np.all(
+                self.classes_[np.minimum(encoded_val.astype(int), len(self.classes_) - 1)] == y_val
+            ):
                 raise ValueError("y_val holds a class y does not")
         return self._fit(
             X, encoded, sample_weight, X_val, encoded_val, sample_weight_val, len(self.classes_)

@@ -298,9 +298,16 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
                 self.experts_ = experts  # nothing moved: the last experts already fit the bins
             else:
                 self.experts_ = self._fit_experts(
-                    X, y, bins, n_bins, validation, self.expert_overlap, progress, "refit, ",
+                    X,
+                    y,
+                    bins,
+                    n_bins,
+                    validation,
+                    self.expert_overlap,
+                    progress,
+                    "refit, ",
                     EM_ITERATION_UNITS * (1.0 + 2.0 * self.expert_overlap),
-                )  # fmt: skip
+                )
             seconds["refit"] = time.perf_counter() - start
             classifier_units = CLASSIFIER_UNITS_PER_BIN * n_bins if n_bins > 1 else 0.0
             if progress is not None:  # EM converged early, or bins merged: less work left

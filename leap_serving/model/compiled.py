@@ -56,8 +56,20 @@ def _expert_predict(X, top, nodes, roots, tree_start, tree_end, baseline, width,
             if rows_of[b] == 0:
                 continue
             for t in range(tree_start[b], tree_end[b]):
-                walk_group(X, first, nodes, roots[t], rows_of[b], ordered, below, missing,
-                           counts, values, stack_node, stack_rows)  # fmt: skip
+                walk_group(
+                    X,
+                    first,
+                    nodes,
+                    roots[t],
+                    rows_of[b],
+                    ordered,
+                    below,
+                    missing,
+                    counts,
+                    values,
+                    stack_node,
+                    stack_rows,
+                )
                 rows = rows_of[b]
                 while rows:
                     r = bit_index(rows)
@@ -115,10 +127,16 @@ class CompiledExperts:
 
     def predict(self, X: np.ndarray, top: np.ndarray) -> np.ndarray:
         return _expert_predict(
-            np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(top, dtype=np.int64),
-            self.nodes, self.roots, self.tree_start, self.tree_end, self.baseline,
-            group_width(len(X)), self.stack_size,
-        )  # fmt: skip
+            np.ascontiguousarray(X, dtype=np.float64),
+            np.ascontiguousarray(top, dtype=np.int64),
+            self.nodes,
+            self.roots,
+            self.tree_start,
+            self.tree_end,
+            self.baseline,
+            group_width(len(X)),
+            self.stack_size,
+        )
 
     def predict_many(self, X: np.ndarray, top: np.ndarray, n_threads: int = 1) -> np.ndarray:
         """``predict`` for many rows of many launches: each row on its own, on threads."""

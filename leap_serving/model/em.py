@@ -53,9 +53,17 @@ class ExpertFitting:
                 break
             if sample is not None and folds is None:
                 bins, n_bins, share, rescued, ended = self._sampled_em_step(
-                    X, y, bins, n_bins, validation, sample,
-                    iteration == self.max_em_iter - 1, progress, step, em_units,
-                )  # fmt: skip
+                    X,
+                    y,
+                    bins,
+                    n_bins,
+                    validation,
+                    sample,
+                    iteration == self.max_em_iter - 1,
+                    progress,
+                    step,
+                    em_units,
+                )
                 moved.append(share)
                 rescued_log.append(rescued)
                 if ended:
@@ -190,10 +198,16 @@ class ExpertFitting:
             if sample is not None:
                 train = train & sample
             experts = self._fit_experts(
-                X[train], y[train], bins[train], n_bins,
-                None if validation is None else validation[train], 0.0, progress,
-                f"{step}fold {f + 1}/{self.oof_folds}, ", units / self.oof_folds,
-            )  # fmt: skip
+                X[train],
+                y[train],
+                bins[train],
+                n_bins,
+                None if validation is None else validation[train],
+                0.0,
+                progress,
+                f"{step}fold {f + 1}/{self.oof_folds}, ",
+                units / self.oof_folds,
+            )
             errors[score] = self._errors(experts, X[score], y[score])
         return errors, None
 
@@ -206,10 +220,16 @@ class ExpertFitting:
         the bins, their number, the share of sampled rows moved, the rows rescued and whether
         EM has ended."""
         experts = self._fit_experts(
-            X[sample], y[sample], bins[sample], n_bins,
-            None if validation is None else validation[sample], 0.0, progress, step,
+            X[sample],
+            y[sample],
+            bins[sample],
+            n_bins,
+            None if validation is None else validation[sample],
+            0.0,
+            progress,
+            step,
             units * self.em_sample,
-        )  # fmt: skip
+        )
         if not last:
             min_rows = max(2, round(self.min_bin_rows * self.em_sample))
             errors = self._errors(experts, X[sample], y[sample])

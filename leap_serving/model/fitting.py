@@ -94,9 +94,13 @@ def fit_booster(
             X[train], y[train], X_val=X[held_out], y_val=y[held_out]
         )
     return estimator.set_params(early_stopping=True).fit(
-        X[train], y[train], sample_weight[train], X_val=X[held_out], y_val=y[held_out],
+        X[train],
+        y[train],
+        sample_weight[train],
+        X_val=X[held_out],
+        y_val=y[held_out],
         sample_weight_val=sample_weight[held_out],
-    )  # fmt: skip
+    )
 
 
 def identical_row_folds(X: np.ndarray, n_folds: int, seed: int) -> np.ndarray:

@@ -162,6 +162,8 @@ def interval_coverage(
         out["groups"] = {}
         for g in np.unique(groups):
             member = groups == g
-            out["groups"][str(g)] = {"coverage": float(inside[member].mean()),
-                                     "rows": int(member.sum())}  # fmt: skip
+            out["groups"][str(g)] = {
+                "coverage": float(inside[member].mean()),
+                "rows": int(member.sum()),
+            }
     return out

@@ -35,10 +35,18 @@ FORMAT_VERSION = 1
 _BOOSTERS = {cls.__name__: cls for cls in (GBDTRegressor, GBDTClassifier)}
 # the fitted attributes of a cascade, each with what JSON holds for it
 _CASCADE_FITTED: dict[str, type] = {
-    "n_features_in_": int, "n_bins_": int, "temperature_": float, "bin_edges_": list,
-    "bins_merged_": int, "em_iterations_": int, "rows_moved_": list, "rows_rescued_": list,
-    "bin_rows_": list, "n_trees_per_expert_": list, "fit_seconds_": dict,
-}  # fmt: skip
+    "n_features_in_": int,
+    "n_bins_": int,
+    "temperature_": float,
+    "bin_edges_": list,
+    "bins_merged_": int,
+    "em_iterations_": int,
+    "rows_moved_": list,
+    "rows_rescued_": list,
+    "bin_rows_": list,
+    "n_trees_per_expert_": list,
+    "fit_seconds_": dict,
+}
 # parameters that may be null besides holding their default's type (threads and jobs: "all")
 _NULLABLE_PARAMS = frozenset({"n_threads", "n_jobs"})
 _INT64 = 2**63

@@ -71,11 +71,13 @@ class NoveltyReference:
 
         raw = architecture_points(np.asarray(X, dtype=np.float64))
         usable = ~np.isnan(raw).any(axis=1)
-        names, inverse = np.unique(np.asarray(model_types, dtype=object)[usable],
-                                   return_inverse=True)  # fmt: skip
+        names, inverse = np.unique(
+            np.asarray(model_types, dtype=object)[usable], return_inverse=True
+        )
         if not len(names):
-            return cls((), np.empty((0, len(NOVELTY_FEATURES))), np.ones(len(NOVELTY_FEATURES)),
-                       np.inf)  # fmt: skip
+            return cls(
+                (), np.empty((0, len(NOVELTY_FEATURES))), np.ones(len(NOVELTY_FEATURES)), np.inf
+            )
         # one point per model type: its median over its rows (sizes vary with the launch)
         order = np.argsort(inverse, kind="stable")
         starts = np.searchsorted(inverse[order], np.arange(len(names)))
@@ -104,8 +106,9 @@ class NoveltyReference:
         distances = np.sqrt((((point / self.scale) - self.points) ** 2).sum(axis=1))
         nearest = int(np.argmin(distances))
         distance = float(distances[nearest])
-        return Novelty(distance > self.threshold, distance, self.threshold,
-                       self.model_types[nearest])  # fmt: skip
+        return Novelty(
+            distance > self.threshold, distance, self.threshold, self.model_types[nearest]
+        )
 
     def assess_rows(self, model_types: Sequence[str], X: np.ndarray) -> list[Novelty | None]:
         """``assess`` of each feature row (evaluation: one launch per row)."""

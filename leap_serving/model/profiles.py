@@ -14,8 +14,11 @@ from typing import Any
 N_BINS = 6
 GATING = "mean"
 PAPER_CASCADE: dict[str, Any] = {
-    "n_bins": 13, "gating": "argmax", "oof_folds": 0, "expert_overlap": 0.0,
-}  # fmt: skip
+    "n_bins": 13,
+    "gating": "argmax",
+    "oof_folds": 0,
+    "expert_overlap": 0.0,
+}
 
 # Hyperparameter profiles: ``paper`` as section 2.4 describes it, ``fast`` for the demo and the
 # report, ``quick`` for tests. The paper does not size the bin classifier: 31 leaves at rate 0.1

@@ -23,9 +23,14 @@ import numpy as np
 # (or, at a leaf, the leaf's value), the right child (the left child is always the next node:
 # ``lgb_text`` packs trees depth first), the split feature and two flags.
 NODE = np.dtype(
-    [("value", np.float64), ("right", np.int32), ("feature", np.int16), ("flags", np.uint8),
-     ("pad", np.uint8)]
-)  # fmt: skip
+    [
+        ("value", np.float64),
+        ("right", np.int32),
+        ("feature", np.int16),
+        ("flags", np.uint8),
+        ("pad", np.uint8),
+    ]
+)
 LEAF, MISSING_LEFT = 1, 2
 # rows a many-row walk keeps in cache at once: 1,024 to 4,096 measured alike (2.8x faster than
 # scikit-learn's predict on one thread, 300 trees of 255 leaves, 300,000 rows of 79 features)
@@ -213,8 +218,20 @@ def _raw_predict(X, nodes, roots, columns, baseline, width, stack_size):
         sort_group(X, first, n, ordered, below, missing, counts)
         everyone = ~np.uint64(0) >> np.uint64(GROUP_ROWS - n)
         for t in range(roots.shape[0]):
-            walk_group(X, first, nodes, roots[t], everyone, ordered, below, missing, counts,
-                       values, stack_node, stack_rows)  # fmt: skip
+            walk_group(
+                X,
+                first,
+                nodes,
+                roots[t],
+                everyone,
+                ordered,
+                below,
+                missing,
+                counts,
+                values,
+                stack_node,
+                stack_rows,
+            )
             column = columns[t]
             for r in range(n):
                 out[first + r, column] += values[r]
@@ -269,9 +286,14 @@ class CompiledForest:
         """The raw prediction (a classifier's logits), the rows
         walked as groups: for the few rows of a ranking."""
         return _raw_predict(
-            np.ascontiguousarray(X, dtype=np.float64), self.nodes, self.roots, self.columns,
-            self.baseline, group_width(len(X)), self.stack_size,
-        )  # fmt: skip
+            np.ascontiguousarray(X, dtype=np.float64),
+            self.nodes,
+            self.roots,
+            self.columns,
+            self.baseline,
+            group_width(len(X)),
+            self.stack_size,
+        )
 
     def raw_predict_many(self, X: np.ndarray, n_threads: int = 1) -> np.ndarray:
         """``raw_predict`` for many rows of many launches, which share few paths through a

@@ -57,12 +57,23 @@ log = logging.getLogger("leap_serving")
 # pyarrow (polars converts pandas frames through it). tests/test_serving.py checks this against
 # the imports.
 SERVING_DISTRIBUTIONS: tuple[str, ...] = (
-    "mlflow", "numba", "numpy", "polars", "pyarrow", "pandas", "scikit-learn", "lightgbm",
-    "joblib", "threadpoolctl",
+    "mlflow",
+    "numba",
+    "numpy",
+    "polars",
+    "pyarrow",
+    "pandas",
+    "scikit-learn",
+    "lightgbm",
+    "joblib",
+    "threadpoolctl",
     # `leap serve` (leap_serving/http) and the hand-off adapters (leap_serving/handoff): the
     # ASGI stack MLflow itself brings, the Prometheus client, and YAML for the manifests
-    "starlette", "uvicorn", "prometheus-client", "pyyaml",
-)  # fmt: skip
+    "starlette",
+    "uvicorn",
+    "prometheus-client",
+    "pyyaml",
+)
 # model_config key: file name -> sha256, as the registry version's ``artifact_sha256`` tag
 SHA256_CONFIG = "artifact_sha256"
 MODEL_CODE = Path(__file__).with_name("mlflow_model.py")  # the model-code file MLflow stores
@@ -70,17 +81,28 @@ MODEL_CODE = Path(__file__).with_name("mlflow_model.py")  # the model-code file 
 # The launch the logged input example describes (examples/job.json's job), on a few candidates.
 EXAMPLE_LAUNCH: dict[str, Any] = {
     "job_name": "news_share_dlrm_v2.canary_jodeka/832721327/6902a9f2/1",
-    "model_type": "news_share_dlrm_v2", "num_trainers": 2, "batch_size": 2816,
-    "requested_devices_per_host": None, "num_readers": 84, "precision": "bf16",
-    "tensor_parallel": 1, "pipeline_parallel": 1, "embedding_sharding": "row",
-    "num_sparse_features": 104, "num_dense_features": 610, "hash_size": 8306168, "seq_len": 0,
-    "training_days": 14, "optimizer": "adam", "activation_checkpointing": False,
+    "model_type": "news_share_dlrm_v2",
+    "num_trainers": 2,
+    "batch_size": 2816,
+    "requested_devices_per_host": None,
+    "num_readers": 84,
+    "precision": "bf16",
+    "tensor_parallel": 1,
+    "pipeline_parallel": 1,
+    "embedding_sharding": "row",
+    "num_sparse_features": 104,
+    "num_dense_features": 610,
+    "hash_size": 8306168,
+    "seq_len": 0,
+    "training_days": 14,
+    "optimizer": "adam",
+    "activation_checkpointing": False,
     "package_version": "4.7.0",
     "model_definition": (
         '{"layers":[{"op":"mlp","widths":[512,256,64]},{"op":"embedding_bag","dim":64,'
         '"pooling":25},{"op":"interaction","kind":"cat"},{"op":"mlp","widths":[2048,512,256,1]}]}'
     ),
-}  # fmt: skip
+}
 
 
 def pip_requirements() -> list[str]:
@@ -169,8 +191,12 @@ def registered_tags(model_dir: Path) -> tuple[str, dict[str, str]] | None:
         log.warning(
             "leap_serving: %s names %s version %s, for which the registry at %s does not answer "
             "(%s): its files are checked against the model's config only",
-            model_dir, name, number, registry, exc,
-        )  # fmt: skip
+            model_dir,
+            name,
+            number,
+            registry,
+            exc,
+        )
         return None
     return f"{name} version {number} (registry {registry})", tags
 
