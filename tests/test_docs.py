@@ -2,6 +2,7 @@
 relative link lands on a file (and its anchor on a heading there), and the README and
 docs/architecture.md draw the same flow."""
 
+import argparse
 import contextlib
 import io
 import re
@@ -236,8 +237,109 @@ def test_the_readme_stays_short():
     assert len((PROJECT / "README.md").read_text().splitlines()) <= 250
 
 
+def unlinked_pages(docs: Path, readme: str) -> list[str]:
+    """The pages of ``docs`` the README text ``readme`` links to nowhere."""
+    pages = sorted(p.name for p in docs.glob("*.md"))
+    return [p for p in pages if f"](docs/{p}" not in readme]
+
+
 def test_every_docs_page_is_linked_from_the_readme():
     """A page no one can find from the README drifts unread (docs/transfer.md was one)."""
     readme = (PROJECT / "README.md").read_text()
-    pages = sorted(p.name for p in (PROJECT / "docs").glob("*.md"))
-    assert pages and [p for p in pages if f"](docs/{p}" not in readme] == []
+    assert list((PROJECT / "docs").glob("*.md")) and unlinked_pages(PROJECT / "docs", readme) == []
+
+
+def unnamed_modules(root: Path, page: str) -> list[str]:
+    """The modules of ``leap_pipeline`` and ``leap_serving`` under ``root`` whose file name
+    (``name.py``) the architecture page's text ``page`` never gives."""
+    return [
+        str(path.relative_to(root))
+        for package in ("leap_pipeline", "leap_serving")
+        for path in sorted((root / package).rglob("*.py"))
+        if path.name not in ("__init__.py", "__main__.py")
+        and "simulation" not in path.parts  # the simulator's four modules, named together
+        and not re.search(rf"(?<![\w/.]){re.escape(path.name)}(?!\w)", page)
+    ]
+
+
+def test_every_module_is_named_on_the_architecture_page():
+    """A module added without its line on docs/architecture.md fails here (7 were missing)."""
+    page = (PROJECT / "docs" / "architecture.md").read_text()
+    assert unnamed_modules(PROJECT, page) == []
+
+
+def cli_flags(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict:
+    """Every command path of ``parser`` (``()`` for ``leap`` itself) -> its long flags."""
+    found = {
+        path: {
+            flag
+            for action in parser._actions
+            for flag in action.option_strings
+            if flag.startswith("--") and flag != "--help"
+        }
+    }
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.update(cli_flags(sub, (*path, name)))
+    return found
+
+
+def documented_flags(text: str) -> dict[tuple[str, ...], set[str]]:
+    """The flags each ``leap ...`` code span of ``text`` shows, by the command words that open
+    it (bracketed options skipped: ``leap model [--data DIR] promote`` is model promote's)."""
+    found: dict[tuple[str, ...], set[str]] = {}
+    for match in CODE_SPAN.finditer(text):
+        span = " ".join(match.group(2).split())
+        if not span.startswith("leap "):
+            continue
+        bare = span
+        while re.search(r"\[[^\[\]]*\]", bare):
+            bare = re.sub(r"\[[^\[\]]*\]", " ", bare)
+        words: list[str] = []
+        for word in bare.split()[1:]:
+            if not SUBCOMMAND.fullmatch(word):
+                break
+            words.append(word)
+        found.setdefault(tuple(words), set()).update(re.findall(r"--[a-z][a-z0-9-]*", span))
+    return found
+
+
+def undocumented_flags(parser: argparse.ArgumentParser, text: str) -> dict:
+    """Command path -> the flags its ``--help`` lists that no span of ``text`` for it (or for
+    one of its sub-commands) shows."""
+    shown = documented_flags(text)
+    missing = {}
+    for path, flags in cli_flags(parser).items():
+        documented = set().union(*(f for p, f in shown.items() if p[: len(path)] == path))
+        if flags - documented:
+            missing[path] = sorted(flags - documented)
+    return missing
+
+
+def test_every_flag_in_help_is_in_the_command_reference():
+    from leap_pipeline.app.cli import build_parser
+
+    text = (PROJECT / "docs" / "commands.md").read_text()
+    assert undocumented_flags(build_parser(), text) == {}
+
+
+def test_the_drift_checks_fail_on_what_they_guard(tmp_path):
+    """A page, a module and a flag each added without its doc are reported."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    (tmp_path / "docs" / "new.md").write_text("# New\n")
+    assert unlinked_pages(tmp_path / "docs", "see [a](docs/a.md)") == ["new.md"]
+    for name in ("leap_pipeline/app/old.py", "leap_serving/http/brand_new.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    page = "app/: old.py (the old one); `new.py` is not `brand_new.py`'s name: old_brand_new.py"
+    assert unnamed_modules(tmp_path, page.replace("`brand_new.py`", "it")) == [
+        "leap_serving/http/brand_new.py"
+    ]
+    parser = argparse.ArgumentParser(prog="leap")
+    sub = parser.add_subparsers().add_parser("model").add_subparsers()
+    sub.add_parser("promote").add_argument("--reason")
+    sub.add_parser("unpin").add_argument("--dry-run")
+    text = "`leap model [--data DIR] promote VERSION [--reason TEXT]` and `leap model unpin`"
+    assert undocumented_flags(parser, text) == {("model", "unpin"): ["--dry-run"]}

@@ -282,6 +282,27 @@ def test_metrics_count_requests_latency_reasons_and_the_model(served):
     assert value("leap_serve_model_ready") == 1
 
 
+def undocumented_metrics(exposition: str, page: str) -> list[str]:
+    """The metric families a /metrics answer declares (``# TYPE name kind``) that the page's
+    text never names in backticks; a counter's or histogram's ``_created`` family, which
+    prometheus_client adds to each by itself, goes with its metric."""
+    names = re.findall(r"^# TYPE (\S+) \S+$", exposition, re.M)
+    return sorted({n for n in names if f"`{n}`" not in page and not n.endswith("_created")})
+
+
+def test_every_metric_served_is_listed_in_serving_md(served):
+    """A gauge added to /metrics without its words in docs/serving.md fails here (four were
+    missing); a scrape with a night recorded declares every family the app has."""
+    app = create_app(served["ranker"])
+    _call(app, "POST", "/v1/rank", json=launch_body(served))
+    exposition = _call(app, "GET", "/metrics").text
+    page = (PROJECT / "docs" / "serving.md").read_text()
+    assert "# TYPE leap_serve_requests_total counter" in exposition
+    assert undocumented_metrics(exposition, page) == []
+    added = exposition + "# TYPE leap_serve_brand_new gauge\nleap_serve_brand_new 1.0\n"
+    assert undocumented_metrics(added, page) == ["leap_serve_brand_new"]
+
+
 def test_metrics_tell_the_models_age_and_how_the_newest_night_ended(served):
     """Gauges a platform team alerts on: the model's age in nights, and the pipeline's newest
     night as it recorded it on the registered model (a failed one too); an older night's
