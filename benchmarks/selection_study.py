@@ -46,7 +46,7 @@ import polars as pl
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from leap_pipeline.app.commands import _static_source  # noqa: E402
+from leap_pipeline.data.static_sets import read_static_set  # noqa: E402
 from leap_pipeline.studies.combinations import (  # noqa: E402
     COMBINED,
     GBDT_BLEND,
@@ -115,8 +115,8 @@ def _stem(name: str, split: str, profile: str) -> str:
 def load_set(name: str):
     """A set's (job_attempts, hardware_specs), read as ``leap crossval`` reads them."""
     source, path, hardware = SETS[name]
-    args = argparse.Namespace(source=source, path=str(path), hardware=hardware and str(hardware))
-    return _static_source(args)
+    read = read_static_set(source, path, hardware)
+    return read.attempts, read.specs
 
 
 def _lists(value):

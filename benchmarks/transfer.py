@@ -216,11 +216,11 @@ def neusight_scores(out_of_fold: dict, baselines: pl.DataFrame) -> dict:
 
 def load_set(name: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Attempts and specs as ``leap crossval --source S --path P --hardware H`` reads them."""
-    from leap_pipeline.app.commands import _static_source
+    from leap_pipeline.data.static_sets import read_static_set
 
     source, path, hardware = SETS[name]
-    attempts, specs = _static_source(argparse.Namespace(source=source, path=str(path),
-                                                        hardware=str(hardware or "")))  # fmt: skip
+    read = read_static_set(source, path, hardware)
+    attempts, specs = read.attempts, read.specs
     if name == "neusight":  # switchxl4 has no layer list in the contract: its catalog entry
         attempts = with_catalog_definitions(attempts)
     return attempts, specs

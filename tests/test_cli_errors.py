@@ -149,10 +149,10 @@ def test_crossval_says_when_dated_rows_are_treated_as_one_day(tmp_path, capsys):
     attempts.write_parquet(tmp_path / "job_attempts.parquet")
     fleet.hardware_specs().write_parquet(tmp_path / "hardware_specs.parquet")
     args = argparse.Namespace(source="contract", path=str(tmp_path), hardware="")
-    commands._static_source(args)
+    commands.static_set(args)
     assert "holds 2 days; crossval treats them as one" in capsys.readouterr().err
     attempts.with_columns(ds=pl.lit(dt.date(2026, 1, 1))).write_parquet(
         tmp_path / "job_attempts.parquet"
     )
-    commands._static_source(args)
+    commands.static_set(args)
     assert "crossval treats them as one" not in capsys.readouterr().err

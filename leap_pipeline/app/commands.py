@@ -344,7 +344,7 @@ def crossval(args: argparse.Namespace) -> int:
     from leap_pipeline.studies.crossval import SPLITS, exclude_groups, run_split
     from leap_pipeline.studies.crossval_tables import split_table
 
-    attempts, specs = _static_source(args)
+    attempts, specs = static_set(args)
     attempts = exclude_groups(attempts, args.exclude)
     splits = SPLITS if args.split == "all" else (args.split,)
     results = {}
@@ -375,55 +375,15 @@ def crossval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _static_source(args: argparse.Namespace):
-    from leap_pipeline.data.importer import read_source_files
-    from leap_pipeline.data.public_data import PUBLIC_SOURCES, public_sources
-    from leap_pipeline.data.sources import typed_frame
-    from leap_serving.launch.validation import validate_attempts
+def static_set(args: argparse.Namespace):
+    """``--source``, ``--path`` and ``--hardware`` read (``data.static_sets``); its notes on
+    stderr. Returns the kept attempts and the spec table."""
+    from leap_pipeline.data.static_sets import read_static_set
 
-    path = Path(args.path)
-    if args.source in PUBLIC_SOURCES:
-        if not args.hardware:
-            raise ValueError(f"--hardware: the Epoch ml_hardware.csv is needed for {args.source}")
-        attempts, _, specs = public_sources(args.source, path, Path(args.hardware))
-        return attempts, specs
-    specs_path = (
-        Path(args.hardware)
-        if args.hardware
-        else next(
-            (
-                p
-                for p in (path / "hardware_specs.parquet", path / "hardware_specs.csv")
-                if p.exists()
-            ),
-            path / "hardware_specs.csv",
-        )
-    )
-    specs = typed_frame(read_source_files(specs_path, "hardware_specs"), "hardware_specs")
-    found = [
-        p
-        for p in (path / "job_attempts", *(path / f"job_attempts{s}" for s in (".parquet", ".csv")))
-        if p.exists()
-    ]
-    if not found:
-        raise ValueError(f"--path {path}: no job_attempts folder, .parquet or .csv in it")
-    raw = read_source_files(found[0], "job_attempts")
-    validated = validate_attempts(raw, specs["hardware_type"])
-    if validated.quarantined.height:
-        print(
-            f"quarantined {validated.quarantined.height} rows, e.g. "
-            f"{validated.quarantined['reason'][0]}",
-            file=sys.stderr,
-        )
-    days = validated.kept["ds"].n_unique() if "ds" in validated.kept.columns else 0
-    if days > 1:  # the folds cut by model and type, not by time
-        print(
-            f"note: --path {path} holds {days} days; crossval treats them as one, so a test "
-            "row's history may come from a later day: for dated logs, `leap import` and the "
-            "nightly backtest score each day on the days before it",
-            file=sys.stderr,
-        )
-    return validated.kept, specs
+    read = read_static_set(args.source, args.path, args.hardware or None)
+    for note in read.notes:
+        print(note, file=sys.stderr)
+    return read.attempts, read.specs
 
 
 def serve(args: argparse.Namespace) -> int:
