@@ -172,7 +172,7 @@ def main() -> None:
         one_bin = params | {"n_bins": 1}
         return {
             "single_gbdt": BinnedCascade(**one_bin),
-            "single_gbdt_prior": BinnedCascade(**(one_bin | {"residual_on_prior": True})),
+            "single_gbdt_prior": BinnedCascade(**(one_bin | {"target": "residual"})),
         }
 
     def scores(fits: dict[str, BinnedCascade], cascade) -> dict:

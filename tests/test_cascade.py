@@ -394,7 +394,7 @@ def test_a_residual_on_the_prior_reaches_levels_the_trees_never_saw():
     X_new, y_new = _levels_from_history(500, 8.0, 10.0, seed=1)  # beyond every training level
     measured = np.exp(y_new)
     level = BinnedCascade(n_bins=1, **SMALL).fit(X, y)
-    on_prior = BinnedCascade(n_bins=1, residual_on_prior=True, **SMALL).fit(X, y)
+    on_prior = BinnedCascade(n_bins=1, target="residual", **SMALL).fit(X, y)
     # the trees clamp to the highest level they saw; the prior carries the level, they correct it
     assert metrics.within(np.exp(level.predict(X_new)), measured, 20) < 0.05
     assert metrics.within(np.exp(on_prior.predict(X_new)), measured, 20) > 0.95
@@ -402,3 +402,43 @@ def test_a_residual_on_the_prior_reaches_levels_the_trees_never_saw():
     X_new[:10] = np.nan
     assert np.allclose(on_prior.offset(X_new)[:10], np.median(y))
     assert np.array_equal(CompiledCascade(on_prior).predict(X_new)[0], on_prior.predict(X_new))
+
+
+@pytest.mark.parametrize(
+    ("flags", "target"),
+    [
+        ({"residual_on_prior": False, "efficiency_on_cost": False}, "log_q"),
+        ({"residual_on_prior": True}, "residual"),  # a file from before the efficiency model
+        ({"residual_on_prior": True, "efficiency_on_cost": True}, "efficiency"),
+    ],
+)
+def test_a_model_file_with_the_old_two_flags_loads_as_the_target_they_meant(
+    tmp_path, flags, target
+):
+    """``target`` replaced two booleans, the second overriding the first: a file saved with
+    them loads as what it predicted, and predicts the same."""
+    import json
+
+    from leap_serving.model.model_file import dump_model, load_model
+
+    X, y = _levels_from_history(600, 0.0, 5.0, seed=0)
+    model = BinnedCascade(n_bins=1, target=target, **SMALL).fit(X, y)
+    dump_model(model, tmp_path / "cascade.json")
+    data = json.loads((tmp_path / "cascade.json").read_text())
+    del data["params"]["target"]
+    data["params"].update(flags)
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    loaded = load_model(tmp_path / "old.json", BinnedCascade)
+    assert loaded.target == target
+    assert np.array_equal(loaded.predict(X[:50]), model.predict(X[:50]))
+
+
+def test_a_bad_target_is_refused_and_offset_and_bounded_ask_for_a_fit():
+    X, y = _levels_from_history(100, 0.0, 5.0, seed=0)
+    with pytest.raises(ValueError, match="target='speed' is not one of"):
+        BinnedCascade(target="speed", **SMALL).fit(X, y)
+    unfitted = BinnedCascade(target="efficiency")
+    with pytest.raises(NotFittedError):
+        unfitted.offset(X)
+    with pytest.raises(NotFittedError):
+        unfitted.bounded(X, y)

@@ -137,7 +137,7 @@ def test_the_efficiency_gbdt_ranks_a_type_faster_than_any_in_training_first():
     y = cost_log_q(X) + np.log(efficiency) + rng.normal(0, 0.03, len(X))
     held = launches["hardware_type"].to_numpy() == "new"
     params = {"n_bins": 1, "min_bin_rows": 20, "max_iter": 200, "min_data_in_leaf": 5}
-    efficiency_model = BinnedCascade(**params, efficiency_on_cost=True).fit(X[~held], y[~held])
+    efficiency_model = BinnedCascade(**params, target="efficiency").fit(X[~held], y[~held])
     plain = BinnedCascade(**params).fit(X[~held], y[~held])
     fastest_seen = launches["hardware_type"].to_numpy() == "t4"
     # the same jobs, in the same order, on the new type and on the fastest it saw
@@ -170,7 +170,7 @@ def test_serving_applies_the_efficiency_bound_the_selection_scored():
     rng = np.random.default_rng(1)
     y = cost_log_q(X) + rng.normal(0.2, 0.3, len(X))  # most rows beat the roofline
     y[0] += 5.0  # one outlier must not lift the bound for every launch: a percentile sets it
-    model = BinnedCascade(n_bins=1, min_bin_rows=20, max_iter=50, efficiency_on_cost=True)
+    model = BinnedCascade(n_bins=1, min_bin_rows=20, max_iter=50, target="efficiency")
     model.fit(X, y)
     assert 0.0 < model.efficiency_cap_ < 1.5
     model.efficiency_cap_ = 0.0  # the roofline itself, so the bound binds on some rows

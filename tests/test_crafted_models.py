@@ -269,8 +269,14 @@ CASCADE_CASES = [
     ),
     (
         "a residual cascade without its fallback",
-        lambda c: c["params"].update(residual_on_prior=True),
+        lambda c: c["params"].update(target="residual"),
         "prior_fallback_",
+    ),
+    ("a target no cascade learns", lambda c: c["params"].update(target="speed"), "target"),
+    (
+        "an old flag beside the target",
+        lambda c: c["params"].update(efficiency_on_cost=True),
+        "efficiency_on_cost",
     ),
     ("a fitted record that is a list", lambda c: c.update(fitted=[1, 2]), "fitted"),
     ("a kind that is a list", lambda c: c["experts"][0].update(kind=["GBDTRegressor"]), "kind"),

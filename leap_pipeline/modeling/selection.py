@@ -100,8 +100,8 @@ def fit_models(
     cascade_params: dict | None = None,
 ) -> TrainedModels:
     """Fit the cascade, the single GBDT, the single GBDT on the history's prior
-    (``residual_on_prior``), the efficiency GBDT on the per-layer cost prior
-    (``efficiency_on_cost``) and the lookup table on a window of feature-table rows, and select
+    (``target="residual"``), the efficiency GBDT on the per-layer cost prior
+    (``target="efficiency"``) and the lookup table on a window of feature-table rows, and select
     the model to publish.
 
     The window's last day is held out for the selection (``select_model``); the models train on
@@ -118,10 +118,10 @@ def fit_models(
         "cascade": BinnedCascade(**params, random_state=random_state),
         "single_gbdt": BinnedCascade(**(params | {"n_bins": 1}), random_state=random_state),
         "single_gbdt_prior": BinnedCascade(
-            **(params | {"n_bins": 1, "residual_on_prior": True}), random_state=random_state
+            **(params | {"n_bins": 1, "target": "residual"}), random_state=random_state
         ),
         "efficiency_gbdt": BinnedCascade(
-            **(params | {"n_bins": 1, "efficiency_on_cost": True}), random_state=random_state
+            **(params | {"n_bins": 1, "target": "efficiency"}), random_state=random_state
         ),
     }
     units = {

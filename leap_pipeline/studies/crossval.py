@@ -187,8 +187,7 @@ def gbdt_predict(
     params = fit_to_rows(profile_params(profile) | {"n_bins": 1}, len(y))
     model = BinnedCascade(
         **params,
-        residual_on_prior=name == "single_gbdt_prior",
-        efficiency_on_cost=name == EFFICIENCY_GBDT,
+        target={"single_gbdt_prior": "residual", EFFICIENCY_GBDT: "efficiency"}.get(name, "log_q"),
     ).fit(X, y)
     return np.exp(model.predict(X_new))
 

@@ -348,7 +348,7 @@ def roofline_log_q(X: np.ndarray) -> np.ndarray:
     return _safe_log(X[:, _GLOBAL_BATCH]) - step
 
 
-# The prior a residual model corrects (``BinnedCascade(residual_on_prior=True)``): the first
+# The prior a residual model corrects (``BinnedCascade(target="residual")``): the first
 # known of the family's own level on the type, its levels on its other types carried by memory
 # bandwidth, by the fleet's measured ratios and by peak compute, the model type's level on the
 # type and carried from its other types, and the family's level (a cold start's: its model

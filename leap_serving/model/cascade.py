@@ -44,6 +44,10 @@ def make_single_gbdt_booster(profile: str = "fast", random_state: int = 0) -> GB
     return BinnedCascade(**params, random_state=random_state)._expert()
 
 
+# What the trees may learn (``BinnedCascade(target=...)``): ln q, its residual over the history's
+# prior, or ln efficiency over the per-layer cost prior.
+TARGETS = ("log_q", "residual", "efficiency")
+
 # An efficiency model's bound over the cost prior: the 99th percentile of the training rows'
 # excess (0 where none beat the roofline), never above ln 4, which a model file may not exceed.
 EFFICIENCY_CAP_QUANTILE = 0.99
@@ -85,20 +89,19 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         0: each final expert trains on its bin's rows only (the paper). w > 0: also on the rows of
         the bins next to it in level (median y), weighted w, so a near miss of the classifier
         lands on an expert that has seen such rows instead of one that clamps to its slice.
-    residual_on_prior : bool
-        False: the model predicts ln q (the paper). True: it predicts ln q minus the history's
-        prior (``launch.features.prior_log_q``, the training median where a row has none) and serves
-        prior plus prediction, so trees learn corrections to a level they cannot extrapolate,
-        as a type new to a job needs.
-    efficiency_on_cost : bool
-        True: the model predicts ln efficiency, ln q minus the per-layer cost model's prior
-        (``cost_model``; the history's prior, then the training median, where a row has no
-        architecture), its ln q bounded by the cost prior plus ``efficiency_cap_`` so it never
-        promises more than the roofline (cap 0), or than the 99th percentile of the training
-        rows' excess where the spec table understates a type (an fp32 job on TF32 cores) or the
-        prior a pipeline's overlap. A bounded
-        efficiency times a physical prior carries to a type faster than any in training; trees
-        on ln q clamp to the fastest they saw. Takes precedence over ``residual_on_prior``.
+    target : {"log_q", "residual", "efficiency"}
+        What the trees learn. "log_q": ln q (the paper). "residual": ln q minus the history's
+        prior (``launch.features.prior_log_q``, the training median where a row has none),
+        served as prior plus prediction, so trees learn corrections to a level they cannot
+        extrapolate, as a type new to a job needs. "efficiency": ln efficiency, ln q minus the
+        per-layer cost model's prior (``cost_model``; the history's prior, then the training
+        median, where a row has no architecture), its ln q bounded by the cost prior plus
+        ``efficiency_cap_`` so it never promises more than the roofline (cap 0), or than the
+        99th percentile of the training rows' excess where the spec table understates a type
+        (an fp32 job on TF32 cores) or the prior a pipeline's overlap. A bounded efficiency
+        times a physical prior carries to a type faster than any in training; trees on ln q
+        clamp to the fastest they saw. (One parameter, where two booleans once let one
+        override the other.)
     random_state : int
     n_jobs : int or None
         Experts fitted at once, through joblib: None is one unless a ``joblib.parallel_config``
@@ -166,8 +169,7 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         gate_top_k: int = 3,
         oof_folds: int = 0,
         expert_overlap: float = 0.0,
-        residual_on_prior: bool = False,
-        efficiency_on_cost: bool = False,
+        target: str = "log_q",
         random_state: int = 0,
         n_jobs: int | None = None,
         em_sample: float = 1.0,
@@ -195,8 +197,7 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         self.gate_top_k = gate_top_k
         self.oof_folds = oof_folds
         self.expert_overlap = expert_overlap
-        self.residual_on_prior = residual_on_prior
-        self.efficiency_on_cost = efficiency_on_cost
+        self.target = target
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.em_sample = em_sample
@@ -237,6 +238,8 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
             raise ValueError(f"move_tol={self.move_tol!r} must be in [0, 1)")
         if self.min_bin_rows < 2:
             raise ValueError(f"min_bin_rows={self.min_bin_rows!r} must be at least 2")
+        if self.target not in TARGETS:
+            raise ValueError(f"target={self.target!r} is not one of {TARGETS}")
         if self.gating not in GATINGS:
             raise ValueError(f"gating={self.gating!r} is not one of {GATINGS}")
         if self.gate_top_k < 1:
@@ -270,15 +273,15 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
             if validation.shape != y.shape:
                 raise ValueError(f"validation has shape {validation.shape}, the rows are {y.shape}")
         seconds = {"em": 0.0, "refit": 0.0, "classifier": 0.0}
-        if self.residual_on_prior or self.efficiency_on_cost:
+        if self.target != "log_q":
             self.prior_fallback_ = float(np.median(y))
-        if self.efficiency_on_cost:
+        if self.target == "efficiency":
             over_roofline = y - cost_log_q(np.asarray(X, dtype=np.float64))
             known = over_roofline[np.isfinite(over_roofline)]
             # the 99th percentile: one outlier row must not lift the bound for every launch
             excess = float(np.quantile(known, EFFICIENCY_CAP_QUANTILE)) if len(known) else 0.0
             self.efficiency_cap_ = min(max(0.0, excess), EFFICIENCY_CAP_MAX)
-        y = y - self.offset(X)
+        y = y - self._offset(X)
         with threadpool_limits(self.n_threads):
             edges, bins, merged = self._initial_bins(y)
             n_bins = len(edges) + 1
@@ -348,13 +351,18 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
         return best, proba[np.arange(len(proba)), best]
 
     def offset(self, X: np.ndarray) -> np.ndarray:
-        """What the experts' predictions are added to: the prior with ``residual_on_prior``
-        (the training median where a row has none), else 0."""
+        """What the experts' predictions are added to: the history's prior for the
+        "residual" target, the cost prior for "efficiency" (the training median where a row
+        has neither), else 0."""
+        check_is_fitted(self)
+        return self._offset(X)
+
+    def _offset(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
-        if not (self.residual_on_prior or self.efficiency_on_cost):
+        if self.target == "log_q":
             return np.zeros(len(X))
         prior = prior_log_q(X)
-        if self.efficiency_on_cost:
+        if self.target == "efficiency":
             prior = np.where(np.isnan(cost_log_q(X)), prior, cost_log_q(X))
         return np.where(np.isnan(prior), self.prior_fallback_, prior)
 
@@ -370,7 +378,8 @@ class BinnedCascade(ExpertFitting, BinClassifierFitting, RegressorMixin, BaseEst
     def bounded(self, X: np.ndarray, log_q: np.ndarray) -> np.ndarray:
         """``log_q`` held under the cost prior plus ``efficiency_cap_`` (an efficiency model's
         bound; unchanged otherwise). Every prediction path calls it, compiled or not."""
-        if not self.efficiency_on_cost:
+        check_is_fitted(self)
+        if self.target != "efficiency":
             return log_q
         bound = cost_log_q(np.asarray(X, dtype=np.float64)) + self.efficiency_cap_
         return np.where(np.isfinite(bound), np.minimum(log_q, bound), log_q)

@@ -76,11 +76,32 @@ def booster_dict(booster: GBDTRegressor | GBDTClassifier) -> dict[str, Any]:
 
 
 # settings added after FORMAT_VERSION 1 was written: a file saved before them lacks them and
-# loads with their default, which is what such a file's model did (the first three change how a
-# model fits; efficiency_on_cost, off in every older file, what it predicts)
-_LATER_PARAMS = frozenset(
-    {"early_stopping_tol", "min_data_in_leaf", "min_data_in_bin", "efficiency_on_cost"}
-)
+# loads with their default, which is what such a file's model did (they change how a model fits)
+_LATER_PARAMS = frozenset({"early_stopping_tol", "min_data_in_leaf", "min_data_in_bin"})
+# what a cascade learns was two booleans before ``target`` (efficiency_on_cost overriding
+# residual_on_prior; an early file has the first only): a file that holds them loads as the
+# target they meant
+_OLD_TARGET_FLAGS = ("residual_on_prior", "efficiency_on_cost")
+
+
+def _target_from_flags(params: Any, where: str) -> Any:
+    """``params`` with an older file's two booleans turned into the ``target`` they meant;
+    anything else as it is."""
+    if not isinstance(params, dict) or "target" in params or "residual_on_prior" not in params:
+        return params
+    flags = {name: params.get(name, False) for name in _OLD_TARGET_FLAGS}
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ModelFileError(f"{where}.params.{name}={_show(value)} is not a bool")
+    target = (
+        "efficiency"
+        if flags["efficiency_on_cost"]
+        else "residual"
+        if flags["residual_on_prior"]
+        else "log_q"
+    )
+    kept = {k: v for k, v in params.items() if k not in _OLD_TARGET_FLAGS}
+    return {**kept, "target": target}
 
 
 def _params(cls: type, params: Any, where: str) -> dict[str, Any]:
@@ -238,7 +259,8 @@ def _plain(value: Any) -> Any:
 
 
 def _cascade_params(data: dict[str, Any], where: str) -> BinnedCascade:
-    cascade = BinnedCascade(**_params(BinnedCascade, data["params"], where))
+    params = _target_from_flags(data["params"], where)
+    cascade = BinnedCascade(**_params(BinnedCascade, params, where))
     try:
         cascade._check_params()
     except ValueError as exc:
@@ -248,9 +270,11 @@ def _cascade_params(data: dict[str, Any], where: str) -> BinnedCascade:
 
 def _cascade_fitted(cascade: BinnedCascade, fitted: Any, where: str) -> None:
     """The fitted figures, each of its type and range; the bins within the parameters'."""
-    required = {"prior_fallback_"} if cascade.residual_on_prior else set()
-    if cascade.efficiency_on_cost:
-        required = {"prior_fallback_", "efficiency_cap_"}
+    required = {
+        "log_q": set(),
+        "residual": {"prior_fallback_"},
+        "efficiency": {"prior_fallback_", "efficiency_cap_"},
+    }[cascade.target]
     expected = set(_CASCADE_FITTED) | required
     if not isinstance(fitted, dict):
         raise ModelFileError(f"{where}.fitted={_show(fitted)} is not a cascade's fitted record")
@@ -288,9 +312,9 @@ def _cascade_fitted(cascade: BinnedCascade, fitted: Any, where: str) -> None:
     for phase, value in seconds.items():
         _number(value, float, f"{at}.fit_seconds_.{phase}", 0)
     cascade.fit_seconds_ = seconds
-    if cascade.residual_on_prior or cascade.efficiency_on_cost:
+    if cascade.target != "log_q":
         cascade.prior_fallback_ = _number(fitted["prior_fallback_"], float, f"{at}.prior_fallback_")
-    if cascade.efficiency_on_cost:
+    if cascade.target == "efficiency":
         cap = _number(fitted["efficiency_cap_"], float, f"{at}.efficiency_cap_", 0)
         if cap > EFFICIENCY_CAP_MAX:
             raise ModelFileError(f"{at}.efficiency_cap_={cap} is above {EFFICIENCY_CAP_MAX:.4f}")
