@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     from leap_pipeline.app.postgres import EmbeddedPostgres
+    from leap_pipeline.app.process_groups import answers, free_port
     from leap_pipeline.app.supervision import listens
-    from leap_pipeline.app.ui import answers, free_port
     from leap_pipeline.orchestration.calendar import Calendar
 
     root = Path(tempfile.mkdtemp(prefix="leap-kill-servers-"))

@@ -33,7 +33,7 @@ READY_TIMEOUT_S = 300
 
 
 def _free_port() -> int:
-    from leap_pipeline.app.ui import free_port
+    from leap_pipeline.app.process_groups import free_port
 
     return free_port()
 

@@ -23,7 +23,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from leap_pipeline.app.ui import answers, free_port
+from leap_pipeline.app.process_groups import answers, free_port
 
 PROJECT = Path(__file__).resolve().parents[1]
 MODEL = "leap-throughput"

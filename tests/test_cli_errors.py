@@ -59,7 +59,7 @@ def test_leap_ui_refuses_a_folder_leap_up_serves(tmp_path, capsys):
 
     from leap_pipeline.app.backup_postgres import PostgresBackupError, up_locked_out
     from leap_pipeline.app.supervision import holding_folder
-    from leap_pipeline.app.ui import sharing_folder
+    from leap_pipeline.app.up_lock import sharing_folder
 
     lock = tmp_path / "locks" / "up.lock"
     lock.parent.mkdir(parents=True)

@@ -25,7 +25,7 @@ from leap_pipeline.app.dagster_login import (
     dagster_password,
     login_header,
 )
-from leap_pipeline.app.ui import answers, free_port
+from leap_pipeline.app.process_groups import answers, free_port
 from leap_pipeline.settings import DAGSTER_PASSWORD_FILE_ENV
 
 PASSWORD = "correct horse"

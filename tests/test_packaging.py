@@ -25,7 +25,8 @@ def test_leap_serving_imports_without_dagster_mlflow_or_the_pipeline():
 def test_the_servers_load_the_checkouts_workspace_from_the_data_folder_too(tmp_path):
     """An installed wheel has no checkout: ``leap ui`` and ``leap up`` write the workspace
     into the data folder, the same as the checkout's own workspace.yaml (for ``dg dev``)."""
-    from leap_pipeline.app.ui import PROJECT, WORKSPACE_YAML, workspace_file
+    from leap_pipeline.app.process_groups import PROJECT
+    from leap_pipeline.app.ui import WORKSPACE_YAML, workspace_file
 
     assert (PROJECT / "workspace.yaml").read_text() == WORKSPACE_YAML
     path = workspace_file(tmp_path / "data")

@@ -40,7 +40,7 @@ from leap_pipeline.app.postgres import (
     hba_methods,
     with_passfile,
 )
-from leap_pipeline.app.ui import answers, free_port
+from leap_pipeline.app.process_groups import answers, free_port
 from leap_pipeline.app.up import Ports, read_exports
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.instance import DAGSTER_YAML, dagster_yaml, write_dagster_home

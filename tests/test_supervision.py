@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from leap_pipeline.app.process_groups import free_port, start_group, stop_groups
 from leap_pipeline.app.supervision import (
     MAX_RESTARTS,
     PROBE_FAILURES,
@@ -25,7 +26,6 @@ from leap_pipeline.app.supervision import (
     stop_retired,
     supervise,
 )
-from leap_pipeline.app.ui import free_port, start_group, stop_groups
 
 # a server that binds its port, then forks a child that holds the same listening socket (as
 # MLflow's CLI leaves its uvicorn worker); a start into a held port fails to bind and exits 0, as
@@ -185,7 +185,7 @@ def test_a_restart_of_the_daemon_ends_only_what_it_restarts_and_a_stop_ends_the_
         f"open({str(children)!r}, 'a').write(f'{{child.pid}}\\n'); sys.exit(3)"
     )
     commands = {"dagster-daemon": ([sys.executable, "-c", script], {**os.environ})}
-    from leap_pipeline.app.ui import start_group
+    from leap_pipeline.app.process_groups import start_group
 
     processes = {"dagster-daemon": start_group(*commands["dagster-daemon"])}
     retired, said, recorded = [], [], []
@@ -199,7 +199,7 @@ def test_a_restart_of_the_daemon_ends_only_what_it_restarts_and_a_stop_ends_the_
     assert all(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
     assert recorded[-1][1] == retired
     stop_retired(retired, said.append)
-    from leap_pipeline.app.ui import stop_groups
+    from leap_pipeline.app.process_groups import stop_groups
 
     stop_groups(processes)  # the last one's group: SIGTERM, not waited on past its leader
     alive = [psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)]
@@ -210,7 +210,7 @@ def test_a_hung_server_is_restarted_by_its_health_probe_within_the_restart_limit
     """A server that never answers its probe (a process alive, its check failing) is ended with
     its group and started again after ``PROBE_FAILURES`` failures, until ``MAX_RESTARTS`` of them
     stop the service; a probe with a restart of its own (Postgres) calls it instead."""
-    from leap_pipeline.app.ui import start_group, stop_groups
+    from leap_pipeline.app.process_groups import start_group, stop_groups
 
     commands = {"mlflow": (["sleep", "600"], {**os.environ})}
     processes = {"mlflow": start_group(*commands["mlflow"])}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from leap_pipeline.app.ui import answers, free_port
+from leap_pipeline.app.process_groups import answers, free_port
 from leap_pipeline.orchestration.calendar import Calendar
 
 MODEL = "leap-throughput"

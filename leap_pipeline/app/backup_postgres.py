@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import psutil
 
 from leap_pipeline.app.postgres import POSTGRES_USER, EmbeddedPostgres, database_url
-from leap_pipeline.app.ui import sharing_up_lock
+from leap_pipeline.app.up_lock import sharing_up_lock
 from leap_pipeline.settings import child_environment
 
 PG_TIMEOUT_S = 3600.0  # a dump or a restore of a large run history may take minutes

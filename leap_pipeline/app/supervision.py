@@ -22,14 +22,8 @@ from pathlib import Path
 
 import psutil
 
-from leap_pipeline.app.ui import (
-    STOP_TIMEOUT_S,
-    live_up,
-    start_group,
-    stop_groups,
-    up_lock,
-    up_lock_holder,
-)
+from leap_pipeline.app.process_groups import STOP_TIMEOUT_S, start_group, stop_groups
+from leap_pipeline.app.up_lock import live_up, up_lock, up_lock_holder
 
 # how long the servers may take to answer at a start; a restarted one's probe counts no failure
 # before it answered or this long has passed

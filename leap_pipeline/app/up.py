@@ -38,7 +38,16 @@ from leap_pipeline.app.credentials import MlflowAuth, dask_certificates, mlflow_
 from leap_pipeline.app.dagster_login import LOGIN_USER, dagster_password
 from leap_pipeline.app.dask_servers import LOOPBACK_DIAGNOSTICS, NO_DASK_HTTP, dask_tls_arguments
 from leap_pipeline.app.lockdown import SERVICE_UMASK, lock_down
+from leap_pipeline.app.mlflow_server import mlflow_server
 from leap_pipeline.app.postgres import STOP_WAIT_S, EmbeddedPostgres, database_url
+from leap_pipeline.app.process_groups import (
+    PROJECT,
+    answers,
+    interrupted_by_signals,
+    signals_ignored,
+    start_group,
+    stop_groups,
+)
 from leap_pipeline.app.supervision import (
     PROBE_TIMEOUT_S,
     READY_TIMEOUT_S,
@@ -48,17 +57,7 @@ from leap_pipeline.app.supervision import (
     stop_retired,
     supervise,
 )
-from leap_pipeline.app.ui import (
-    PROJECT,
-    answers,
-    interrupted_by_signals,
-    mlflow_server,
-    signals_ignored,
-    start_group,
-    stop_groups,
-    ui_environment,
-    workspace_file,
-)
+from leap_pipeline.app.ui import ui_environment, workspace_file
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.orchestration.instance import write_dagster_home
 from leap_pipeline.settings import (

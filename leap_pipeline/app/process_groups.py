@@ -1,0 +1,104 @@
+"""Servers as process groups: each started in a group of its own, watched, and stopped whole.
+
+``leap ui`` and ``leap up`` start every server with ``start_group`` (a new session: the
+terminal's Ctrl-C reaches the command only, which then stops the groups in order with
+``stop_groups``, SIGTERM then SIGKILL, children included). ``interrupted_by_signals`` turns
+SIGINT and SIGTERM into ``KeyboardInterrupt`` while they run, and ``signals_ignored`` keeps a
+second Ctrl-C from cutting a stop short. ``free_port`` and ``answers`` are the probes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+STOP_TIMEOUT_S = 20.0
+
+
+def free_port() -> int:
+    """A port no one listens on now, on the loopback address (tests, screenshots)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether ``url`` answers 200 within ``timeout`` seconds: a server is up."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def start_group(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """Start a server in a process group of its own (a new session: the terminal's Ctrl-C
+    reaches this process only, which stops the groups in order)."""
+    return subprocess.Popen(argv, env=env, cwd=PROJECT, start_new_session=True)
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
+        os.killpg(process.pid, sig)
+
+
+def stop_groups(processes: dict[str, subprocess.Popen]) -> None:
+    """SIGTERM to each server's whole group (a server that exited may leave children), then
+    SIGKILL to any that outlive ``STOP_TIMEOUT_S``."""
+    for process in processes.values():
+        _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for process in processes.values():
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(process, signal.SIGKILL)
+            process.wait()
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGINT and SIGTERM stop the servers alike
+
+
+@contextlib.contextmanager
+def interrupted_by_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise ``KeyboardInterrupt`` in the block (both explicitly: a process
+    started in the background of a script inherits SIGINT ignored); the handlers are restored."""
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored in the block, then restored: a second Ctrl-C while the servers
+    stop must not cut the stop short, leaving servers (and ``leap up``'s Postgres) running. The
+    stop is bounded anyway: each group gets SIGKILL after ``STOP_TIMEOUT_S``."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def watch(processes: dict[str, subprocess.Popen], log: Callable = print) -> int:
+    """Wait until one of the servers exits (1, having said which); Ctrl-C raises
+    ``KeyboardInterrupt`` out of the wait."""
+    while True:
+        for name, process in processes.items():
+            if process.poll() is not None:
+                log(f"the {name} server exited with code {process.returncode}: stopping")
+                return 1
+        time.sleep(0.5)
