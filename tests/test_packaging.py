@@ -130,7 +130,7 @@ def test_ci_runs_the_readme_test_command_verbatim(tmp_path):
     commands = re.findall(r"```bash\n(.*?)\n```", section, re.S)
     assert len(commands) == 2, commands
     main, tests = commands
-    assert main.endswith("leap demo") and tests.endswith("-m pytest")
+    assert main.endswith("leap demo") and tests.endswith("-m pytest -n auto --dist loadscope")
     ci = (project / ".ci" / "run").read_text()
     lines = [line.strip() for line in ci.splitlines()]
     runs = [line.split(" || ")[0] for line in lines if line.startswith(tests)]
@@ -213,7 +213,9 @@ def test_ci_runs_ruff_before_the_readme_tests_and_the_long_runs_beside_them(tmp_
         assert re.search(rf"^CI: {lane} took \d+ s \(exit 0\)$", out, re.M), out
     ruff = [c[1:] for c in calls if c[0].endswith("/bin/ruff")]
     assert ruff == [["check", "."], ["format", "--check", "."]]
-    readme_pytest = calls.index([".venv/bin/python", "-m", "pytest"])
+    readme_pytest = calls.index(
+        [".venv/bin/python", "-m", "pytest", "-n", "auto", "--dist", "loadscope"]
+    )
     assert all(calls.index(c) < readme_pytest for c in calls if c[0].endswith("/bin/ruff"))
     pytest_runs = [c for c in calls if c[1:3] == ["-m", "pytest"]]
     assert [c[0] for c in pytest_runs if c[-2:] == ["-m", "long"]] == [".venv-3.13/bin/python"]
