@@ -19,6 +19,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
+
 PROJECT = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT_S = 20.0
 
@@ -50,9 +52,33 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
         os.killpg(process.pid, sig)
 
 
+def group_members(pgid: int, before: float) -> list[psutil.Process]:
+    """The processes of the process group ``pgid`` that started no later than ``before`` (a
+    group id is one of its members' process ids: a process started since cannot belong to the
+    group that was there)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if os.getpgid(process.pid) == pgid and process.create_time() <= before:
+                found.append(process)
+    return found
+
+
+def _left_in(pgids: list[int]) -> list[int]:
+    """The groups among ``pgids`` that still hold a live process (a zombie holds nothing)."""
+
+    def alive(process: psutil.Process) -> bool:
+        with contextlib.suppress(psutil.Error):
+            return process.status() != psutil.STATUS_ZOMBIE
+        return False
+
+    return [g for g in pgids if any(alive(p) for p in group_members(g, time.time()))]
+
+
 def stop_groups(processes: dict[str, subprocess.Popen]) -> None:
-    """SIGTERM to each server's whole group (a server that exited may leave children), then
-    SIGKILL to any that outlive ``STOP_TIMEOUT_S``."""
+    """SIGTERM to each server's whole group, then wait for every process in it, not only its
+    leader (a Dask worker's forked process outlived its ``dask worker`` by a moment in CI,
+    after the stop had returned), and SIGKILL to any group that outlives ``STOP_TIMEOUT_S``."""
     for process in processes.values():
         _signal_group(process, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
@@ -62,6 +88,15 @@ def stop_groups(processes: dict[str, subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             _signal_group(process, signal.SIGKILL)
             process.wait()
+    groups = [process.pid for process in processes.values()]
+    while (left := _left_in(groups)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pgid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    end = time.monotonic() + 5.0  # SIGKILL is not refused: a moment for the kernel to end them
+    while _left_in(left) and time.monotonic() < end:
+        time.sleep(0.1)
 
 
 def _interrupt(signum, frame) -> None:

@@ -22,7 +22,12 @@ from pathlib import Path
 
 import psutil
 
-from leap_pipeline.app.process_groups import STOP_TIMEOUT_S, start_group, stop_groups
+from leap_pipeline.app.process_groups import (
+    STOP_TIMEOUT_S,
+    group_members,
+    start_group,
+    stop_groups,
+)
 from leap_pipeline.app.up_lock import live_up, up_lock, up_lock_holder
 
 # how long the servers may take to answer at a start; a restarted one's probe counts no failure
@@ -45,18 +50,6 @@ PORT_WAIT_S = 10.0
 # the servers whose group outlives them: the daemon's run workers finish their nights (the rest
 # run no one's work, and a child left behind holds the server's port)
 KEEP_GROUP_ON_EXIT = ("dagster-daemon",)
-
-
-def group_members(pgid: int, before: float) -> list[psutil.Process]:
-    """The processes of the process group ``pgid`` that started no later than ``before`` (a
-    group id is one of its members' process ids: a process started since cannot belong to the
-    group that was there)."""
-    found = []
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if os.getpgid(process.pid) == pgid and process.create_time() <= before:
-                found.append(process)
-    return found
 
 
 def end_group(pgid: int, log: Callable, what: str) -> int:

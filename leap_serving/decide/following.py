@@ -20,6 +20,7 @@ from pathlib import Path
 from ..model.publish import PublicationError, manifest_stamp
 from ..model.published import LeapModel, ModelArtifactError
 from ..registry.registered import registry_version
+from ..registry.rest import RegistryReadError
 from .canary import Canary
 from .loaded import Loaded, prepare
 
@@ -82,7 +83,8 @@ class ModelFollowing:
             if held is not None and stamp is not None and stamp == held.stamp:
                 return False
             loaded = self._load(source, stamp)
-        except (ModelArtifactError, PublicationError, OSError) as exc:
+        except (ModelArtifactError, PublicationError, RegistryReadError, OSError) as exc:
+            # a registry away or refusing is an answer to log in a line, not a bug's traceback
             self._refused(f"model {self.model_uri} cannot be loaded: {exc}")
             return False
         except Exception as exc:  # MLflow's errors, or a bug: keep the traceback
