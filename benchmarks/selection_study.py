@@ -15,8 +15,8 @@ the best single candidate's) on the *other* sets' splits (``selection.leave_one_
 The sets: Lambda, Sia and NeuSight's 52 rows (a folder in the data contract, read as
 ``leap crossval --source contract`` reads one).
 
-A fold publishes its ranking as ``leap crossval`` does: a decision the chosen candidate cannot
-estimate every type of goes to the fold's published GBDT (``selection.published_regrets``).
+A rule's pick is scored ranking the types it cannot score last; ``leap crossval`` places them
+by a fallback chosen on the validation folds (``selection.choose_fallback``).
 
     python benchmarks/selection_study.py --jobs 1            # the three sets, every split
     python benchmarks/selection_study.py --draws 3           # and on two more validation draws
@@ -74,11 +74,9 @@ from leap_pipeline.studies.decisions import (  # noqa: E402
     decision_regrets,
 )
 from leap_pipeline.studies.selection import (  # noqa: E402
-    fallbacks,
     fewest_misses,
     leave_one_set_out,
     per_type_difference,
-    published_regrets,
 )
 from leap_pipeline.studies.splits import validation_folds  # noqa: E402
 from leap_serving.launch.families import with_family  # noqa: E402
@@ -457,10 +455,11 @@ RULES_COMPARED: dict[str, Rule] = {
 
 
 def published(fold: dict, kind: str, pick: str) -> np.ndarray:
-    """The test regrets of ``pick`` as the fold publishes it (``leap crossval``'s ``leap``): each
-    decision it cannot estimate every type of taken by the fold's GBDT, or else the rule."""
-    return published_regrets(fold["test"], fold["test_coverage"], kind, pick,
-                             fallbacks(fold["gbdt"], kind))  # fmt: skip
+    """The test regrets of ``pick``, ranking the types it cannot score last. ``leap crossval``
+    places those by a fallback chosen per fold on the validation folds
+    (``selection.choose_fallback``); the validation regrets kept here are already so placed,
+    the test regrets of a rule's pick are not."""
+    return fold["test"][pick][kind]
 
 
 def split_scores(fold_list: list[dict], kind: str) -> dict:

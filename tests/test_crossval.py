@@ -98,7 +98,7 @@ def test_regret_weighs_a_choice_by_what_it_costs_on_the_jobs_devices():
     assert summary["mean"] == pytest.approx(0.635)
 
 
-def test_a_rule_stands_unless_a_challenger_is_lower_on_most_model_types():
+def test_a_rule_stands_unless_a_challenger_is_lower_on_enough_model_types():
     rng = np.random.default_rng(0)
     rule = rng.uniform(0.0, 0.3, 200)
     noisy = np.abs(rule - 0.01 + rng.normal(0.0, 0.3, 200))  # no lead: chance, and worse
@@ -113,54 +113,77 @@ def test_a_rule_stands_unless_a_challenger_is_lower_on_most_model_types():
     regrets["model"]["fastest"] = one_model
     assert one_model.mean() < rule.mean() - 0.05
     assert choose_ranking(regrets, "fastest", models // 10) == "highest_fp16_peak"
-    # over 20 model types it is a lead on half of them: not most, the rule stands; a lead on
-    # 15 of the 20 wins
+    # over 20 model types it is a lead on half of them: the rule stands; a lead on 15 of the
+    # 20 wins (a coin gives 15 or more of 20 2.1% of the time)
     assert choose_ranking(regrets, "fastest", models) == "highest_fp16_peak"
     regrets["model"]["fastest"] = np.where(np.arange(200) < 150, rule * 0.05, rule + 0.01)
     assert choose_ranking(regrets, "fastest", models) == "model"
+    # 14 of 20 is 5.8%: not enough
+    regrets["model"]["fastest"] = np.where(np.arange(200) < 140, rule * 0.05, rule + 0.01)
+    assert choose_ranking(regrets, "fastest", models) == "highest_fp16_peak"
     # a model type where both choose alike is no evidence either way: a lead on half of them,
     # the same choices on the other half, wins; a tie everywhere does not
     regrets["model"]["fastest"] = np.where(np.arange(200) < 100, rule * 0.05, rule)
     assert choose_ranking(regrets, "fastest", models) == "model"
     regrets["model"]["fastest"] = rule.copy()
     assert choose_ranking(regrets, "fastest", models) == "highest_fp16_peak"
-    # a model type is one vote, whatever its decisions: a lead on five small types is not
-    # drowned by a slight loss on one type with many decisions
-    sizes = np.array([100, 10, 10, 10, 10, 10])
-    types = np.repeat(np.arange(6), sizes)
+    # a model type is one vote, whatever its decisions: a lead on seven small types is not
+    # drowned by a slight loss on one type with many decisions (7 of 8: 3.5% by a coin); a
+    # lead on six of eight is not enough evidence (14% by a coin)
+    sizes = np.array([100, 10, 10, 10, 10, 10, 10, 10])
+    types = np.repeat(np.arange(8), sizes)
     rule_regret = np.full(types.size, 0.2)
     drowned = np.where(types == 0, 0.23, 0.1)
-    assert (drowned - rule_regret).mean() > -0.02
+    assert (drowned - rule_regret).mean() > -0.03
     regrets = {"highest_fp16_peak": {"fastest": rule_regret}, "model": {"fastest": drowned}}
     assert choose_ranking(regrets, "fastest", types) == "model"
+    regrets["model"]["fastest"] = np.where(types < 2, 0.23, 0.1)
+    assert choose_ranking(regrets, "fastest", types) == "highest_fp16_peak"
     # a count, not a mean: a huge lead on one type (the rule 2.5x off there) does not carry a
-    # challenger that is higher on the other five; of two challengers lower on most types,
-    # the one lower on more wins, and on a tie in the count the larger mean lead
-    per_type = np.repeat(np.arange(6), 10)
+    # challenger that is higher on the other nine; of two challengers that pass, the one lower
+    # on more types wins, and on a tie in the count the larger mean lead
+    per_type = np.repeat(np.arange(10), 10)
     base = np.where(per_type == 0, 2.5, 0.1)
     regrets = {
         "highest_fp16_peak": {"fastest": base},
         "one_big": {"fastest": np.where(per_type == 0, 0.0, 0.2)},
-        "four_of_six": {"fastest": np.where(per_type < 4, base * 0.9, base + 0.01)},
-        "five_of_six": {"fastest": np.where(per_type < 5, base * 0.99, base + 0.01)},
+        "nine": {"fastest": np.where(per_type < 9, base * 0.9, base + 0.01)},
+        "ten": {"fastest": base * 0.99},
     }
-    assert regrets["one_big"]["fastest"].mean() < regrets["five_of_six"]["fastest"].mean()
-    assert choose_ranking(regrets, "fastest", per_type) == "five_of_six"
-    regrets["four_of_six"]["fastest"] = np.where(per_type < 5, base * 0.9, base + 0.01)
-    assert choose_ranking(regrets, "fastest", per_type) == "four_of_six"  # the larger lead
-    del regrets["four_of_six"], regrets["five_of_six"]
-    assert choose_ranking(regrets, "fastest", per_type) == "highest_fp16_peak"
-    # the count is net: lower on 3 of 6 and alike on the rest beats lower on 4 and higher on 2
-    regrets["net_three"] = {"fastest": np.where(per_type < 3, base * 0.5, base)}
-    regrets["net_two"] = {"fastest": np.where(per_type < 4, base * 0.5, base + 0.1)}
-    assert choose_ranking(regrets, "fastest", per_type) == "net_three"
-    # a candidate without finite regrets of the right length has no vote; without the rule's
-    # own regrets, the rule stands
+    assert regrets["one_big"]["fastest"].mean() < regrets["ten"]["fastest"].mean()
+    order = ["ten", "nine", "one_big"]
+    assert choose_ranking(regrets, "fastest", per_type, order) == "ten"
+    regrets["nine"]["fastest"] = base * 0.9
+    assert choose_ranking(regrets, "fastest", per_type, order) == "nine"  # the larger lead
+    # the sequence stops at the first challenger that fails: one listed after it is not tried
+    assert choose_ranking(regrets, "fastest", per_type, ["one_big", "nine"]) == "highest_fp16_peak"
+    # a candidate without finite regrets of the right length is skipped, no evidence; without
+    # the rule's own regrets, the rule stands
     regrets["broken"] = {"fastest": np.where(per_type < 5, 0.0, np.nan)}
     regrets["short"] = {"fastest": np.zeros(3)}
-    assert choose_ranking(regrets, "fastest", per_type) == "net_three"
+    assert choose_ranking(regrets, "fastest", per_type, ["broken", "short", "nine"]) == "nine"
     del regrets["highest_fp16_peak"]
     assert choose_ranking(regrets, "fastest", per_type) == "highest_fp16_peak"
+
+
+def test_many_challengers_without_a_lead_seldom_replace_the_rule():
+    """Eight challengers no better than the rule, each on ten validation model types: tested
+    in sequence, the rule is replaced about as often as one test at 5% would; tested each at
+    5% and the best taken, several times as often."""
+    rng = np.random.default_rng(3)
+    types = np.repeat(np.arange(10), 5)
+    replaced = each_alone = 0
+    for _ in range(400):
+        rule = rng.uniform(0.0, 0.3, types.size)
+        regrets = {"highest_fp16_peak": {"fastest": rule}}
+        for c in range(8):
+            regrets[f"c{c}"] = {"fastest": rule + rng.normal(0.0, 0.05, types.size)}
+        replaced += choose_ranking(regrets, "fastest", types) != "highest_fp16_peak"
+        base = regrets["highest_fp16_peak"]
+        alone = [{"highest_fp16_peak": base, c: r} for c, r in regrets.items() if c[0] == "c"]
+        each_alone += any(choose_ranking(a, "fastest", types) != "highest_fp16_peak" for a in alone)
+    assert replaced / 400 <= 0.08
+    assert each_alone > 2.5 * max(replaced, 1)
 
 
 def test_physics_baseline_scales_by_what_bounds_the_job():

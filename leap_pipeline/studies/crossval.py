@@ -35,13 +35,20 @@ from leap_pipeline.studies.combinations import GBDT_BLEND, GBDT_PAIR, geometric_
 from leap_pipeline.studies.decisions import (
     CONFIG,
     KINDS,
+    LAST,
     RULES,
     TIE,
     cells,
     decision_regrets,
     summarize,
 )
-from leap_pipeline.studies.selection import INCUMBENT, choose_ranking, with_published
+from leap_pipeline.studies.selection import (
+    INCUMBENT,
+    choose_fallback,
+    choose_ranking,
+    placed_regrets,
+    with_published,
+)
 from leap_pipeline.studies.splits import (
     SPLITS,
     exclude_groups,
@@ -70,6 +77,9 @@ PRIORS = ("physics", "fleet_ratio", "roofline", "cost_prior")
 # both lead the rule the validation folds seldom say which leads more (docs/decisions.md)
 PREDICTORS = (*GBDTS, *PRIORS, GBDT_BLEND)
 CANDIDATES = (*PREDICTORS, *RULES)  # what the selection may publish for a ranking
+# who may place the types a published ranking cannot score: nobody (they rank last), or a
+# predictor that estimates a type from its specs alone
+FALLBACKS = (LAST, *GBDTS, GBDT_BLEND, "cost_prior")
 MODELS = ("leap", *GBDTS, GBDT_BLEND, "lookup", *PRIORS)  # scored on their predictions
 SCORED = (*MODELS, *RULES)  # every row of a split's table
 _FLEET_RATIO = FEATURE_COLUMNS.index("hist_xfer_fleet_log_q")
@@ -192,6 +202,15 @@ def gbdt_predict(
     return np.exp(model.predict(X_new))
 
 
+def challenger_order(gbdt: str, w20: dict[str, float], kind: str) -> list[str]:
+    """The order ``choose_ranking`` tests challengers in, fixed before any regret is seen: the
+    fold's GBDT (the best validation w20), the blend of the two GBDTs, the other GBDTs by w20,
+    the priors, the other rule."""
+    others = sorted((n for n in GBDTS if n != gbdt), key=lambda n: -w20[n])
+    rules = [r for r in RULES if r != INCUMBENT[kind]]
+    return [gbdt, GBDT_BLEND, *others, *PRIORS, *rules]
+
+
 def _inner_selection(
     train: pl.DataFrame, split: str, specs: pl.DataFrame, profile: str, seed: int
 ) -> dict:
@@ -203,7 +222,8 @@ def _inner_selection(
     predicted = {name: np.full(train.height, np.nan) for name in PREDICTORS}
     held_features = np.full((train.height, len(FEATURE_COLUMNS)), np.nan)
     validated = np.zeros(train.height, dtype=bool)
-    regrets: dict[str, dict[str, list]] = {c: {k: [] for k in KINDS} for c in CANDIDATES}
+    regrets: dict = {c: {f: {k: [] for k in KINDS} for f in FALLBACKS} for c in CANDIDATES}
+    covered: dict = {c: {k: [] for k in KINDS} for c in CANDIDATES}
     models = []
     # no validation fold (a fold trained on one model or type, or on models measured on one
     # type each): the plain GBDT and the rules stand
@@ -223,11 +243,13 @@ def _inner_selection(
         table = cells(
             train, specs, held, {n: np.where(held, p, np.nan) for n, p in predicted.items()}
         )
-        by_candidate, decision_models = decision_regrets(table, list(PREDICTORS))
-        models.append(decision_models)
-        for name, by_kind in by_candidate.items():
-            for kind, r in by_kind.items():
-                regrets[name][kind].append(r)
+        placed, coverage = placed_regrets(table, list(PREDICTORS), CANDIDATES, FALLBACKS)
+        models.append(decision_regrets(table, [])[1])
+        for name, by_fallback in placed.items():
+            for kind in KINDS:
+                covered[name][kind].append(coverage[name][kind])
+                for fallback, by_kind in by_fallback.items():
+                    regrets[name][fallback][kind].append(by_kind[kind])
     q = train["throughput"].to_numpy()
     clusters = np.concatenate(models or [np.empty(0, dtype=object)])
     w20 = {
@@ -236,16 +258,33 @@ def _inner_selection(
         else 0.0
         for name in GBDTS
     }
-    pooled = {
-        c: {k: np.concatenate(regrets[c][k] or [np.empty(0)]) for k in KINDS} for c in CANDIDATES
+
+    def pool(arrays: list, dtype: type = float) -> np.ndarray:
+        return np.concatenate(arrays or [np.empty(0, dtype=dtype)])
+
+    # per candidate and kind: who places the types it cannot score, and its regrets so placed
+    fallback = {
+        c: {
+            k: choose_fallback(
+                {f: pool(regrets[c][f][k]) for f in FALLBACKS}, pool(covered[c][k], bool)
+            )
+            for k in KINDS
+        }
+        for c in CANDIDATES
     }
+    pooled = {c: {k: pool(regrets[c][fallback[c][k]][k]) for k in KINDS} for c in CANDIDATES}
     gbdt = max(GBDTS, key=lambda n: w20[n])  # ties: the plain GBDT, listed first
+    ranking = {
+        kind: choose_ranking(pooled, kind, clusters, challenger_order(gbdt, w20, kind))
+        for kind in KINDS
+    }
     return {
         "gbdt": gbdt,
-        "ranking": {kind: choose_ranking(pooled, kind, clusters) for kind in KINDS},
+        "ranking": ranking,
+        "fallback": {kind: fallback[ranking[kind]][kind] for kind in KINDS},
         "w20": w20,
-        # what the choice was made on: each candidate's regret per validation decision, and
-        # each decision's model type (benchmarks/selection_study.py compares other choices)
+        # what the choice was made on: each candidate's regret per validation decision (placed
+        # by its fallback), and each decision's model type (benchmarks/selection_study.py)
         "validation": pooled,
         "clusters": clusters,
         # its predictions of each validation fold by a model that never saw the fold, and the
@@ -355,6 +394,7 @@ def run_split(
     inside, width = np.zeros(rows.height, dtype=bool), np.full(rows.height, np.nan)
     regrets: dict[str, dict[str, list]] = {c: {k: [] for k in KINDS} for c in (*CANDIDATES, "leap")}
     published: dict[str, Counter] = {"gbdt": Counter(), **{k: Counter() for k in KINDS}}
+    placed_by: dict[str, Counter] = {k: Counter() for k in KINDS}
     best_on_test = Counter()
     started = time.monotonic()
     jobs = (
@@ -373,13 +413,15 @@ def run_split(
         published["gbdt"][choice["gbdt"]] += 1
         for kind in KINDS:
             published[kind][choice["ranking"][kind]] += 1
+            placed_by[kind][choice["fallback"][kind]] += 1
             means = {
                 c: float(np.mean(r[kind]))
                 for c, r in fold["regrets"].items()
                 if len(r[kind]) and c != "leap"
             }
             if means:
-                best_on_test[kind] += means[choice["ranking"][kind]] <= min(means.values()) + TIE
+                leap = float(np.mean(fold["regrets"]["leap"][kind]))
+                best_on_test[kind] += leap <= min(means.values()) + TIE
         for name, by_kind in fold["regrets"].items():
             for kind, r in by_kind.items():
                 regrets[name][kind].append(r)
@@ -419,6 +461,8 @@ def run_split(
     result["selection"] = {
         "gbdt": dict(published["gbdt"]),
         **{kind: dict(published[kind]) for kind in KINDS},
+        # who placed the types the published ranking could not score (``LAST``: nobody)
+        "fallback": {kind: dict(placed_by[kind]) for kind in KINDS},
         "best_on_test_fold": {kind: best_on_test[kind] / max(1, len(masks)) for kind in KINDS},
     }
     if out_of_fold:  # the rows, and each model's prediction of a row from the fold holding it out

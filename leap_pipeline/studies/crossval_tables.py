@@ -61,10 +61,16 @@ def split_table(split: str, result: dict) -> str:
         f"{key}: " + ", ".join(f"{m} {n}x" for m, n in sorted(selection[key].items()))
         for key in ("gbdt", *KINDS)
     )
+    placed = "; ".join(
+        f"{kind}: " + ", ".join(f"{m} {n}x" for m, n in sorted(counts.items()))
+        for kind, counts in selection.get("fallback", {}).items()
+    )
     best = selection["best_on_test_fold"]
     lines += [
         "",
-        f"Published per fold ({published}); the published ranking was the best candidate on "
+        f"Published per fold ({published}); the types a published ranking could not score "
+        f"placed by ({placed}; last: ranked last). The published ranking was the best "
+        "candidate on "
         f"the test fold in {best['fastest']:.0%} of folds (fastest) and {best['per_cost']:.0%} "
         "(per dollar).",
     ]

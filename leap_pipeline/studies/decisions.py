@@ -28,6 +28,8 @@ KINDS = ("fastest", "per_cost")
 RULES = ("highest_fp16_peak", "best_fp16_peak_per_dollar")
 WITHIN = 0.05  # a decision "within 5%" costs at most this much more than the best
 TIE = 1e-12  # a regret this small is the best choice (top-1)
+# the fallback that places nothing: a type the ranking cannot score ranks last
+LAST = "last"
 
 
 def unit_costs(rows: pl.DataFrame, specs: pl.DataFrame) -> np.ndarray:
@@ -105,10 +107,7 @@ def decision_regrets(
     add candidates that combine others; an expression may use ``pl.Expr.over(keys)``, as it is
     evaluated on the table of decisions."""
     by = list(keys)
-    decisions = _decisions(table, by).with_columns(
-        fastest=pl.col("q").max().over(by) / pl.col("q") - 1,
-        per_cost=(pl.col("q") / pl.col("cost")).max().over(by) / (pl.col("q") / pl.col("cost")) - 1,
-    )
+    decisions = _regret_columns(_decisions(table, by), by)
     out: dict[str, dict[str, np.ndarray]] = {}
     for name, by_kind in (scores or candidate_scores(predictors)).items():
         out[name] = {}
@@ -127,6 +126,74 @@ def decision_regrets(
             out[name][kind] = per_decision["regret"].to_numpy()
     models = decisions.group_by(by, maintain_order=True).agg(_model=pl.col("model_type").first())
     return out, models["_model"].to_numpy()
+
+
+def fallback_regrets(
+    table: pl.DataFrame,
+    predictors: list[str],
+    ranking: str,
+    fallback: str,
+    keys: Sequence[str] = CONFIG,
+) -> dict[str, np.ndarray]:
+    """Per kind, the regret of each decision (in ``decision_regrets``' order) as ``ranking``
+    placed by ``fallback`` decides it: ``ranking`` picks its best of the types it scores; where
+    it cannot score some type of the decision (a rule on a type with no peak or price, the
+    fleet ratio on a type no configuration ran), ``fallback`` decides between that pick and
+    those types, by its own score for the kind, and takes the one it scores highest. A type
+    ``fallback`` cannot score either stays behind the pick. ``fallback="last"`` is the
+    ranking alone (every type it cannot score ranks last), as ``decision_regrets`` scores it.
+
+    This is what a published decision is, whole: a rule alone cannot say where an unpriced
+    type goes, so the decision names who places it, and is scored as it is named."""
+    scores = candidate_scores(predictors)
+    if fallback == LAST:
+        regrets, _ = decision_regrets(table, predictors, keys, {ranking: scores[ranking]})
+        return regrets[ranking]
+    by = list(keys)
+    decisions = _regret_columns(_decisions(table, by), by)
+    out: dict[str, np.ndarray] = {}
+    for kind in KINDS:
+        own, placed = scores[ranking][kind], scores[fallback][kind]
+        scored = decisions.with_columns(_s=own.fill_nan(None), _f=placed.fill_nan(None))
+        unscored = pl.col("_s").is_null()
+        per_decision = scored.group_by(by, maintain_order=True).agg(
+            scores_any=pl.col("_s").is_not_null().any(),
+            pick=_by_own_score(kind).first(),
+            pick_placed=_by_own_score("_f").first(),
+            rest=pl.col(kind)
+            .filter(unscored)
+            .sort_by(
+                pl.col("_f").filter(unscored), descending=True, nulls_last=True, maintain_order=True
+            )
+            .first(),
+            rest_placed=pl.col("_f").filter(unscored).max(),
+            random=pl.col(kind).fill_nan(None).mean(),
+        )
+        regret = (
+            pl.when(pl.col("scores_any") & (pl.col("rest_placed") > pl.col("pick_placed")))
+            .then(pl.col("rest"))
+            .when(pl.col("scores_any"))
+            .then(pl.col("pick"))
+            .when(pl.col("rest_placed").is_not_null())
+            .then(pl.col("rest"))
+            .otherwise(pl.col("random"))
+        )
+        out[kind] = per_decision.select(regret.alias("regret"))["regret"].to_numpy()
+    return out
+
+
+def _by_own_score(column: str) -> pl.Expr:
+    """``column`` in the order the ranking's own score ``_s`` puts a decision's types."""
+    return pl.col(column).sort_by("_s", descending=True, nulls_last=True, maintain_order=True)
+
+
+def _regret_columns(decisions: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Each (decision, type) row's regret if the type is chosen, per kind."""
+    value = pl.col("q") / pl.col("cost")
+    return decisions.with_columns(
+        fastest=pl.col("q").max().over(by) / pl.col("q") - 1,
+        per_cost=value.max().over(by) / value - 1,
+    )
 
 
 def _decisions(table: pl.DataFrame, by: list[str]) -> pl.DataFrame:
