@@ -3,7 +3,8 @@
 ``cascade_settings.py --group designs`` scores each design on day D. What ships is decided
 before D: the night's models train on D-30 .. D-2 (early-stopped on D-2) and the selection
 (``selection.select_model``) publishes a challenger only if its w20 on D-1 beats the single
-GBDT's by more than ``SELECTION_Z`` standard errors of the paired difference. This benchmark
+GBDT's by more than the bar (``selection.challenger_bar``: ``SELECTION_Z`` standard errors of
+the paired difference for one challenger, more for several). This benchmark
 trains the single GBDT g and a design exactly so, on the window a night has, and applies that
 rule on D-1; day D's w20 of both is printed beside it, for the nights of the designs table.
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling.selection import (
-    SELECTION_Z,
+    challenger_bar,
     split_window,
     training_window,
     validation_rows,
@@ -61,9 +62,8 @@ def night(design: str, day: dt.date, warehouse: Path, profile: str, n_jobs: int 
     measured_sel, measured_day = selection["throughput"].to_numpy(), rows["throughput"].to_numpy()
     hit_g = metrics.within_mask(np.exp(g_both[:cut]), measured_sel, 20)
     hit_d = metrics.within_mask(np.exp(designed[:cut]), measured_sel, 20)
-    difference = hit_d.astype(float) - hit_g.astype(float)
-    bar = SELECTION_Z * float(difference.std(ddof=1) / np.sqrt(len(difference)))
-    margin = float(hit_d.mean() - hit_g.mean())
+    # one challenger, as the night would weigh this design alone against the single GBDT
+    margin, bar = challenger_bar(hit_d, hit_g, challengers=1)
     return {
         "ds": day.isoformat(),
         "selection_day": str(selection["ds"].max()),

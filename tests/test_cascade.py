@@ -356,6 +356,32 @@ def test_selection_publishes_the_model_that_wins_on_unseen_rows(make, published)
         assert chosen["model"].gating == chosen["published"].removeprefix("cascade_")
 
 
+def test_the_best_of_several_challengers_must_clear_a_higher_bar():
+    """The best of five challengers beats the incumbent by chance more often than one does:
+    its bar is 2.61 standard errors of the paired difference, one challenger's 2.0. Under a
+    null (every model lands a row at random, as often as the incumbent), the best of five
+    clears 2.0 standard errors on 24 of 300 draws, the corrected bar on 3."""
+    from leap_pipeline.modeling.selection import challenger_bar
+
+    rng = np.random.default_rng(7)
+    incumbent = rng.random(1000) < 0.55
+    best = incumbent.copy()
+    best[rng.choice(1000, 60, replace=False)] = True  # a lead of a few points
+    margin, one = challenger_bar(best, incumbent, challengers=1)
+    _, five = challenger_bar(best, incumbent, challengers=5)
+    assert five / one == pytest.approx(2.608 / 2.0, rel=1e-3)
+    assert margin > 0
+    uncorrected = corrected = 0
+    for _ in range(300):
+        base = rng.random(1000) < 0.55
+        others = [rng.random(1000) < 0.55 for _ in range(5)]
+        top = max(others, key=lambda hits: hits.mean())
+        lead, bar_one = challenger_bar(top, base, challengers=1)
+        uncorrected += lead > bar_one
+        corrected += lead > challenger_bar(top, base, challengers=5)[1]
+    assert corrected / 300 <= 0.05 < uncorrected / 300
+
+
 @pytest.mark.parametrize(("params", "named"), [
     ({"gating": "vote"}, "gating"),
     ({"gate_top_k": 0}, "gate_top_k"),

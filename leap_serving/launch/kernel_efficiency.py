@@ -1,0 +1,188 @@
+"""A GPU's efficiency per operator, learned from kernel measurements and bounded by the roofline.
+
+Job-level efficiency against a spec-sheet roofline varies about 5x by model and type, and any
+prior fitted to it is fitted on the rows it is then scored on. NeuSight (ASPLOS'25) learns it
+one level down instead: how close each operator comes to its roofline on a GPU, from the
+operator's shape and the GPU's specs, on thousands of measured kernels; job-level rows are left
+for evaluation. This module is that level: pure functions from an operator (a matrix multiply,
+a layer norm or softmax, an element-wise op) and the ``HARDWARE_SPEC_COLUMNS`` of its GPU to
+
+- its work: FLOPs and bytes moved (fp32, as the public measurements are);
+- its roofline time: the slower of its FLOPs at the peak and its bytes at the memory bandwidth;
+- features a GPU would have before it ever ran the operator: what bounds it (arithmetic
+  intensity over the ridge point), how its output tiles fill the compute units in waves, how
+  its bytes compare with the L2 cache, and the specs themselves; never the kernel PyTorch
+  happened to launch, which a type not yet bought does not have;
+
+and ``KernelEfficiency``, a gradient-boosted model of ln(roofline time / measured time) whose
+predictions are capped at 0: an operator never runs faster than its roofline. A latency is the
+roofline time over the efficiency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from leap_serving.launch.cost_model import TILE
+
+# operator name -> its class: how its work is counted
+MATMUL_OPS = ("bmm", "linear")
+ROW_OPS = ("ln", "softmax")  # a pass over each row of H values
+BINARY_OPS = ("add", "mul", "div", "pow")  # two inputs of B x H
+UNARY_OPS = ("addu", "mulu", "divu", "powu", "relu", "gelu", "tanh")  # one input
+OPS = (*MATMUL_OPS, *ROW_OPS, *BINARY_OPS, *UNARY_OPS)
+# arithmetic per output value of the non-matmul ops (NeuSight's own counts)
+FLOPS_PER_VALUE = {"ln": 6.0, "softmax": 5.0} | dict.fromkeys((*BINARY_OPS, *UNARY_OPS), 1.0)
+BYTES_PER_VALUE = 4.0  # fp32
+# the specs an operator's efficiency is learned from (a subset of HARDWARE_SPEC_COLUMNS)
+KERNEL_SPEC_COLUMNS = (
+    "peak_fp32_tflops",
+    "memory_bandwidth_gbps",
+    "compute_units",
+    "clock_mhz",
+    "l2_cache_mb",
+)
+KERNEL_FEATURES = (
+    "op_code",
+    "is_matmul",
+    "log_flops",
+    "log_bytes",
+    "log_roofline_s",
+    "log_intensity_over_ridge",
+    "wave_efficiency",
+    "log_tiles_per_unit",
+    "log_reduction",
+    "log_values_per_unit",
+    "log_bytes_over_l2",
+    *(f"log_{c}" for c in KERNEL_SPEC_COLUMNS),
+)
+
+
+def operator_work(ops: pl.DataFrame) -> pl.DataFrame:
+    """FLOPs and bytes of each operator. ``ops`` has ``op`` and its shape: ``b``, ``m``, ``n``,
+    ``k`` for a matmul (``bmm``: (b, m, n) x (b, n, k); ``linear``: (b, m, n) by an n x k
+    weight), ``b`` rows of ``h`` values otherwise. Unknown ops are a ``ValueError`` naming them."""
+    unknown = sorted(set(ops["op"].cast(pl.String)) - set(OPS))
+    if unknown:
+        raise ValueError(f"op: {unknown} are not operators this model knows ({', '.join(OPS)})")
+    b, m, n, k, h = (pl.col(c).cast(pl.Float64) for c in ("b", "m", "n", "k", "h"))
+    op = pl.col("op").cast(pl.String)
+    values = b * h
+    inputs = pl.when(op.is_in(BINARY_OPS)).then(2.0).otherwise(1.0)
+    matmul_bytes = (
+        pl.when(op == "bmm")
+        .then(b * (m * n + n * k + m * k))
+        .otherwise(b * m * n + n * k + k + b * m * k)  # linear: its weight and bias once
+    ) * BYTES_PER_VALUE
+    return ops.with_columns(
+        flops=pl.when(op.is_in(MATMUL_OPS))
+        .then(2.0 * b * m * n * k)
+        .otherwise(values * op.replace_strict(FLOPS_PER_VALUE, default=1.0)),
+        bytes=pl.when(op.is_in(MATMUL_OPS))
+        .then(matmul_bytes)
+        .otherwise(values * (inputs + 1.0) * BYTES_PER_VALUE),
+    )
+
+
+def kernel_features(ops: pl.DataFrame, specs: pl.DataFrame) -> pl.DataFrame:
+    """``KERNEL_FEATURES`` and ``roofline_s`` per operator of ``ops`` (``operator_work``'s
+    input and a ``hardware_type``) on its type in ``specs`` (``KERNEL_SPEC_COLUMNS``). A type
+    missing from ``specs`` is a ``ValueError`` naming it."""
+    missing = sorted(set(ops["hardware_type"]) - set(specs["hardware_type"]))
+    if missing:
+        raise ValueError(f"hardware_type: {missing} not in the spec table")
+    frame = operator_work(ops).join(
+        specs.select("hardware_type", *(pl.col(c).cast(pl.Float64) for c in KERNEL_SPEC_COLUMNS)),
+        on="hardware_type",
+        how="left",
+        maintain_order="left",
+    )
+    op = pl.col("op").cast(pl.String)
+    peak = pl.col("peak_fp32_tflops") * 1e12
+    bandwidth = pl.col("memory_bandwidth_gbps") * 1e9
+    units = pl.col("compute_units")
+    b, m, k = (pl.col(c).cast(pl.Float64) for c in ("b", "m", "k"))
+    tiles = (
+        pl.when(op == "bmm")
+        .then(b * (m / TILE).ceil() * (k / TILE).ceil())
+        .otherwise((b * m / TILE).ceil() * (k / TILE).ceil())
+    )
+    waves = (tiles / units).ceil()
+    roofline = pl.max_horizontal(pl.col("flops") / peak, pl.col("bytes") / bandwidth)
+    is_matmul = op.is_in(MATMUL_OPS)
+    frame = frame.with_columns(
+        roofline_s=roofline,
+        op_code=op.replace_strict({name: i for i, name in enumerate(OPS)}, return_dtype=pl.Int64),
+        is_matmul=is_matmul.cast(pl.Float64),
+        log_flops=pl.col("flops").log(),
+        log_bytes=pl.col("bytes").log(),
+        log_roofline_s=roofline.log(),
+        log_intensity_over_ridge=(pl.col("flops") / pl.col("bytes") / (peak / bandwidth)).log(),
+        wave_efficiency=pl.when(is_matmul).then(tiles / (waves * units)).otherwise(None),
+        log_tiles_per_unit=pl.when(is_matmul).then((tiles / units).log()).otherwise(None),
+        log_reduction=pl.when(is_matmul)
+        .then(pl.col("n").cast(pl.Float64).log())
+        .otherwise(pl.col("h").cast(pl.Float64).log()),
+        log_values_per_unit=pl.when(is_matmul)
+        .then((b * m * k / units).log())
+        .otherwise((pl.col("b") * pl.col("h") / units).log()),
+        log_bytes_over_l2=(pl.col("bytes") / (pl.col("l2_cache_mb") * 1e6)).log(),
+        **{f"log_{c}": pl.col(c).log() for c in KERNEL_SPEC_COLUMNS},
+    )
+    return frame
+
+
+@dataclass
+class KernelEfficiency:
+    """ln(roofline time / measured time) of an operator on a GPU, learned by gradient-boosted
+    trees over ``KERNEL_FEATURES``; a prediction is capped at 0 (at most the roofline)."""
+
+    n_estimators: int = 400
+    learning_rate: float = 0.05
+    num_leaves: int = 63
+    seed: int = 0
+    booster: object | None = None
+
+    def fit(self, ops: pl.DataFrame, specs: pl.DataFrame) -> KernelEfficiency:
+        """Fit on measured operators: ``ops`` with a ``latency_ms`` per row."""
+        import lightgbm as lgb
+
+        frame = kernel_features(ops, specs)
+        target = (frame["roofline_s"] / (frame["latency_ms"].cast(pl.Float64) / 1e3)).log()
+        params = {
+            "objective": "regression",
+            "learning_rate": self.learning_rate,
+            "num_leaves": self.num_leaves,
+            "min_data_in_leaf": 20,
+            "feature_fraction": 0.9,
+            "seed": self.seed,
+            "verbose": -1,
+            "num_threads": 0,
+        }
+        data = lgb.Dataset(
+            _matrix(frame),
+            target.to_numpy(),
+            feature_name=list(KERNEL_FEATURES),
+            categorical_feature=["op_code"],
+        )
+        self.booster = lgb.train(params, data, num_boost_round=self.n_estimators)
+        return self
+
+    def log_efficiency(self, ops: pl.DataFrame, specs: pl.DataFrame) -> np.ndarray:
+        """ln(efficiency) of each operator, at most 0."""
+        if self.booster is None:
+            raise RuntimeError("KernelEfficiency is not fitted: call fit first")
+        predicted = self.booster.predict(_matrix(kernel_features(ops, specs)))
+        return np.minimum(np.asarray(predicted, dtype=float), 0.0)
+
+    def latency_ms(self, ops: pl.DataFrame, specs: pl.DataFrame) -> np.ndarray:
+        """Each operator's predicted latency: its roofline time over its efficiency."""
+        roofline = kernel_features(ops, specs)["roofline_s"].to_numpy()
+        return roofline / np.exp(self.log_efficiency(ops, specs)) * 1e3
+
+
+def _matrix(frame: pl.DataFrame) -> np.ndarray:
+    return frame.select(pl.col(c).cast(pl.Float64) for c in KERNEL_FEATURES).to_numpy()
