@@ -66,6 +66,7 @@ from leap_pipeline.studies.crossval import (  # noqa: E402
 )
 from leap_pipeline.studies.decisions import (  # noqa: E402
     KINDS,
+    LAST,
     RULES,
     TIE,
     WITHIN,
@@ -91,6 +92,7 @@ SETS = {
 }
 CACHE = PROJECT / "data" / "selection-study"
 BAR = 1.25  # leap's mean regret at most this times the best single candidate's
+RULE_SLACK = 0.005  # and at most the best rule's plus this (issue 69's bar)
 
 
 # -- the folds, run once -----------------------------------------------------------------------
@@ -178,8 +180,12 @@ def fold_regrets(
             "validation": fold["choice"]["validation"],
             "clusters": fold["choice"]["clusters"],
             "published": fold["choice"]["ranking"],
-            "gbdt": fold["choice"]["gbdt"],  # who takes the decisions it cannot estimate
+            "gbdt": fold["choice"]["gbdt"],
+            # who places what each candidate cannot score, and the order challengers are tried
+            "fallbacks": fold["choice"]["fallbacks"],
+            "order": fold["choice"]["order"],
             "test": {c: r for c, r in fold["regrets"].items() if c != "leap"},
+            "test_placed": fold["placed"],
             # what the combined candidates are built from (``with_combined``)
             "validation_predictions": {
                 n: fold["choice"]["validation_predictions"][n] for n in PREDICTORS
@@ -201,6 +207,8 @@ def fold_regrets(
         kept = [{
             "validation": choice["validation"],
             "clusters": choice["clusters"],
+            "fallbacks": choice["fallbacks"],
+            "order": choice["order"],
             "validation_predictions": {n: choice["validation_predictions"][n] for n in PREDICTORS},
         } for choice in joblib.Parallel(n_jobs=n_jobs)(jobs)]  # fmt: skip
         print(f"{name} {split}: repeat {r} in {time.monotonic() - started:.0f} s", file=sys.stderr)
@@ -213,6 +221,7 @@ def fold_regrets(
         with_combined(rows, specs, split, masks, extra, seed_offset=draw * REPEAT_SEED)
         for fold, other in zip(kept, extra, strict=True):
             fold["validation"], fold["clusters"] = other["validation"], other["clusters"]
+            fold["order"] = other["order"]
     for r in (r for r in range(1, repeats) if _draws_differ(rows, split, masks, r)):
         extra = _load(CACHE / f"{stem}-r{r}.json", lambda r=r: repeat(r), refresh)
         with_combined(rows, specs, split, masks, extra, seed_offset=r * REPEAT_SEED)
@@ -257,10 +266,12 @@ def _regrets(rows, specs, held, predicted: dict, coverage: bool = False) -> tupl
     return regrets, models, decision_coverage(table, list(full), scores=scores)
 
 
-def _same(rebuilt: dict, kept: dict, where: str) -> None:
+def _same(rebuilt: dict, kept: dict, where: str, fallbacks: dict | None = None) -> None:
     """The regrets rebuilt from kept predictions must be those ``run_fold`` computed."""
     for c in CANDIDATES:
         for k in KINDS:
+            if fallbacks is not None and fallbacks[c][k] != LAST:
+                continue  # kept as its fallback placed it: not the plain regrets rebuilt here
             a, b = rebuilt[c][k], kept[c][k]
             if a.shape != b.shape or not np.allclose(a, b, equal_nan=True):
                 raise RuntimeError(f"{where}: rebuilt regrets of {c} ({k}) differ from the fold's")
@@ -287,7 +298,7 @@ def with_combined(
             c: {k: np.concatenate([r[c][k] for r in pieces] or [np.empty(0)]) for k in KINDS}
             for c in CANDIDATES
         }
-        _same(rebuilt, fold["validation"], f"{split} fold {seed}, validation")
+        _same(rebuilt, fold["validation"], f"{split} fold {seed}, validation", fold["fallbacks"])
         if "test_predictions" in fold:
             full = {}
             for n, p in fold["test_predictions"].items():
@@ -371,12 +382,38 @@ def lower_bound(z: float) -> Rule:
     return rule
 
 
+def net_vote(regrets: dict, kind: str, clusters: np.ndarray) -> str:
+    """The vote shipped before the sign test: the candidate lower than the rule on the most
+    model types net (lower minus higher), if positive, the larger mean lead breaking a tie; no
+    correction for the number of challengers."""
+    incumbent = INCUMBENT[kind]
+    base = regrets.get(incumbent, {}).get(kind)
+    if len(np.unique(clusters)) < 2 or base is None or not np.isfinite(base).all():
+        return incumbent
+    best, best_key = incumbent, (0, 0.0)
+    for name, by_kind in regrets.items():
+        values = by_kind.get(kind)
+        if values is None or len(values) != len(base) or not np.isfinite(values).all():
+            continue
+        per_type = per_type_difference(values, base, clusters)
+        key = (int(np.sum(per_type < -TIE) - np.sum(per_type > TIE)), -float(per_type.mean()))
+        if key[0] > 0 and key > best_key:
+            best, best_key = name, key
+    return best
+
+
+def sign_sequence(alpha: float) -> Rule:
+    """``choose_ranking`` (shipped at 5%) at another level: challengers in the fold's order,
+    each by an exact sign test over model types at ``alpha``, stopping at the first that fails."""
+    return lambda regrets, kind, clusters: choose_ranking(regrets, kind, clusters, alpha=alpha)
+
+
 def sign_majority(within: bool = False, positive_mean: bool = False) -> Rule:
     """The candidate lower than the rule on the most model types, if on more than it is higher;
-    among those tied, the largest mean lead (``choose_ranking``, shipped). ``within``: only if
-    its share within 5% is no lower; ``positive_mean``: only if its mean lead is positive."""
+    among those tied, the largest mean lead (``net_vote``). ``within``: only if its share within
+    5% is no lower; ``positive_mean``: only if its mean lead is positive."""
     if not within and not positive_mean:
-        return choose_ranking
+        return net_vote
 
     def rule(regrets: dict, kind: str, clusters: np.ndarray) -> str:
         base = regrets[INCUMBENT[kind]][kind]
@@ -388,14 +425,16 @@ def sign_majority(within: bool = False, positive_mean: bool = False) -> Rule:
             if positive_mean and name != INCUMBENT[kind] and np.mean(per_type) >= 0:
                 continue
             kept[name] = by_kind
-        return choose_ranking(kept, kind, clusters)
+        return net_vote(kept, kind, clusters)
 
     return rule
 
 
 def pooled(rule: Rule, names: tuple[str, ...]) -> Rule:
-    """``rule`` offered only the candidates ``names``."""
-    return lambda regrets, kind, clusters: rule({n: regrets[n] for n in names}, kind, clusters)
+    """``rule`` offered only the candidates ``names``, in the order it was given them."""
+    return lambda regrets, kind, clusters: rule(
+        {n: r for n, r in regrets.items() if n in names}, kind, clusters
+    )
 
 
 def _net_count(values: np.ndarray, base: np.ndarray, clusters: np.ndarray) -> int:
@@ -408,7 +447,7 @@ def blend_when_both_lead(regrets: dict, kind: str, clusters: np.ndarray) -> str:
     """The vote without the blend; but where it publishes a GBDT and the other GBDT also has a
     positive net count over the rule, their blend: both leads are real, which is larger is not
     known."""
-    pick = choose_ranking({n: regrets[n] for n in SINGLES}, kind, clusters)
+    pick = net_vote({n: regrets[n] for n in SINGLES}, kind, clusters)
     if pick not in GBDT_PAIR or len(np.unique(clusters)) < 2:
         return pick
     other = GBDT_PAIR[1 - GBDT_PAIR.index(pick)]
@@ -419,7 +458,7 @@ def blend_when_both_lead(regrets: dict, kind: str, clusters: np.ndarray) -> str:
 def gbdt_as_blend(regrets: dict, kind: str, clusters: np.ndarray) -> str:
     """The vote without the blend, but where it publishes either GBDT, their blend: the vote
     says a learned ranking beats the rule, not which of the two."""
-    pick = choose_ranking({n: regrets[n] for n in SINGLES}, kind, clusters)
+    pick = net_vote({n: regrets[n] for n in SINGLES}, kind, clusters)
     return GBDT_BLEND if pick in GBDT_PAIR else pick
 
 
@@ -437,13 +476,16 @@ BASE_RULES: dict[str, Rule] = {
 # the candidates before the GBDTs' blend was one; the bar's "best single candidate" is theirs
 SINGLES = tuple(c for c in CANDIDATES if c != GBDT_BLEND)
 EVERY = (*CANDIDATES, *COMBINED)
-SHIPPED = "sign majority, GBDT blend offered (shipped)"  # ``choose_ranking`` on CANDIDATES
+SHIPPED = "sign test in sequence at 5% (shipped)"  # ``choose_ranking`` on CANDIDATES
+ALPHAS = (0.1, 0.2, 0.35, 0.5)  # the same test at other levels
 RULES_COMPARED: dict[str, Rule] = {
     **{label: pooled(rule, SINGLES) for label, rule in BASE_RULES.items()},
     SHIPPED: pooled(choose_ranking, CANDIDATES),
+    **{f"sign test in sequence at {a:.0%}": pooled(sign_sequence(a), CANDIDATES) for a in ALPHAS},
+    "sign majority, GBDT blend offered (the vote before)": pooled(net_vote, CANDIDATES),
     "lowest mean, GBDT blend offered": pooled(lowest_mean, CANDIDATES),
     "lower bound, 0.5 SE, GBDT blend offered": pooled(lower_bound(0.5), CANDIDATES),
-    "sign majority, every combination offered": pooled(choose_ranking, EVERY),
+    "sign majority, every combination offered": pooled(net_vote, EVERY),
     "lowest mean, every combination offered": pooled(lowest_mean, EVERY),
     "sign majority, blend when both GBDTs lead": pooled(blend_when_both_lead, CANDIDATES),
     "sign majority, a GBDT published as the blend": pooled(gbdt_as_blend, CANDIDATES),
@@ -455,11 +497,19 @@ RULES_COMPARED: dict[str, Rule] = {
 
 
 def published(fold: dict, kind: str, pick: str) -> np.ndarray:
-    """The test regrets of ``pick``, ranking the types it cannot score last. ``leap crossval``
-    places those by a fallback chosen per fold on the validation folds
-    (``selection.choose_fallback``); the validation regrets kept here are already so placed,
-    the test regrets of a rule's pick are not."""
-    return fold["test"][pick][kind]
+    """The test regrets of ``pick`` as ``leap crossval`` would publish it: placed by the
+    fallback the fold chose for it on its validation folds (``selection.choose_fallback``). A
+    combined candidate, which has none, ranks what it cannot score last."""
+    placed = fold.get("test_placed", {})
+    return placed[pick][kind] if pick in placed else fold["test"][pick][kind]
+
+
+def _in_order(fold: dict, kind: str) -> dict:
+    """The fold's validation regrets, the challengers in the order the fold tried them (a
+    sequential test's order is part of the rule), the rest after."""
+    first = [INCUMBENT[kind], *fold.get("order", {}).get(kind, [])]
+    regrets = fold["validation"]
+    return {n: regrets[n] for n in dict.fromkeys([*first, *regrets]) if n in regrets}
 
 
 def split_scores(fold_list: list[dict], kind: str) -> dict:
@@ -470,7 +520,7 @@ def split_scores(fold_list: list[dict], kind: str) -> dict:
     }
     chosen = {}
     for label, rule in RULES_COMPARED.items():
-        picks = [rule(f["validation"], kind, f["clusters"]) for f in fold_list]
+        picks = [rule(_in_order(f, kind), kind, f["clusters"]) for f in fold_list]
         regret = np.concatenate([published(f, kind, p) for f, p in zip(fold_list, picks,
                                                                       strict=True)])  # fmt: skip
         chosen[label] = {"mean": float(np.mean(regret)), "picks": picks}
@@ -478,12 +528,12 @@ def split_scores(fold_list: list[dict], kind: str) -> dict:
 
 
 def misses(scores: dict, label: str) -> float:
-    """How far a rule's choice is past the bar, summed: over the best rule's mean, and over
-    ``BAR`` x the best single candidate's (each as a ratio; 0 when within)."""
+    """How far a rule's choice is past the bar, summed: over the best rule's mean +
+    ``RULE_SLACK``, and over ``BAR`` x the best single candidate's (0 when within)."""
     mean = scores["rules"][label]["mean"]
     best_rule = min(scores["candidates"][r] for r in RULES)
     best_single = min(scores["candidates"][c] for c in SINGLES)
-    return max(0.0, mean - best_rule) + max(0.0, mean - BAR * best_single - TIE)
+    return max(0.0, mean - best_rule - RULE_SLACK) + max(0.0, mean - BAR * best_single - TIE)
 
 
 def held_out_result(table: dict, held: str, label: str) -> dict:

@@ -58,6 +58,7 @@ PUBLISHED = {"neusight": "neusight", "roofline": "roofline", "habitat": "habitat
              "li_et_al": "micro"}  # fmt: skip
 KEY = ("hardware_type", "model_type", "seq_len", "batch_size", "option")
 BAR = 1.25  # leap's mean regret at most this times the best single candidate's
+RULE_SLACK = 0.005  # and at most the best rule's plus this (issue 69's bar)
 COMBINED = {*BLENDS, *RANK_MEANS}
 
 
@@ -85,8 +86,8 @@ def _mean_regret(result: dict, name: str, kind: str) -> float | None:
 def decision_scores(result: dict) -> dict:
     """Per kind, from ``run_split``'s result: leap's mean regret, the best rule's and the best
     single candidate's (every candidate with regrets but the blends and rank means), and
-    whether leap is at or under the best rule and within ``BAR`` x the best candidate (None
-    where a side has no decision)."""
+    whether leap is at most the best rule + ``RULE_SLACK`` and within ``BAR`` x the best
+    candidate (None where a side has no decision)."""
     out = {}
     for kind in KINDS:
         candidates = {name: _mean_regret(result, name, kind) for name in result
@@ -103,7 +104,7 @@ def decision_scores(result: dict) -> dict:
             "best_candidate": best,
             "best_candidate_regret": _round(singles.get(best)),
             "leap_at_or_under_best_rule": None if leap is None or best_rule is None
-            else bool(leap <= rules[best_rule] + TIE),
+            else bool(leap <= rules[best_rule] + RULE_SLACK),
             "leap_within_bar_of_best_candidate": None if leap is None or best is None
             else bool(leap <= BAR * singles[best] + TIE),
         }  # fmt: skip
@@ -244,7 +245,11 @@ def score_split(result: dict, baselines: pl.DataFrame | None = None) -> dict:
     """One split's entry of the JSON line from ``run_split``'s result."""
     out = {"rows": result["n_rows"], "scored_rows": result["scored_rows"],
            "folds": result["folds"], "models": model_scores(result),
-           "decisions": decision_scores(result)}  # fmt: skip
+           "decisions": decision_scores(result),
+           # what each fold published per kind: the ranking, and who placed what it could not
+           "published": {kind: {"ranking": result["selection"][kind],
+                                "fallback": result["selection"]["fallback"][kind]}
+                         for kind in KINDS}}  # fmt: skip
     if baselines is not None:
         out["neusight"] = neusight_scores(result["out_of_fold"], baselines)
     return out

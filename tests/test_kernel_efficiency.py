@@ -65,7 +65,7 @@ def _synthetic(rng: np.random.Generator, types: list[str], n: int) -> pl.DataFra
     features = kernel_features(ops, SPECS)
     efficiency = np.where(
         features["is_matmul"].to_numpy() == 1.0,
-        0.9 * features["wave_efficiency"].fill_null(1.0).to_numpy(),
+        0.9 * features["wave_efficiency_128x128"].fill_null(1.0).to_numpy(),
         0.8,
     )
     noise = np.exp(rng.normal(0.0, 0.05, n))

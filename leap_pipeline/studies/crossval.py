@@ -40,6 +40,7 @@ from leap_pipeline.studies.decisions import (
     TIE,
     cells,
     decision_regrets,
+    fallback_regrets,
     summarize,
 )
 from leap_pipeline.studies.selection import (
@@ -274,14 +275,15 @@ def _inner_selection(
     }
     pooled = {c: {k: pool(regrets[c][fallback[c][k]][k]) for k in KINDS} for c in CANDIDATES}
     gbdt = max(GBDTS, key=lambda n: w20[n])  # ties: the plain GBDT, listed first
-    ranking = {
-        kind: choose_ranking(pooled, kind, clusters, challenger_order(gbdt, w20, kind))
-        for kind in KINDS
-    }
+    order = {kind: challenger_order(gbdt, w20, kind) for kind in KINDS}
+    ranking = {kind: choose_ranking(pooled, kind, clusters, order[kind]) for kind in KINDS}
     return {
         "gbdt": gbdt,
         "ranking": ranking,
         "fallback": {kind: fallback[ranking[kind]][kind] for kind in KINDS},
+        # every candidate's, and the order challengers were tested in (selection_study.py)
+        "fallbacks": fallback,
+        "order": order,
         "w20": w20,
         # what the choice was made on: each candidate's regret per validation decision (placed
         # by its fallback), and each decision's model type (benchmarks/selection_study.py)
@@ -356,11 +358,23 @@ def run_fold(
     for name in PREDICTORS:
         full[name] = np.full(rows.height, np.nan)
         full[name][test_mask] = predicted[name]
-    regrets = with_published(cells(rows, specs, test_mask, full), list(PREDICTORS), choice)
+    table = cells(rows, specs, test_mask, full)
+    regrets = with_published(table, list(PREDICTORS), choice)
+    # each candidate as it would have been published: placed by its own fallback
+    placed = {
+        name: {
+            kind: regrets[name][kind]
+            if by_kind[kind] == LAST
+            else fallback_regrets(table, list(PREDICTORS), name, by_kind[kind])[kind]
+            for kind in KINDS
+        }
+        for name, by_kind in choice.get("fallbacks", {}).items()
+    }
     return {
         "test": np.flatnonzero(test_mask),
         "predicted": predicted,
         "regrets": regrets,
+        "placed": placed,
         "choice": choice,
         "intervals": intervals,
     }

@@ -45,6 +45,9 @@ KERNEL_SPEC_COLUMNS = (
     "clock_mhz",
     "l2_cache_mb",
 )
+# output tiles (rows x columns) a GEMM library picks among; which one a shape gets is the
+# library's choice, so the model sees how each would fill the compute units
+TILES = ((64, 64), (128, 64), (128, 128), (256, 128))
 KERNEL_FEATURES = (
     "op_code",
     "is_matmul",
@@ -52,8 +55,10 @@ KERNEL_FEATURES = (
     "log_bytes",
     "log_roofline_s",
     "log_intensity_over_ridge",
-    "wave_efficiency",
+    *(f"wave_efficiency_{rows}x{columns}" for rows, columns in TILES),
     "log_tiles_per_unit",
+    "log_rows",
+    "log_columns",
     "log_reduction",
     "log_values_per_unit",
     "log_bytes_over_l2",
@@ -94,6 +99,7 @@ def kernel_features(ops: pl.DataFrame, specs: pl.DataFrame) -> pl.DataFrame:
     missing = sorted(set(ops["hardware_type"]) - set(specs["hardware_type"]))
     if missing:
         raise ValueError(f"hardware_type: {missing} not in the spec table")
+    is_matmul = pl.col("op").cast(pl.String).is_in(MATMUL_OPS)
     frame = operator_work(ops).join(
         specs.select("hardware_type", *(pl.col(c).cast(pl.Float64) for c in KERNEL_SPEC_COLUMNS)),
         on="hardware_type",
@@ -105,14 +111,20 @@ def kernel_features(ops: pl.DataFrame, specs: pl.DataFrame) -> pl.DataFrame:
     bandwidth = pl.col("memory_bandwidth_gbps") * 1e9
     units = pl.col("compute_units")
     b, m, k = (pl.col(c).cast(pl.Float64) for c in ("b", "m", "k"))
-    tiles = (
-        pl.when(op == "bmm")
-        .then(b * (m / TILE).ceil() * (k / TILE).ceil())
-        .otherwise((b * m / TILE).ceil() * (k / TILE).ceil())
-    )
-    waves = (tiles / units).ceil()
+
+    def tiles(rows: float, columns: float) -> pl.Expr:
+        """Output tiles of ``rows`` x ``columns``: per matrix of a batched multiply, over all
+        the batch's rows of a linear layer (its weight is shared)."""
+        return (
+            pl.when(op == "bmm")
+            .then(b * (m / rows).ceil() * (k / columns).ceil())
+            .otherwise((b * m / rows).ceil() * (k / columns).ceil())
+        )
+
+    def wave_fill(count: pl.Expr) -> pl.Expr:
+        return pl.when(is_matmul).then(count / ((count / units).ceil() * units)).otherwise(None)
+
     roofline = pl.max_horizontal(pl.col("flops") / peak, pl.col("bytes") / bandwidth)
-    is_matmul = op.is_in(MATMUL_OPS)
     frame = frame.with_columns(
         roofline_s=roofline,
         op_code=op.replace_strict({name: i for i, name in enumerate(OPS)}, return_dtype=pl.Int64),
@@ -121,8 +133,10 @@ def kernel_features(ops: pl.DataFrame, specs: pl.DataFrame) -> pl.DataFrame:
         log_bytes=pl.col("bytes").log(),
         log_roofline_s=roofline.log(),
         log_intensity_over_ridge=(pl.col("flops") / pl.col("bytes") / (peak / bandwidth)).log(),
-        wave_efficiency=pl.when(is_matmul).then(tiles / (waves * units)).otherwise(None),
-        log_tiles_per_unit=pl.when(is_matmul).then((tiles / units).log()).otherwise(None),
+        **{f"wave_efficiency_{r}x{c}": wave_fill(tiles(r, c)) for r, c in TILES},
+        log_tiles_per_unit=pl.when(is_matmul).then((tiles(TILE, TILE) / units).log()),
+        log_rows=pl.when(op == "bmm").then(m.log()).otherwise((b * m).log()),
+        log_columns=k.log(),
         log_reduction=pl.when(is_matmul)
         .then(pl.col("n").cast(pl.Float64).log())
         .otherwise(pl.col("h").cast(pl.Float64).log()),
