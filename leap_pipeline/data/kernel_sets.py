@@ -10,6 +10,8 @@ run.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import polars as pl
@@ -24,6 +26,38 @@ DEVICE_FIELDS = {
     "L2Cache": ("l2_cache_mb", 1.0),
     "Dev_Mem": ("memory_gb", 1.0),
 }
+
+
+# each measured GPU's chip: a fleet's type of the same chip (another board, memory size or
+# name) is the same GPU to the kernels, so holding a type out holds out every GPU of its chip
+KERNEL_CHIPS = {
+    "Tesla P4": "p4",
+    "Tesla T4": "t4",
+    "Tesla P100-PCIE-16GB": "p100",
+    "Tesla V100-PCIE-32GB": "v100",
+    "NVIDIA A100-PCIE-40GB": "a100",
+    "NVIDIA A100-SXM4-40GB": "a100",
+    "NVIDIA A100 80GB PCIe": "a100",
+    "NVIDIA H100 80GB HBM3": "h100",
+    "NVIDIA L4": "l4",
+}
+
+
+def chip_of(hardware_type: str) -> str | None:
+    """The measured chip a fleet's type name names (``V100-16GB``: v100; ``L40S``: none, not
+    the L4; ``P40``: none, not the P4), or None."""
+    name = hardware_type.lower()
+    for chip in dict.fromkeys(KERNEL_CHIPS.values()):
+        if re.search(rf"(?<![a-z0-9]){chip}(?![0-9a-z])", name):
+            return chip
+    return None
+
+
+def kernel_devices_held(hardware_types: Iterable[str]) -> frozenset[str]:
+    """The measured GPUs whose kernels a fold holding ``hardware_types`` out must not learn
+    from: every GPU of each held type's chip."""
+    chips = {chip_of(t) for t in hardware_types} - {None}
+    return frozenset(device for device, chip in KERNEL_CHIPS.items() if chip in chips)
 
 
 def read_kernel_set(folder: str | Path = KERNEL_SET) -> tuple[pl.DataFrame, pl.DataFrame]:

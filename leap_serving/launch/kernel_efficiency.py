@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from leap_serving.launch.cost_model import TILE
+from leap_serving.launch.features import FEATURE_COLUMNS
 
 # operator name -> its class: how its work is counted
 MATMUL_OPS = ("bmm", "linear")
@@ -158,6 +159,7 @@ class KernelEfficiency:
     learning_rate: float = 0.05
     num_leaves: int = 63
     seed: int = 0
+    threads: int = 0  # LightGBM's default: every core
     booster: object | None = None
 
     def fit(self, ops: pl.DataFrame, specs: pl.DataFrame) -> KernelEfficiency:
@@ -174,7 +176,7 @@ class KernelEfficiency:
             "feature_fraction": 0.9,
             "seed": self.seed,
             "verbose": -1,
-            "num_threads": 0,
+            "num_threads": self.threads,
         }
         data = lgb.Dataset(
             _matrix(frame),
@@ -200,3 +202,80 @@ class KernelEfficiency:
 
 def _matrix(frame: pl.DataFrame) -> np.ndarray:
     return frame.select(pl.col(c).cast(pl.Float64) for c in KERNEL_FEATURES).to_numpy()
+
+
+def _column(X: np.ndarray, name: str) -> np.ndarray:
+    return np.asarray(X[:, FEATURE_COLUMNS.index(name)], dtype=np.float64)
+
+
+def layer_operators(X: np.ndarray, hardware_types: list[str]) -> dict[str, pl.DataFrame]:
+    """Per launch row of the feature matrix ``X``, the operator that stands for each layer
+    class the cost prior times on a device: its dense matmuls (a linear layer of the device's
+    tokens by the model's width), its attention scores (a batched matmul per head) and its
+    memory-bound work (an element-wise op over the device's activations). Shapes come from the
+    launch and architecture features alone; an unknown size is 1."""
+    batch = _column(X, "ratio_batch_per_device")
+    batch = np.where(np.isfinite(batch) & (batch > 0), batch, _column(X, "ratio_global_batch"))
+    tp = _column(X, "job_tensor_parallel")
+    tp = np.where(np.isfinite(tp) & (tp >= 1), tp, 1.0)
+    tokens = _column(X, "arch_tokens_per_sample")
+    width, d_model = _column(X, "arch_mean_width"), _column(X, "arch_d_model")
+    d_model = np.where(np.isfinite(d_model) & (d_model > 0), d_model, width)
+    heads = _column(X, "arch_attention_heads")
+    heads = np.where(np.isfinite(heads) & (heads >= 1), heads, 1.0)
+
+    def count(values: np.ndarray) -> pl.Series:
+        values = np.where(np.isfinite(values), values, 1.0)
+        return pl.Series(np.maximum(np.round(values), 1.0).astype(np.int64))
+
+    rows = batch * np.where(np.isfinite(tokens) & (tokens > 0), tokens, 1.0)
+    none = pl.Series([None] * len(X), dtype=pl.Int64)
+
+    def frame(op: str, **shape: pl.Series) -> pl.DataFrame:
+        columns = {c: shape.get(c, none) for c in ("b", "m", "n", "k", "h")}
+        return pl.DataFrame({"op": [op] * len(X), "hardware_type": hardware_types, **columns})
+
+    return {
+        "matmul": frame(
+            "linear",
+            b=count(np.ones(len(X))),
+            m=count(rows / tp),
+            n=count(d_model),
+            k=count(width / tp),
+        ),
+        "attention": frame(
+            "bmm",
+            b=count(batch * heads / tp),
+            m=count(tokens),
+            n=count(d_model / heads),
+            k=count(tokens),
+        ),
+        "memory": frame("gelu", b=count(rows), h=count(d_model)),
+    }
+
+
+def composed_log_q(
+    model: KernelEfficiency, X: np.ndarray, hardware_types: list[str], specs: pl.DataFrame
+) -> np.ndarray:
+    """The cost prior (``cost_model.step_costs``, read back from ``X``'s ``cost_`` features)
+    with each layer class's time divided by its operator's learned efficiency on the type
+    (``layer_operators``): ln(global batch / step time). The matmul term's wave quantization is
+    the kernel model's to learn, so the prior's own is taken back out first. NaN where the cost
+    prior is."""
+    step = np.exp(_column(X, "cost_log_step_s"))
+    share = {c: _column(X, f"cost_share_{c}") for c in ("matmul", "attention", "memory")}
+    waves = _column(X, "cost_wave_efficiency")
+    waves = np.where(np.isfinite(waves) & (waves > 0), waves, 1.0)
+    efficiency = {
+        name: np.exp(model.log_efficiency(ops, specs))
+        for name, ops in layer_operators(X, hardware_types).items()
+    }
+    rest = 1.0 - share["matmul"] - share["attention"] - share["memory"]
+    composed = step * (
+        share["matmul"] * waves / efficiency["matmul"]
+        + share["attention"] / efficiency["attention"]
+        + share["memory"] / efficiency["memory"]
+        + rest
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log(_column(X, "ratio_global_batch") / composed)
