@@ -108,5 +108,84 @@ def test_the_public_kernel_set_reads_whole():
     assert len(trained) == 5 and not {"NVIDIA H100 80GB HBM3", "NVIDIA L4"} & trained
     t4 = specs.filter(pl.col("hardware_type") == "Tesla T4").row(0, named=True)
     assert t4["peak_fp32_tflops"] == pytest.approx(8.141) and t4["compute_units"] == 40
-    with pytest.raises(ValueError, match="kernels.parquet"):
+    with pytest.raises(ValueError, match=r"kernels\.parquet"):
         read_kernel_set("/nonexistent")
+
+
+def test_a_held_out_type_holds_out_every_measured_gpu_of_its_chip():
+    from leap_pipeline.data.kernel_sets import chip_of, kernel_devices_held
+    from leap_pipeline.studies.kernel_prior import held_devices
+
+    named = {
+        "V100-16GB": "v100",
+        "A100-SXM4-40GB": "a100",
+        "H100-PCIe": "h100",
+        "T4": "t4",
+        "L4": "l4",
+        "Tesla P4": "p4",
+        "L40S": None,
+        "P40": None,
+        "RTX-A6000": None,
+        "MI250X": None,
+    }
+    assert {name: chip_of(name) for name in named} == named
+    assert kernel_devices_held(["A100-80GB"]) == {
+        "NVIDIA A100-PCIE-40GB",
+        "NVIDIA A100-SXM4-40GB",
+        "NVIDIA A100 80GB PCIe",
+    }
+    assert kernel_devices_held(["L40S", "MI300X"]) == frozenset()
+    # only a split that holds a type out holds its kernels out
+    assert held_devices("leave-hardware-out", ["T4"]) == {"Tesla T4"}
+    assert held_devices("leave-model-out", ["T4"]) == frozenset()
+
+
+class _Flat:
+    """A kernel model whose every operator runs at ``efficiency`` of its roofline."""
+
+    def __init__(self, efficiency: float) -> None:
+        self.efficiency = efficiency
+
+    def log_efficiency(self, ops: pl.DataFrame, specs: pl.DataFrame) -> np.ndarray:
+        return np.full(ops.height, np.log(self.efficiency))
+
+
+def test_the_composed_prior_divides_each_layer_class_by_its_operators_efficiency():
+    from leap_serving.launch.features import FEATURE_COLUMNS
+    from leap_serving.launch.kernel_efficiency import composed_log_q, layer_operators
+
+    X = np.full((1, len(FEATURE_COLUMNS)), np.nan)
+    values = {
+        "cost_log_step_s": np.log(2.0),
+        "cost_share_matmul": 0.5,
+        "cost_share_attention": 0.2,
+        "cost_share_memory": 0.2,
+        "cost_wave_efficiency": 0.8,
+        "ratio_global_batch": 64.0,
+        "ratio_batch_per_device": 8.0,
+        "job_tensor_parallel": 1.0,
+        "arch_tokens_per_sample": 512.0,
+        "arch_mean_width": 1024.0,
+        "arch_d_model": 1024.0,
+        "arch_attention_heads": 16.0,
+    }
+    for name, value in values.items():
+        X[0, FEATURE_COLUMNS.index(name)] = value
+    ops = layer_operators(X, ["a"])
+    assert ops["matmul"].row(0, named=True) | {"hardware_type": "a"} == {
+        "op": "linear",
+        "hardware_type": "a",
+        "b": 1,
+        "m": 8 * 512,
+        "n": 1024,
+        "k": 1024,
+        "h": None,
+    }
+    assert ops["attention"]["b"][0] == 8 * 16 and ops["attention"]["n"][0] == 64
+    assert ops["memory"]["b"][0] == 8 * 512 and ops["memory"]["h"][0] == 1024
+    # at the roofline, the matmul term loses the prior's wave quantization (the kernel model's
+    # to learn): 2 s x (0.5 x 0.8 + 0.2 + 0.2 + 0.1) = 1.8 s
+    assert np.exp(composed_log_q(_Flat(1.0), X, ["a"], SPECS)) == pytest.approx([64 / 1.8])
+    # at half of it, every layer class but the rest (communication, optimizer) takes twice as long
+    half = 2.0 * (0.5 * 0.8 / 0.5 + 0.2 / 0.5 + 0.2 / 0.5 + 0.1)
+    assert np.exp(composed_log_q(_Flat(0.5), X, ["a"], SPECS)) == pytest.approx([64 / half])
