@@ -599,6 +599,8 @@ def main() -> int:
                         "its rows past the bar per draw")  # fmt: skip
     parser.add_argument("--explain", default="", help="SET:SPLIT[:KIND]: the shipped rule's "
                         "evidence fold by fold")  # fmt: skip
+    parser.add_argument("--among", default="", help="choose leaving one set out only among "
+                        "the rules whose label holds this text (e.g. 'sign test')")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.explain:
@@ -637,7 +639,8 @@ def main() -> int:
     }
     # each set scored under the rule chosen on the other sets alone; a fleet outside them all
     # (what `leap crossval` ships for) under the rule chosen on every set
-    by_row = {key: {lb: misses(v, lb) for lb in labels} for key, v in table.items()}
+    eligible = [lb for lb in labels if args.among in lb]
+    by_row = {key: {lb: misses(v, lb) for lb in eligible} for key, v in table.items()}
     transfer = leave_one_set_out(by_row)
     every_set = fewest_misses(list(by_row.values()))
     held_out = {held: held_out_result(table, held, label) for held, label in transfer.items()}
