@@ -73,10 +73,9 @@ __all__ = ["INCUMBENT", "SPLITS", "choose_ranking", "exclude_groups", "folds", "
 
 # the efficiency GBDT learns ln(measured / the per-layer cost prior), bounded by the roofline
 EFFICIENCY_GBDT = "efficiency_gbdt"
-# the same over the kernel-composed prior (``kernel_prior``): what is left once each layer
-# class runs at its operator's efficiency learned from measured kernels
-KERNEL_GBDT = "kernel_gbdt"
-GBDTS = (*GBDT_PAIR, EFFICIENCY_GBDT, KERNEL_GBDT)
+GBDTS = (*GBDT_PAIR, EFFICIENCY_GBDT)
+# the kernel-composed prior (``kernel_prior``) is offered as a ranking and scored; a GBDT over
+# it was tried and is not fitted (docs/transfer.md: the hardware learned from kernels)
 PRIORS = ("physics", "fleet_ratio", "roofline", "cost_prior", "kernel_prior")
 # throughput predictors, offered to the selection; the blend of the two GBDTs too, as where
 # both lead the rule the validation folds seldom say which leads more (docs/decisions.md)
@@ -88,7 +87,6 @@ FALLBACKS = (LAST, *GBDTS, GBDT_BLEND, "cost_prior")
 MODELS = ("leap", *GBDTS, GBDT_BLEND, "lookup", *PRIORS)  # scored on their predictions
 SCORED = (*MODELS, *RULES)  # every row of a split's table
 _FLEET_RATIO = FEATURE_COLUMNS.index("hist_xfer_fleet_log_q")
-_COST_LOG_Q = FEATURE_COLUMNS.index("cost_log_q")
 _INTENSITY = FEATURE_COLUMNS.index("arch_arithmetic_intensity")
 # a set this small is still scored on every split: its folds' GBDTs scale to their rows
 MIN_ROWS = 50
@@ -177,46 +175,25 @@ def physics_predict(
 
 
 def prior_predictions(
-    known: pl.DataFrame, rows: pl.DataFrame, X: np.ndarray, specs: pl.DataFrame
+    known: pl.DataFrame,
+    rows: pl.DataFrame,
+    X: np.ndarray,
+    specs: pl.DataFrame,
+    excluded: frozenset[str] = frozenset(),
 ) -> dict[str, np.ndarray]:
     """Throughput by the predictors that fit nothing on job-level rows: physics
     (``physics_predict``), the fleet ratio (the ``hist_xfer_fleet_log_q`` feature alone, the
     matrix-completion baseline), the roofline prior (``roofline_log_q``: specs and architecture,
     no measurement), the per-layer cost model's (``cost_log_q``: the same inputs, timed layer
-    class by layer class) and the kernel-composed one (``X``'s ``cost_log_q`` column once
-    ``with_kernel_prior`` has set it)."""
+    class by layer class) and the kernel-composed one (``kernel_prior.kernel_log_q``, its
+    kernel model fitted without the measured GPUs ``excluded``)."""
     return {
         "physics": physics_predict(known, rows, specs, X[:, _INTENSITY]),
         "fleet_ratio": np.exp(X[:, _FLEET_RATIO]),
         "roofline": np.exp(roofline_log_q(X)),
         "cost_prior": np.exp(features.cost_log_q(X)),
+        "kernel_prior": np.exp(kernel_log_q(X, rows, specs, excluded)),
     }
-
-
-def with_kernel_prior(
-    X: np.ndarray, rows: pl.DataFrame, specs: pl.DataFrame, excluded: frozenset[str]
-) -> np.ndarray:
-    """``X`` with its cost prior (``cost_log_q``) replaced by the kernel-composed prior
-    (``kernel_prior.kernel_log_q``, the kernel model fitted without ``excluded``): the matrix
-    the kernel GBDT learns and predicts from, its efficiency target and bound now over it."""
-    out = np.array(X, dtype=np.float64, copy=True)
-    out[:, _COST_LOG_Q] = kernel_log_q(X, rows, specs, excluded)
-    return out
-
-
-def fold_predictions(
-    name: str,
-    profile: str,
-    X: np.ndarray,
-    y: np.ndarray,
-    X_new: np.ndarray,
-    kernel: tuple[np.ndarray, np.ndarray],
-) -> np.ndarray:
-    """``gbdt_predict`` of the GBDT ``name``; the kernel GBDT on ``kernel``'s matrices (the
-    training and new rows' ``with_kernel_prior``)."""
-    if name == KERNEL_GBDT:
-        return gbdt_predict(name, profile, kernel[0], y, kernel[1])
-    return gbdt_predict(name, profile, X, y, X_new)
 
 
 def gbdt_predict(
@@ -234,7 +211,6 @@ def gbdt_predict(
         target={
             "single_gbdt_prior": "residual",
             EFFICIENCY_GBDT: "efficiency",
-            KERNEL_GBDT: "efficiency",
         }.get(name, "log_q"),
     ).fit(X, y)
     return np.exp(model.predict(X_new))
@@ -276,17 +252,12 @@ def _inner_selection(
         y_rest = rest["throughput"].log().to_numpy()
         held_features[held] = X_out
         validated |= held
-        # the kernels of the outer fold's held types and of this validation fold's
-        excluded = held_devices(split, held_types | set(out["hardware_type"]))
-        kernel = tuple(
-            with_kernel_prior(Xk, frame, specs, excluded)
-            for Xk, frame in ((X_rest, rest), (X_out, out))
-        )
         for name in GBDTS:
-            predicted[name][held] = fold_predictions(name, profile, X_rest, y_rest, X_out, kernel)
-        for name, p in prior_predictions(rest, out, X_out, specs).items():
+            predicted[name][held] = gbdt_predict(name, profile, X_rest, y_rest, X_out)
+        # without the kernels of the outer fold's held types and of this validation fold's
+        excluded = held_devices(split, held_types | set(out["hardware_type"]))
+        for name, p in prior_predictions(rest, out, X_out, specs, excluded).items():
             predicted[name][held] = p
-        predicted["kernel_prior"][held] = np.exp(kernel[1][:, _COST_LOG_Q])
         predicted[GBDT_BLEND][held] = geometric_blend(
             {n: predicted[n][held] for n in GBDT_PAIR}, GBDT_PAIR
         )
@@ -390,14 +361,9 @@ def run_fold(
     held_types = frozenset(test["hardware_type"]) if split in HOLDS_TYPES_OUT else frozenset()
     choice = _inner_selection(train, split, specs, profile, seed, held_types)
     excluded = held_devices(split, held_types)
-    kernel = tuple(
-        with_kernel_prior(Xk, frame, specs, excluded)
-        for Xk, frame in ((X_train, train), (X_test, test))
-    )
     predicted = {
-        name: fold_predictions(name, profile, X_train, y, X_test, kernel) for name in GBDTS
-    } | prior_predictions(train, test, X_test, specs)
-    predicted["kernel_prior"] = np.exp(kernel[1][:, _COST_LOG_Q])
+        name: gbdt_predict(name, profile, X_train, y, X_test) for name in GBDTS
+    } | prior_predictions(train, test, X_test, specs, excluded)
     predicted[GBDT_BLEND] = geometric_blend(predicted, GBDT_PAIR)
     lookup = build_lookup_table(train, top_model_types=10**6, min_support=1)
     predicted["lookup"] = lookup.predict(test).cast(pl.Float64).to_numpy()

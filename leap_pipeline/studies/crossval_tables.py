@@ -19,7 +19,6 @@ LABELS = {
     "cost_prior": "per-layer cost prior alone",
     "kernel_prior": "kernel-composed cost prior alone (operator efficiencies from kernels)",
     "efficiency_gbdt": "efficiency GBDT (ln measured/cost prior, bounded)",
-    "kernel_gbdt": "kernel GBDT (ln measured/kernel-composed prior, bounded)",
     "highest_fp16_peak": "rule: highest FP16 peak",
     "best_fp16_peak_per_dollar": "rule: best FP16 peak per dollar",
 }
