@@ -189,3 +189,13 @@ def test_the_composed_prior_divides_each_layer_class_by_its_operators_efficiency
     # at half of it, every layer class but the rest (communication, optimizer) takes twice as long
     half = 2.0 * (0.5 * 0.8 / 0.5 + 0.2 / 0.5 + 0.2 / 0.5 + 0.1)
     assert np.exp(composed_log_q(_Flat(0.5), X, ["a"], SPECS)) == pytest.approx([64 / half])
+
+
+def test_without_the_kernel_set_the_kernel_prior_gives_no_estimate(monkeypatch, tmp_path):
+    """A wheel does not carry ``public-data/``: the kernel prior then ranks last, never a crash."""
+    from leap_pipeline.studies import kernel_prior
+
+    monkeypatch.setattr(kernel_prior, "KERNEL_SET", tmp_path)
+    rows = pl.DataFrame({"hardware_type": ["a", "b"]})
+    out = kernel_prior.kernel_log_q(np.zeros((2, 3)), rows, SPECS, frozenset())
+    assert out.shape == (2,) and np.isnan(out).all()

@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
-from leap_pipeline.data.kernel_sets import kernel_devices_held, read_kernel_set
+from leap_pipeline.data.kernel_sets import KERNEL_SET, kernel_devices_held, read_kernel_set
 from leap_serving.launch.kernel_efficiency import KernelEfficiency, composed_log_q
 
 # a fold's kernel model: a fixed sample of the measured kernels, small trees, one thread (the
@@ -53,5 +53,14 @@ def kernel_log_q(
     X: np.ndarray, rows: pl.DataFrame, specs: pl.DataFrame, excluded: frozenset[str]
 ) -> np.ndarray:
     """ln throughput of ``rows`` (features ``X``) by the kernel-composed cost prior, the kernel
-    model fitted without ``excluded``."""
+    model fitted without ``excluded``. NaN (no estimate: the candidate ranks last) where the
+    kernel set is not installed: it lives in the repository's ``public-data/``, which a wheel
+    does not carry."""
+    if not available():
+        return np.full(len(X), np.nan)
     return composed_log_q(kernel_model(excluded), X, rows["hardware_type"].to_list(), specs)
+
+
+def available() -> bool:
+    """Whether the measured kernels are here to learn from."""
+    return (KERNEL_SET / "kernels.parquet").exists() and (KERNEL_SET / "devices.csv").exists()
