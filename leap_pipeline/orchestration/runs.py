@@ -90,7 +90,9 @@ def land_days(first: dt.date, last: dt.date, source: str, warehouse: str) -> Non
 
     calendar = Calendar(first_day=first)  # the caller's own days, whatever the installation's
     calendar.check_days(first, last)
-    with signal_handlers_kept():
+    # no definitions-state storage inherited from an instance since collected
+    # (``dagster_private``): a report's second landing in one process failed on it in a test
+    with signal_handlers_kept(), own_definitions_state():
         dg.materialize(
             data_assets(calendar.partitions()),
             instance=dagster_instance(),
