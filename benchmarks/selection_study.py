@@ -71,7 +71,6 @@ from leap_pipeline.studies.decisions import (  # noqa: E402
     TIE,
     WITHIN,
     cells,
-    decision_coverage,
     decision_regrets,
 )
 from leap_pipeline.studies.selection import (  # noqa: E402
@@ -253,17 +252,12 @@ def _draws_differ(rows, split: str, masks: list, draw: int) -> bool:
     return False
 
 
-def _regrets(rows, specs, held, predicted: dict, coverage: bool = False) -> tuple:
+def _regrets(rows, specs, held, predicted: dict) -> tuple:
     """Every candidate's regrets, the combined ones too, on the decisions ``held`` touches, and
-    their model types; with ``coverage``, also whether each candidate scores every type of
-    each decision (``decision_coverage``)."""
+    their model types."""
     full = with_blends({n: np.where(held, p, np.nan) for n, p in predicted.items()})
     table = cells(rows, specs, held, full)
-    scores = combined_scores(list(full))
-    regrets, models = decision_regrets(table, list(full), scores=scores)
-    if not coverage:
-        return regrets, models
-    return regrets, models, decision_coverage(table, list(full), scores=scores)
+    return decision_regrets(table, list(full), scores=combined_scores(list(full)))
 
 
 def _same(rebuilt: dict, kept: dict, where: str, fallbacks: dict | None = None) -> None:
@@ -304,7 +298,7 @@ def with_combined(
             for n, p in fold["test_predictions"].items():
                 full[n] = np.full(rows.height, np.nan)
                 full[n][mask] = p
-            test, _, fold["test_coverage"] = _regrets(rows, specs, mask, full, coverage=True)
+            test, _ = _regrets(rows, specs, mask, full)
             _same(test, fold["test"], f"{split} fold {seed}, test")
             fold["test"] |= {name: test[name] for name in COMBINED}
     return kept

@@ -189,15 +189,17 @@ class KernelEfficiency:
 
     def log_efficiency(self, ops: pl.DataFrame, specs: pl.DataFrame) -> np.ndarray:
         """ln(efficiency) of each operator, at most 0."""
-        if self.booster is None:
-            raise RuntimeError("KernelEfficiency is not fitted: call fit first")
-        predicted = self.booster.predict(_matrix(kernel_features(ops, specs)))
-        return np.minimum(np.asarray(predicted, dtype=float), 0.0)
+        return self._log_efficiency(kernel_features(ops, specs))
 
     def latency_ms(self, ops: pl.DataFrame, specs: pl.DataFrame) -> np.ndarray:
         """Each operator's predicted latency: its roofline time over its efficiency."""
-        roofline = kernel_features(ops, specs)["roofline_s"].to_numpy()
-        return roofline / np.exp(self.log_efficiency(ops, specs)) * 1e3
+        frame = kernel_features(ops, specs)
+        return frame["roofline_s"].to_numpy() / np.exp(self._log_efficiency(frame)) * 1e3
+
+    def _log_efficiency(self, frame: pl.DataFrame) -> np.ndarray:
+        if self.booster is None:
+            raise RuntimeError("KernelEfficiency is not fitted: call fit first")
+        return np.minimum(np.asarray(self.booster.predict(_matrix(frame)), dtype=float), 0.0)
 
 
 def _matrix(frame: pl.DataFrame) -> np.ndarray:
