@@ -10,15 +10,14 @@ fuzzer over random mutants of a real model runs in the long lane (``-m long``).
 from __future__ import annotations
 
 import copy
-import importlib.util
 import io
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from benchmark_scripts import load_benchmark
 
 from leap_pipeline.simulation import SimulatedFleet
 from leap_serving.launch.features import FEATURE_COLUMNS
@@ -27,17 +26,11 @@ from leap_serving.model.cascade import BinnedCascade
 from leap_serving.model.profiles import profile_params
 from leap_serving.model.published import LeapModel
 
-PROJECT = Path(__file__).resolve().parents[1]
 N = len(FEATURE_COLUMNS)
 
 
 def _fuzz_module():
-    spec = importlib.util.spec_from_file_location(
-        "fuzz_models", PROJECT / "benchmarks" / "fuzz_models.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("fuzz_models")
 
 
 fuzz_models = _fuzz_module()

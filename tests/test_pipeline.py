@@ -404,8 +404,6 @@ def test_the_skew_check_passes_as_built_and_names_a_planted_skew(warehouse):
     (found,) = serving_skew(attempts, planted, specs, snapshot, sample=every)
     assert found["feature"] == "hw_memory_gb" and found["launches"] == 1
     assert found["example"].startswith(planted_id)
-    # serving from the snapshot of three days before: the history features differ, only them
-    # and the cost model's gap to the history's prior, which is computed from them
+    # serving from the snapshot of three days before: only the history features differ
     skewed = serving_skew(attempts, stored, specs, stale, sample=every)
-    from_history = {*HISTORY_FEATURES, "cost_history_gap"}
-    assert skewed and {f["feature"] for f in skewed} <= from_history
+    assert skewed and {f["feature"] for f in skewed} <= set(HISTORY_FEATURES)

@@ -2,22 +2,15 @@
 every event of benchmarks/soak.py, a day materialized beside each ordinary night included, loses
 no night, no row and no move of the alias."""
 
-import importlib.util
-from pathlib import Path
-
 import polars as pl
 import pytest
+from benchmark_scripts import load_benchmark
 
 from leap_pipeline.data.warehouse import open_warehouse
 
-PROJECT = Path(__file__).resolve().parents[1]
-
 
 def _soak_module():
-    spec = importlib.util.spec_from_file_location("soak", PROJECT / "benchmarks" / "soak.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("soak")
 
 
 @pytest.mark.long

@@ -1,24 +1,17 @@
 """benchmarks/transfer.py's scoring on a tiny synthetic split (not the benchmark's run), and its
 join of NeuSight's published predictions onto the contract rows of the real files."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
-
-PROJECT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def transfer():
-    spec = importlib.util.spec_from_file_location(
-        "transfer", PROJECT / "benchmarks" / "transfer.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("transfer")
 
 
 def _regret(mean):
@@ -128,3 +121,50 @@ def test_neusight_baselines_join_the_contract_rows(transfer):
     common = joined["every_baseline"].to_numpy()
     li = transfer.prediction_scores(joined["li_et_al"].to_numpy()[common], q[common])
     assert li["mdape"] == pytest.approx(21.8, abs=0.05)  # Li et al. on the 23 rows
+
+
+@pytest.fixture(scope="module")
+def choices():
+    return load_benchmark("transfer_choices")
+
+
+def test_a_family_offset_comes_from_the_familys_other_types_outside_the_rows_chunk(choices):
+    train = pl.DataFrame({"family": ["a", "a", "a", "b"], "hardware_type": ["X", "Y", "Z", "Y"]})
+    efficiency = np.array([-1.0, -2.0, -4.0, -8.0])
+    chunk = np.array([0, 0, 1, 1])
+    # a training row: its family on other types, outside its own chunk
+    shift = choices.family_efficiency(train, train, efficiency, chunk, chunk)
+    assert shift.tolist() == [-4.0, -4.0, -1.5, 0.0]
+    # a test row: its family on every other type; a family never seen gets none
+    test = pl.DataFrame({"family": ["a", "c"], "hardware_type": ["Y", "X"]})
+    assert choices.family_efficiency(train, test, efficiency, None, None).tolist() == [-2.5, 0.0]
+
+
+def test_a_carrier_put_first_is_what_the_history_prior_takes(choices):
+    from leap_serving.launch.features import FEATURE_COLUMNS, prior_log_q
+
+    X = np.full((1, len(FEATURE_COLUMNS)), np.nan)
+    X[0, FEATURE_COLUMNS.index("hist_hw_count")] = 0.0
+    for value, carrier in enumerate(choices.CARRIERS.values(), start=1):
+        X[0, FEATURE_COLUMNS.index(carrier)] = float(value)
+    assert prior_log_q(X)[0] == 1.0  # the shipped first carrier
+    for value, name in enumerate(choices.CARRIERS, start=1):
+        moved = choices.carrier_first(X, name)
+        assert prior_log_q(moved)[0] == float(value), name
+        assert sorted(moved[0][np.isfinite(moved[0])]) == sorted(X[0][np.isfinite(X[0])])
+    # the gap, appended, is the history's prior over the cost prior
+    X[0, FEATURE_COLUMNS.index("cost_log_q")] = 0.25
+    assert choices.with_gap(X)[0, -1] == 0.75
+
+
+def test_each_set_is_scored_under_the_choice_made_on_the_others(choices):
+    def rows(a: float, b: float) -> dict:
+        return {"s": {"c": {"a": {"w20": a, "mdape": 1.0}, "b": {"w20": b, "mdape": 1.0}}}}
+
+    scores = {"x": rows(50, 40), "y": rows(50, 45), "z": rows(30, 60)}
+    out = choices.choices_left_out(scores)["c"]
+    assert out["on all sets"] == "a"  # best on two of three rows
+    assert out["z"]["chosen on the other sets"] == "a"  # x and y prefer a; z's own lead is unseen
+    assert out["x"]["chosen on the other sets"] == "b"  # y and z split; b's shortfall is smaller
+    assert out["z"]["held set"]["s"] == {"a": {"w20": 30, "mdape": 1.0}}
+    assert out["x"]["held set"]["s"].keys() == {"a", "b"} and not out["x"]["agrees"]

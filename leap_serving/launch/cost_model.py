@@ -35,9 +35,6 @@ COST_FEATURES: tuple[str, ...] = (
     "cost_share_optimizer",
     "cost_wave_efficiency",
     "cost_log_intensity_over_ridge",
-    # what the launch's history says of its efficiency: the history's prior (``prior_log_q``)
-    # over the cost prior; set by feature extraction, which holds both
-    "cost_history_gap",
 )
 
 TILE = 128.0  # rows and columns of one output tile of a GPU matrix multiply
@@ -72,8 +69,7 @@ def step_costs(
     optimizer_known: np.ndarray,
     spec: dict[str, np.ndarray],
 ) -> dict[str, np.ndarray]:
-    """The prior's step time (s) per launch row and its components: ``COST_FEATURES`` but the
-    history gap.
+    """The prior's step time (s) per launch row and its components: ``COST_FEATURES``.
 
     ``arch`` maps ``ARCHITECTURE_SUMMARY_KEYS`` to arrays (NaN without a definition), ``spec``
     the ``HARDWARE_SPEC_COLUMNS`` of each row's type. Unknown parallel degrees are 1; an unknown

@@ -284,7 +284,6 @@ def feature_matrix(
     for name in HISTORY_FEATURES:
         values = history[name]
         f[name] = values.cast(pl.Float64).to_numpy() if isinstance(values, pl.Series) else values
-    f["cost_history_gap"] = _history_prior(f.__getitem__) - f["cost_log_q"]
     # one array of the columns, then rows: a third of column_stack's time for a ranking's rows
     matrix = np.ascontiguousarray(
         np.array([f[name] for name in FEATURE_COLUMNS], dtype=np.float64)
@@ -349,14 +348,15 @@ def roofline_log_q(X: np.ndarray) -> np.ndarray:
 
 
 # The prior a residual model corrects (``BinnedCascade(target="residual")``): the first
-# known of the family's own level on the type, its levels on its other types carried by memory
-# bandwidth, by the fleet's measured ratios and by peak compute, the model type's level on the
+# known of the family's own level on the type, its levels on its other types carried by the
+# fleet's measured ratios, by memory bandwidth and by peak compute, the model type's level on the
 # type and carried from its other types, and the family's level (a cold start's: its model
-# type's or the fleet's). Bandwidth first: on Lambda and Sia under leave-model-hardware-out it
-# was the best first carrier of the three (docs/results.md).
+# type's or the fleet's). The fleet's ratios first: chosen on Lambda, Sia and NeuSight's rows
+# together; leaving one set out chose another carrier for Lambda and Sia, so their figures for
+# the GBDT on this prior are in-sample for it (benchmarks/transfer_choices.py, docs/transfer.md).
 PRIOR_COLUMNS: tuple[str, ...] = (
-    "hist_xfer_bandwidth_log_q",
     "hist_xfer_fleet_log_q",
+    "hist_xfer_bandwidth_log_q",
     "hist_xfer_compute_log_q",
     "hist_mt_hw_mean_log_q",
     "hist_mt_xfer_fleet_log_q",
