@@ -113,8 +113,9 @@ def net_vote(regrets: dict, kind: str, clusters: np.ndarray) -> str:
 
 
 def sign_sequence(alpha: float) -> Rule:
-    """``choose_ranking`` (shipped at 5%) at another level: challengers in the fold's order,
-    each by an exact sign test over model types at ``alpha``, stopping at the first that fails."""
+    """``choose_ranking`` (shipped at ``ALPHA``, 20%) at another level: challengers in the
+    fold's order, each by an exact sign test over model types at ``alpha``, stopping at the
+    first that fails."""
     return lambda regrets, kind, clusters: choose_ranking(regrets, kind, clusters, alpha=alpha)
 
 

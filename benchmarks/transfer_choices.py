@@ -168,6 +168,8 @@ def run_set_split(name: str, split: str, profile: str, jobs: int) -> dict:
     attempts, specs = load_set(name)
     rows = with_family(attempts.filter(pl.col("throughput") > 0))
     masks = folds(rows, split)
+    if not masks:
+        raise ValueError(f"{name}: split={split!r} makes no fold here")
     parallel = joblib.Parallel(n_jobs=jobs)
     done = parallel(
         joblib.delayed(fold_variants)(rows, specs, split, mask, seed, profile)
@@ -211,7 +213,8 @@ def choices_left_out(scores: dict) -> dict:
             name: {
                 "chosen on the other sets": chosen.get(name),
                 "shipped": shipped,
-                "agrees": chosen.get(name) == shipped,
+                # None: no other set to choose on (one --sets)
+                "agrees": chosen[name] == shipped if name in chosen else None,
                 "held set": {
                     split: {
                         v: by_choice[choice][v]

@@ -288,7 +288,7 @@ def test_the_dask_client_reaches_a_tls_scheduler_with_the_certificate_only(tmp_p
 @pytest.fixture
 def outside_pytest_root():
     """A folder out of pytest's temporary root, which is mode 0700: under root, Postgres runs as
-    another user, which could not reach it (see ``service`` below)."""
+    another user, which could not reach it (see ``service`` in tests/test_service.py)."""
     root = Path(tempfile.mkdtemp(prefix="leap-postgres-test-"))
     yield root
     shutil.rmtree(root, ignore_errors=True)

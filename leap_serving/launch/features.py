@@ -352,8 +352,8 @@ def roofline_log_q(X: np.ndarray) -> np.ndarray:
 # fleet's measured ratios, by memory bandwidth and by peak compute, the model type's level on the
 # type and carried from its other types, and the family's level (a cold start's: its model
 # type's or the fleet's). The fleet's ratios first: chosen on Lambda, Sia and NeuSight's rows
-# together; leaving one set out chose another carrier for Lambda and Sia, so their figures for
-# the GBDT on this prior are in-sample for it (benchmarks/transfer_choices.py, docs/transfer.md).
+# together; leaving one set out chose bandwidth for NeuSight's rows, so its figures for the GBDT
+# on this prior are in-sample for it (benchmarks/transfer_choices.py, docs/transfer.md).
 PRIOR_COLUMNS: tuple[str, ...] = (
     "hist_xfer_fleet_log_q",
     "hist_xfer_bandwidth_log_q",
