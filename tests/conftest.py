@@ -68,8 +68,10 @@ def _no_leaked_definitions_state_storage():
     enters and never exits (a schedule context, ``instance_for_test`` in a thread) leaves it set,
     and once that instance is garbage-collected every later definitions load in the process fails
     with "Attempted to resolve undefined DagsterInstance weakref" (seen in CI, in whichever test
-    the collector happened to reach first). The private Dagster API behind it is wrapped in
-    ``leap_pipeline/orchestration/dagster_private.py``."""
+    the collector happened to reach first). The guard is not proof against the collector
+    itself: a leaked instance collected during the test puts back the storage it found, so
+    ``build_definitions`` resolves in a context of its own. The private Dagster API behind it is
+    wrapped in ``leap_pipeline/orchestration/dagster_private.py``."""
     from leap_pipeline.orchestration.dagster_private import own_definitions_state
 
     with own_definitions_state():

@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from leap_pipeline.orchestration import dagster_private
 from leap_pipeline.orchestration.dagster_private import (
@@ -73,3 +74,61 @@ def test_building_the_assets_warns_of_no_beta_parameter_and_leaves_no_filter():
         build_definitions(Calendar(first_day=dt.date(2026, 1, 1)))
     assert [str(w.message) for w in caught if issubclass(w.category, dg.BetaWarning)] == []
     assert list(warnings.filters) == before
+
+
+def test_a_leaked_instance_collected_mid_load_never_puts_a_dead_storage_back(tmp_path):
+    """Two instances entered and never exited, collected while definitions load: the collector
+    closes each one's suspended storage setter, which resets the context to the storage current
+    when it was entered (the older, dead one). Inside the bare guard that reset lands and a
+    later resolve fails (as CI did); in ``without_definitions_state``'s copy of the context it
+    is refused, and ``build_definitions`` returns definitions already resolved."""
+    import gc
+
+    from leap_pipeline.orchestration.calendar import Calendar
+    from leap_pipeline.orchestration.dagster_private import without_definitions_state
+    from leap_pipeline.orchestration.definitions import build_definitions
+
+    def leak(name: str) -> list[dg.DagsterInstance]:
+        """An instance entered and never exited, entered while an older instance's storage was
+        current; that older instance is exited and gone, so its storage's weakref is dead."""
+        (tmp_path / f"{name}-older").mkdir()
+        (tmp_path / f"{name}-leaked").mkdir()
+        older = dg.DagsterInstance.local_temp(str(tmp_path / f"{name}-older"))
+        leaked = dg.DagsterInstance.local_temp(str(tmp_path / f"{name}-leaked"))
+        older.__enter__()
+        leaked.__enter__()
+        older.__exit__(None, None, None)
+        del older
+        gc.collect()
+        return [leaked]
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        leaked = leak("copied")
+
+        def load() -> dg.Definitions:
+            leaked.clear()
+            gc.collect()
+            assert current_definitions_state() is None
+            return build_definitions(Calendar(first_day=dt.date(2026, 1, 1)))
+
+        definitions = without_definitions_state(load)
+
+        leaked = leak("guarded")
+        with own_definitions_state():
+            assert current_definitions_state() is None
+            leaked.clear()
+            gc.collect()
+            dead = current_definitions_state()
+            assert dead is not None  # the bare guard let the older storage back in
+            with pytest.raises(dg.DagsterInvariantViolationError, match="weakref"):
+                dead.get_latest_defs_state_info()
+            graph = definitions.resolve_asset_graph()  # resolved already: the storage is not read
+            upstream = graph.get_parent_partition_keys_for_child(
+                "2026-02-10", dg.AssetKey("feature_table"), dg.AssetKey("cascade_model")
+            )
+            assert len(upstream.partitions_subset.get_partition_keys()) == 31
+    finally:
+        if collecting:
+            gc.enable()

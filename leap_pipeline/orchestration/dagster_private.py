@@ -18,14 +18,27 @@ instance still sets it (the leak this guards against). If Dagster renames or mov
 fails at once (and so does importing this module); if Dagster stops leaking the storage, the
 test says so and ``own_definitions_state`` can go. dagster is pinned (pyproject.toml), so the
 test runs before any upgrade lands.
+
+Clearing the variable for a block is not enough on its own. A leaked instance keeps, in its
+exit stack, the suspended context manager that set its storage; when the collector reaches it,
+that manager's ``finally`` resets the variable to the value current when the instance was
+entered, in whatever context is running then: possibly an older instance's storage whose
+instance is already gone, in the middle of a block that had cleared it (CI failed so in a test
+that only built and resolved the definitions). ``without_definitions_state`` therefore runs its
+load in a copy of the context: a reset of a token made outside the copy is refused there, and
+Dagster then writes None, so nothing collected from before can put a storage back inside.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextvars
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from dagster._core.storage.defs_state.base import DefsStateStorage, set_defs_state_storage
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -35,6 +48,18 @@ def own_definitions_state() -> Iterator[None]:
     out."""
     with set_defs_state_storage(None):
         yield
+
+
+def without_definitions_state(load: Callable[[], T]) -> T:
+    """``load()``, run in a copy of the current context with no definitions-state storage: what
+    it builds, resolves or executes never reads a storage inherited from an instance, nor one a
+    collected leak restores while it runs (the module's docstring says how that happens)."""
+    return contextvars.copy_context().run(_with_no_storage, load)
+
+
+def _with_no_storage(load: Callable[[], T]) -> T:
+    with own_definitions_state():
+        return load()
 
 
 def current_definitions_state() -> DefsStateStorage | None:

@@ -11,7 +11,7 @@ import datetime as dt
 import dagster as dg
 
 from leap_pipeline.orchestration.calendar import Calendar
-from leap_pipeline.orchestration.dagster_private import own_definitions_state
+from leap_pipeline.orchestration.dagster_private import without_definitions_state
 from leap_pipeline.orchestration.data_assets import DATA_ASSET_KEYS, data_assets
 from leap_pipeline.orchestration.failure_alerts import run_failure_alerts
 from leap_pipeline.orchestration.liveness import PID_TAG, run_worker_alive
@@ -161,7 +161,20 @@ def run_executor(max_concurrent_steps: int) -> dg.ExecutorDefinition:
 
 
 def build_definitions(calendar: Calendar) -> dg.Definitions:
-    """The assets, jobs, schedule and resources over ``calendar``'s partitions."""
+    """The assets, jobs, schedule and resources over ``calendar``'s partitions, resolved here:
+    Dagster resolves definitions lazily, and a resolve reads the definitions-state storage of
+    whatever context it runs in (``dagster_private`` says how that fails); resolved in a context
+    of its own, the repository is cached before any caller touches it."""
+
+    def resolved() -> dg.Definitions:
+        definitions = _definitions(calendar)
+        definitions.get_repository_def()
+        return definitions
+
+    return without_definitions_state(resolved)
+
+
+def _definitions(calendar: Calendar) -> dg.Definitions:
     partitions = calendar.partitions()
     data = data_assets(partitions)
     models = model_assets(partitions)
@@ -250,8 +263,7 @@ def installed_job(name: str) -> dg.JobDefinition:
     """The job ``name`` over the installation's calendar: what a run in processes of its own
     rebuilds by name (``dg.build_reconstructable_job(__name__, "installed_job", (name,))``), so
     it executes with the definitions' executor, the multiprocess one included."""
-    with own_definitions_state():
-        return build_definitions(Calendar.load()).resolve_job_def(name)
+    return build_definitions(Calendar.load()).resolve_job_def(name)
 
 
 def materialize_days(
@@ -270,6 +282,5 @@ def materialize_days(
     if first < calendar.first_day:
         calendar = calendar.with_first_day(first)
     calendar.check_days(first, last)
-    with own_definitions_state():
-        job = build_definitions(calendar).resolve_job_def(job_name)
+    job = build_definitions(calendar).resolve_job_def(job_name)
     return run_days(job, first, last, **options)

@@ -11,10 +11,11 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import dagster as dg
 
-from leap_pipeline.orchestration.dagster_private import own_definitions_state
+from leap_pipeline.orchestration.dagster_private import without_definitions_state
 from leap_pipeline.orchestration.instance import dagster_instance
 
 
@@ -54,30 +55,32 @@ def run_days(
     ``training`` sets fields of the training resource (profile, promote, gate_floor, ...).
     ``definitions.materialize_days`` runs the project's jobs by name through it.
     """
-    with signal_handlers_kept(), own_definitions_state():
-        return job.execute_in_process(
-            instance=dagster_instance(),
-            tags={
-                "dagster/asset_partition_range_start": first.isoformat(),
-                "dagster/asset_partition_range_end": last.isoformat(),
+    run = partial(
+        job.execute_in_process,
+        instance=dagster_instance(),
+        tags={
+            "dagster/asset_partition_range_start": first.isoformat(),
+            "dagster/asset_partition_range_end": last.isoformat(),
+        },
+        run_config={
+            # only what the caller set: an empty field in run config would replace the
+            # value the definitions gave the resource (the calendar's source, say)
+            "resources": {
+                name: {"config": config}
+                for name, config in (
+                    ("source", {"uri": source} if source else {}),
+                    ("warehouse", {"path": warehouse} if warehouse else {}),
+                    ("mlflow_tracking", {"store": mlflow_store} if mlflow_store else {}),
+                    ("training", dict(training or {})),
+                )
+                if config
             },
-            run_config={
-                # only what the caller set: an empty field in run config would replace the
-                # value the definitions gave the resource (the calendar's source, say)
-                "resources": {
-                    name: {"config": config}
-                    for name, config in (
-                        ("source", {"uri": source} if source else {}),
-                        ("warehouse", {"path": warehouse} if warehouse else {}),
-                        ("mlflow_tracking", {"store": mlflow_store} if mlflow_store else {}),
-                        ("training", dict(training or {})),
-                    )
-                    if config
-                },
-                "loggers": {"console": {"config": {"log_level": log_level}}},
-            },
-            raise_on_error=raise_on_error,
-        )
+            "loggers": {"console": {"config": {"log_level": log_level}}},
+        },
+        raise_on_error=raise_on_error,
+    )
+    with signal_handlers_kept():
+        return without_definitions_state(run)
 
 
 def land_days(first: dt.date, last: dt.date, source: str, warehouse: str) -> None:
@@ -92,20 +95,22 @@ def land_days(first: dt.date, last: dt.date, source: str, warehouse: str) -> Non
     calendar.check_days(first, last)
     # no definitions-state storage inherited from an instance since collected
     # (``dagster_private``): a report's second landing in one process failed on it in a test
-    with signal_handlers_kept(), own_definitions_state():
-        dg.materialize(
-            data_assets(calendar.partitions()),
-            instance=dagster_instance(),
-            resources={
-                "source": SourceResource(uri=source),
-                "warehouse": WarehouseResource(path=warehouse),
-            },
-            tags={
-                "dagster/asset_partition_range_start": first.isoformat(),
-                "dagster/asset_partition_range_end": last.isoformat(),
-            },
-            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-        )
+    land = partial(
+        dg.materialize,
+        data_assets(calendar.partitions()),
+        instance=dagster_instance(),
+        resources={
+            "source": SourceResource(uri=source),
+            "warehouse": WarehouseResource(path=warehouse),
+        },
+        tags={
+            "dagster/asset_partition_range_start": first.isoformat(),
+            "dagster/asset_partition_range_end": last.isoformat(),
+        },
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )
+    with signal_handlers_kept():
+        without_definitions_state(land)
 
 
 def night_record(result: dg.ExecuteInProcessResult, asset: str, day: dt.date) -> dict:
