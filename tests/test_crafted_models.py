@@ -20,7 +20,7 @@ import pytest
 from benchmark_scripts import load_benchmark
 
 from leap_pipeline.simulation import SimulatedFleet
-from leap_serving.launch.features import FEATURE_COLUMNS
+from leap_serving.launch.features import FEATURE_COLUMNS, PRIOR_COLUMNS
 from leap_serving.launch.snapshot import SNAPSHOT_SCHEMA
 from leap_serving.model.cascade import BinnedCascade
 from leap_serving.model.profiles import profile_params
@@ -303,6 +303,7 @@ def _other_cases(base: dict[str, bytes]) -> list[tuple[str, str, bytes, str]]:
     specs = pl.read_parquet(io.BytesIO(base["hardware_specs.parquet"]))
     snapshot = pl.read_parquet(io.BytesIO(base["history_snapshot.parquet"]))
     other_features = {**metadata, "feature_columns": list(reversed(FEATURE_COLUMNS))}
+    other_prior = {**metadata, "prior_columns": list(reversed(PRIOR_COLUMNS))}
     return [
         (
             "metadata nested 100,000 deep",
@@ -316,6 +317,12 @@ def _other_cases(base: dict[str, bytes]) -> list[tuple[str, str, bytes, str]]:
             "metadata.json",
             json.dumps(other_features).encode(),
             "feature_columns",
+        ),
+        (
+            "another history-prior order",
+            "metadata.json",
+            json.dumps(other_prior).encode(),
+            "prior_columns",
         ),
         (
             "a negative price",
@@ -391,7 +398,8 @@ def answers(tmp_path_factory) -> dict[str, tuple[dict, str]]:
 LABELS = [c[0] for c in CASCADE_CASES] + [
     "the file cut short", "JSON nested 100,000 deep", "an integer of 5,000 digits",
     "not JSON at all", "metadata nested 100,000 deep", "metadata that is a list",
-    "another feature list", "a negative price", "a hardware type twice", "a price as text",
+    "another feature list", "another history-prior order", "a negative price",
+    "a hardware type twice", "a price as text",
     "a snapshot count as text", "a history level of 1e300", "a snapshot that is not Parquet",
     "a classifier in a one-bin model", "an empty spec table",
 ]  # fmt: skip

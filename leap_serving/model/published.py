@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from ..launch.contract import schema
-from ..launch.features import FEATURE_COLUMNS, launch_matrix
+from ..launch.features import FEATURE_COLUMNS, PRIOR_COLUMNS, launch_matrix
 from ..launch.history import HistoryIndex
 from ..launch.snapshot import SNAPSHOT_SCHEMA
 from ..launch.specs import SpecTable
@@ -120,6 +120,7 @@ class LeapModel:
             self.hardware_specs.write_parquet(paths["hardware_specs"])
             metadata = {
                 "feature_columns": list(FEATURE_COLUMNS),
+                "prior_columns": list(PRIOR_COLUMNS),
                 "code_version": code_version(),
                 "package_versions": package_versions(),
                 **self.metadata,
@@ -190,7 +191,8 @@ class LeapModel:
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
-    """``metadata.json``: a JSON object whose feature list is this code's."""
+    """``metadata.json``: a JSON object whose feature list and history-prior order are this
+    code's."""
     try:
         metadata = json.loads(Path(path).read_text())
     except (OSError, ValueError, RecursionError) as exc:
@@ -202,6 +204,16 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
             f"{path}: feature_columns: the model was trained on another feature list than this "
             f"code extracts (artifact code version {metadata.get('code_version')!r:.40}, this "
             f"{code_version()})"
+        )
+    # the order the history prior is read in: a residual model predicts prior + correction, so
+    # another order gives it another prior and wrong predictions without an error. A model that
+    # records none was saved before the record, under this feature list, which came with this
+    # order (the two changed together)
+    if metadata.get("prior_columns", list(PRIOR_COLUMNS)) != list(PRIOR_COLUMNS):
+        raise ModelArtifactError(
+            f"{path}: prior_columns: the model reads its history prior in another order than "
+            f"this code ({metadata.get('prior_columns')!r:.200}); retrain it (one night), or "
+            f"serve it with the code it was trained by ({metadata.get('code_version')!r:.40})"
         )
     return metadata
 
