@@ -108,24 +108,23 @@ def decision_regrets(
     evaluated on the table of decisions."""
     by = list(keys)
     decisions = _regret_columns(_decisions(table, by), by)
+    group, first_row, n_groups = _groups(decisions, by)
     out: dict[str, dict[str, np.ndarray]] = {}
     for name, by_kind in (scores or candidate_scores(predictors)).items():
         out[name] = {}
         for kind, score in by_kind.items():
-            scored = decisions.with_columns(_s=score.fill_nan(None))
-            per_decision = scored.group_by(by, maintain_order=True).agg(
-                pl.when(pl.col("_s").is_not_null().any())
-                .then(
-                    pl.col(kind)
-                    .sort_by("_s", descending=True, nulls_last=True, maintain_order=True)
-                    .first()
-                )
-                .otherwise(pl.col(kind).fill_nan(None).mean())  # over the types it can price
-                .alias("regret")
+            value = decisions[kind].cast(pl.Float64).to_numpy()
+            own = _scored(decisions, score)
+            scores_any = np.bincount(group, ~np.isnan(own), n_groups) > 0
+            # its best-scored type; a decision it scores no type of: a random pick's mean regret
+            pick = _first_best(own, np.ones(len(own), dtype=bool), group, n_groups)
+            out[name][kind] = np.where(
+                scores_any,
+                value[np.where(pick < 0, first_row, pick)],
+                _group_nanmean(value, group, n_groups),
             )
-            out[name][kind] = per_decision["regret"].to_numpy()
-    models = decisions.group_by(by, maintain_order=True).agg(_model=pl.col("model_type").first())
-    return out, models["_model"].to_numpy()
+    models = decisions["model_type"].to_numpy()[first_row]
+    return out, models
 
 
 def fallback_regrets(
@@ -145,46 +144,99 @@ def fallback_regrets(
 
     This is what a published decision is, whole: a rule alone cannot say where an unpriced
     type goes, so the decision names who places it, and is scored as it is named."""
-    scores = candidate_scores(predictors)
     if fallback == LAST:
+        scores = candidate_scores(predictors)
         regrets, _ = decision_regrets(table, predictors, keys, {ranking: scores[ranking]})
         return regrets[ranking]
+    return fallback_regrets_of(table, predictors, [(ranking, fallback)], keys)[ranking, fallback]
+
+
+def fallback_regrets_of(
+    table: pl.DataFrame,
+    predictors: list[str],
+    pairs: Sequence[tuple[str, str]],
+    keys: Sequence[str] = CONFIG,
+) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """``fallback_regrets`` for each (ranking, fallback) of ``pairs`` (no ``LAST``), on arrays:
+    a selection scores every candidate under every fallback on every validation fold, and a
+    Polars aggregation per pair took most of a fold's time on its few dozen decisions."""
+    scores = candidate_scores(predictors)
     by = list(keys)
     decisions = _regret_columns(_decisions(table, by), by)
-    out: dict[str, np.ndarray] = {}
+    group, first_row, n_groups = _groups(decisions, by)
+    names = sorted({name for pair in pairs for name in pair})
+    out: dict[tuple[str, str], dict[str, np.ndarray]] = {pair: {} for pair in pairs}
     for kind in KINDS:
-        own, placed = scores[ranking][kind], scores[fallback][kind]
-        scored = decisions.with_columns(_s=own.fill_nan(None), _f=placed.fill_nan(None))
-        unscored = pl.col("_s").is_null()
-        per_decision = scored.group_by(by, maintain_order=True).agg(
-            scores_any=pl.col("_s").is_not_null().any(),
-            pick=_by_own_score(kind).first(),
-            pick_placed=_by_own_score("_f").first(),
-            rest=pl.col(kind)
-            .filter(unscored)
-            .sort_by(
-                pl.col("_f").filter(unscored), descending=True, nulls_last=True, maintain_order=True
+        value = decisions[kind].cast(pl.Float64).to_numpy()
+        score = {name: _scored(decisions, scores[name][kind]) for name in names}
+        random = _group_nanmean(value, group, n_groups)
+        for ranking, fallback in pairs:
+            own, placed = score[ranking], score[fallback]
+            unscored = np.isnan(own)
+            scores_any = np.bincount(group, ~unscored, n_groups) > 0
+            # the ranking's pick: its best-scored type (the decision's first when it scores none)
+            pick = _first_best(own, np.ones_like(unscored), group, n_groups)
+            pick = np.where(pick < 0, first_row, pick)
+            # the fallback's best of the types the ranking cannot score
+            rest = _first_best(placed, unscored, group, n_groups)
+            has_rest = rest >= 0
+            rest_row = np.where(has_rest, rest, 0)
+            rest_placed = np.where(has_rest, placed[rest_row], np.nan)
+            with np.errstate(invalid="ignore"):
+                rest_wins = scores_any & (rest_placed > placed[pick])
+            regret = np.where(
+                rest_wins | (~scores_any & ~np.isnan(rest_placed)),
+                np.where(has_rest, value[rest_row], np.nan),
+                np.where(scores_any, value[pick], random),
             )
-            .first(),
-            rest_placed=pl.col("_f").filter(unscored).max(),
-            random=pl.col(kind).fill_nan(None).mean(),
-        )
-        regret = (
-            pl.when(pl.col("scores_any") & (pl.col("rest_placed") > pl.col("pick_placed")))
-            .then(pl.col("rest"))
-            .when(pl.col("scores_any"))
-            .then(pl.col("pick"))
-            .when(pl.col("rest_placed").is_not_null())
-            .then(pl.col("rest"))
-            .otherwise(pl.col("random"))
-        )
-        out[kind] = per_decision.select(regret.alias("regret"))["regret"].to_numpy()
+            out[ranking, fallback][kind] = regret
     return out
 
 
-def _by_own_score(column: str) -> pl.Expr:
-    """``column`` in the order the ranking's own score ``_s`` puts a decision's types."""
-    return pl.col(column).sort_by("_s", descending=True, nulls_last=True, maintain_order=True)
+def _groups(decisions: pl.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each row's decision (numbered in the order decisions first appear), each decision's
+    first row, and the number of decisions."""
+    groups = decisions.with_row_index("_row").group_by(by, maintain_order=True).agg("_row")
+    group = np.empty(decisions.height, dtype=np.int64)
+    for number, rows in enumerate(groups["_row"].to_list()):
+        group[rows] = number
+    first_row = np.full(groups.height, decisions.height)
+    np.minimum.at(first_row, group, np.arange(decisions.height))
+    return group, first_row, groups.height
+
+
+def _scored(decisions: pl.DataFrame, score: pl.Expr) -> np.ndarray:
+    """A candidate's score of each row (NaN where it gives none)."""
+    return decisions.select(score.fill_nan(None).cast(pl.Float64)).to_series().to_numpy()
+
+
+def _first_best(
+    score: np.ndarray, among: np.ndarray, group: np.ndarray, n_groups: int
+) -> np.ndarray:
+    """Per group, the row of the highest ``score`` among the rows ``among`` (the first such
+    row on a tie; the first of them when none is scored, as a stable sort with unscored last
+    puts them), or -1 where the group has no row ``among``."""
+    if len(score) == 0:
+        return np.full(n_groups, -1)
+    rows = np.arange(len(score))
+    unscored = np.isnan(score)
+    order = np.lexsort((rows, -np.where(unscored, 0.0, score), unscored, ~among, group))
+    sorted_group = group[order]
+    starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
+    best = np.full(n_groups, -1)
+    first = order[starts]
+    kept = among[first]
+    best[sorted_group[starts][kept]] = first[kept]
+    return best
+
+
+def _group_nanmean(value: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group, the mean of the non-NaN ``value``s (NaN where there is none)."""
+    known = ~np.isnan(value)
+    total = np.bincount(group, np.where(known, value, 0.0), n_groups)
+    count = np.bincount(group, known, n_groups)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / count, np.nan)
 
 
 def _regret_columns(decisions: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -213,15 +265,13 @@ def decision_coverage(
     no peak or price) ranks the types it cannot estimate last."""
     by = list(keys)
     decisions = _decisions(table, by)
+    group, _, n_groups = _groups(decisions, by)
     out: dict[str, dict[str, np.ndarray]] = {}
     for name, by_kind in (scores or candidate_scores(predictors)).items():
         out[name] = {}
         for kind, score in by_kind.items():
-            scored = decisions.with_columns(_s=score.fill_nan(None))
-            per_decision = scored.group_by(by, maintain_order=True).agg(
-                pl.col("_s").is_not_null().all().alias("covered")
-            )
-            out[name][kind] = per_decision["covered"].to_numpy().astype(bool)
+            unscored = np.isnan(_scored(decisions, score))
+            out[name][kind] = np.bincount(group, unscored, n_groups) == 0
     return out
 
 

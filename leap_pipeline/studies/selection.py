@@ -24,6 +24,7 @@ from leap_pipeline.studies.decisions import (
     decision_coverage,
     decision_regrets,
     fallback_regrets,
+    fallback_regrets_of,
 )
 
 # the rule each decision kind starts from: a challenger must beat it on validation decisions
@@ -129,18 +130,22 @@ def placed_regrets(
     fallback, is its own regret under it, computed once."""
     plain, _ = decision_regrets(table, predictors)
     coverage = decision_coverage(table, predictors)
-    out: dict[str, dict[str, dict[str, np.ndarray]]] = {}
-    for name in candidates:
-        out[name] = {LAST: plain[name]}
-        whole = all(coverage[name][kind].all() for kind in KINDS)
-        for fallback in fallbacks:
-            if fallback == LAST:
-                continue
-            # a candidate placing what it cannot score by itself still ranks it last
-            alone = whole or fallback == name
-            out[name][fallback] = (
-                plain[name] if alone else fallback_regrets(table, predictors, name, fallback)
-            )
+    # a candidate that scores every type, or places by itself, ranks the rest last: its own
+    whole = {name: all(coverage[name][kind].all() for kind in KINDS) for name in candidates}
+    pairs = [
+        (name, fallback)
+        for name in candidates
+        for fallback in fallbacks
+        if fallback != LAST and not (whole[name] or fallback == name)
+    ]
+    placed = fallback_regrets_of(table, predictors, pairs) if pairs else {}
+    out: dict[str, dict[str, dict[str, np.ndarray]]] = {
+        name: {
+            fallback: placed.get((name, fallback), plain[name])
+            for fallback in (LAST, *(f for f in fallbacks if f != LAST))
+        }
+        for name in candidates
+    }
     return out, {name: coverage[name] for name in candidates}
 
 
