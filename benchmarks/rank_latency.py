@@ -127,15 +127,16 @@ def paper_model(scale: float, cascade: str) -> Path:
     from leap_pipeline.modeling.selection import fit_models, training_window
     from leap_pipeline.orchestration.definitions import materialize_days
     from leap_pipeline.simulation import SPAN_START
-    from leap_serving.launch.features import FEATURE_COLUMNS
+    from leap_serving.launch.features import FEATURE_COLUMNS, PRIOR_COLUMNS
     from leap_serving.model.cascade import BinnedCascade
     from leap_serving.model.profiles import PAPER_CASCADE, profile_params
 
     root = Path("data") / "bench-models" / f"paper-{scale}" / cascade
     settings = {"paper": PAPER_CASCADE, "single": {"n_bins": 1}}.get(cascade, {})
     night = root / "night"
-    # the cache holds while the features and the paper profile's cascade are what the code has
-    key = {"feature_columns": list(FEATURE_COLUMNS),
+    # the cache holds while the features, the history prior's order and the paper profile's
+    # cascade are what the code has (a model recording another of the first two is refused)
+    key = {"feature_columns": list(FEATURE_COLUMNS), "prior_columns": list(PRIOR_COLUMNS),
            "cascade": BinnedCascade(**profile_params("paper") | settings).get_params(),
            "ships": ["intervals"]}  # fmt: skip
     stamp = root / "key.json"

@@ -29,6 +29,37 @@ SMALL_DEMO_DAYS = 10
 SMALL_DEMO = ("demo", "--scale", "0.02", "--days", str(SMALL_DEMO_DAYS), "--nights", "1")
 
 
+# the modules whose tests take the ``small_demo`` fixture: under the README's
+# ``pytest -n auto --dist loadscope`` they run on one worker (``pytest_xdist_make_scheduler``),
+# so the session's demo is run once, not once per worker that draws one of them (about 30 s
+# each). tests/test_layout.py checks the list against the tests that take the fixture
+SHARE_THE_SMALL_DEMO = ("tests/test_backup.py", "tests/test_nightly.py", "tests/test_ui.py")
+
+
+@pytest.hookimpl(optionalhook=True)  # CI's SkyPilot environment has no pytest-xdist
+def pytest_xdist_make_scheduler(config, log):
+    """loadscope's scheduling, with ``SHARE_THE_SMALL_DEMO``'s modules one scope."""
+    if config.getoption("dist", None) != "loadscope":
+        return None
+    return small_demo_scheduling()(config, log)
+
+
+def small_demo_scheduling() -> type:
+    """xdist's loadscope scheduling with ``SHARE_THE_SMALL_DEMO``'s modules one scope. It
+    overrides ``LoadScopeScheduling._split_scope``, xdist's own method rather than its public
+    API: pytest-xdist is pinned (constraints.txt), and tests/test_layout.py fails if the
+    override stops grouping the modules."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SmallDemoOnce(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.split("::", 1)[0] in SHARE_THE_SMALL_DEMO:
+                return "the small demo's modules"
+            return super()._split_scope(nodeid)
+
+    return SmallDemoOnce
+
+
 @dataclass(frozen=True)
 class SmallDemo:
     """A folder ``leap demo`` (``SMALL_DEMO``) made, the command (without ``--json``) and what
@@ -70,8 +101,10 @@ def _no_leaked_definitions_state_storage():
     with "Attempted to resolve undefined DagsterInstance weakref" (seen in CI, in whichever test
     the collector happened to reach first). The guard is not proof against the collector
     itself: a leaked instance collected during the test puts back the storage it found, so
-    ``build_definitions`` resolves in a context of its own. The private Dagster API behind it is
-    wrapped in ``leap_pipeline/orchestration/dagster_private.py``."""
+    ``build_definitions``, ``run_days`` and ``land_days`` resolve and run in a context of their
+    own (``without_definitions_state``), as must a test that resolves definitions itself. The
+    private Dagster API behind it is wrapped in ``leap_pipeline/orchestration/dagster_private.py``.
+    """
     from leap_pipeline.orchestration.dagster_private import own_definitions_state
 
     with own_definitions_state():

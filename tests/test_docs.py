@@ -171,25 +171,39 @@ def test_every_leap_command_the_docs_show_answers_help(path):
 
 
 # every script's ``--help``, in one interpreter: each script was a process of its own (25 of
-# them, 39 s on both cores, nearly all of it importing the same libraries 25 times). Each still
-# runs as ``python SCRIPT --help`` runs it: as ``__main__``, its own folder first on sys.path,
-# argv[0] its path; the exit code and what it printed are kept per script
+# them, nearly all the time importing the same libraries 25 times). Each still runs as
+# ``python SCRIPT --help`` runs it: as ``__main__``, its own folder first on sys.path, argv[0]
+# its path. What one script leaves is undone before the next: the environment, sys.path, and
+# every module imported from the scripts' folders (a sibling module must be found by the
+# script that needs it, not left by another); the libraries stay imported. Its exit code, and
+# its exit message or error with what it wrote to stderr, are kept per script
 HELP_ALL = """
-import contextlib, io, json, runpy, sys
+import contextlib, io, json, os, runpy, sys
+folders = ("benchmarks", "scripts")
 answers = {}
 for script in sys.argv[1:]:
     out, err = io.StringIO(), io.StringIO()
-    sys.argv, path = [script, "--help"], list(sys.path)
-    sys.path.insert(0, script.rsplit("/", 1)[0])
+    environment, path = dict(os.environ), list(sys.path)
+    sys.argv = [script, "--help"]
+    sys.path.insert(0, os.path.abspath(os.path.dirname(script)))
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             runpy.run_path(script, run_name="__main__")
         code = 0
     except SystemExit as exit:
         code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+        if not isinstance(exit.code, int) and exit.code is not None:
+            err.write(str(exit.code))
     except BaseException as error:
-        code, err = 1, io.StringIO(repr(error))
+        code = 1
+        err.write(repr(error))
+    os.environ.clear()
+    os.environ.update(environment)
     sys.path[:] = path
+    for name, module in list(sys.modules.items()):
+        where = os.path.relpath(getattr(module, "__file__", None) or "/", os.getcwd())
+        if where.split(os.sep)[0] in folders:
+            del sys.modules[name]
     answers[script] = [code, err.getvalue()[-1000:]]
 print(json.dumps(answers))
 """

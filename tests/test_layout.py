@@ -115,3 +115,27 @@ def test_the_docs_hold_current_results_and_no_work_history():
         if pattern.search(doc.read_text())
     }
     assert found == {}
+
+
+def test_the_modules_run_on_the_small_demo_s_worker_are_those_that_take_it():
+    """``conftest.SHARE_THE_SMALL_DEMO`` (one xdist scope, so the demo runs once a session)
+    names every test module with a test or fixture taking ``small_demo``, and no other."""
+    import ast
+
+    from conftest import SHARE_THE_SMALL_DEMO, small_demo_scheduling
+
+    takers = sorted(
+        f"tests/{path.name}"
+        for path in (PROJECT / "tests").glob("test_*.py")
+        if any(
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and "small_demo" in {a.arg for a in node.args.args + node.args.kwonlyargs}
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
+    assert takers == sorted(SHARE_THE_SMALL_DEMO)
+    scheduling = small_demo_scheduling()
+    split = scheduling._split_scope.__get__(object.__new__(scheduling))
+    scopes = {split(f"{module}::test_x[a::b]") for module in SHARE_THE_SMALL_DEMO}
+    assert len(scopes) == 1  # one scope: one worker runs them all
+    assert split("tests/test_layout.py::test_x") == "tests/test_layout.py"  # the others: theirs

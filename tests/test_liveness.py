@@ -6,6 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from leap_pipeline.orchestration.dagster_private import without_definitions_state
 from leap_pipeline.orchestration.liveness import (
     PID_TAG,
     process_identity,
@@ -32,7 +33,9 @@ def multiprocess_job() -> dg.JobDefinition:
     executor = dg.multiprocess_executor.configured({"max_concurrent": 2})
     job = dg.define_asset_job("two_steps", selection=[first_step, second_step],
                               executor_def=executor)  # fmt: skip
-    return dg.Definitions(assets=[first_step, second_step], jobs=[job]).resolve_job_def("two_steps")
+    definitions = dg.Definitions(assets=[first_step, second_step], jobs=[job])
+    # resolved where no collected instance can put a dead storage back (``dagster_private``)
+    return without_definitions_state(lambda: definitions.resolve_job_def("two_steps"))
 
 
 def test_under_the_multiprocess_executor_the_tag_names_the_worker_not_a_step_process(monkeypatch):
@@ -55,7 +58,9 @@ def test_under_the_multiprocess_executor_the_tag_names_the_worker_not_a_step_pro
 
 def test_in_process_the_tag_names_the_process_itself():
     with dg.instance_for_test() as instance:
-        result = dg.materialize([first_step, second_step], instance=instance)
+        result = without_definitions_state(
+            lambda: dg.materialize([first_step, second_step], instance=instance)
+        )
         run = instance.get_run_by_id(result.run_id)
     assert run.tags[PID_TAG] == worker_tag(run.run_id, os.getpid())
 

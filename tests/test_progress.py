@@ -8,6 +8,7 @@ import pytest
 
 from leap_pipeline.modeling import progress as progress_module
 from leap_pipeline.modeling.progress import LOGGER_NAME, Progress, TerminalLine
+from leap_pipeline.orchestration.dagster_private import without_definitions_state
 from leap_serving.model.cascade import BinnedCascade
 from leap_serving.model.fitting import cascade_units
 from leap_serving.model.profiles import profile_params
@@ -119,7 +120,7 @@ def test_steps_from_a_watching_thread_reach_the_dagster_run_log():
         thread.join()
 
     instance = dg.DagsterInstance.ephemeral(settings={"python_logs": config["python_logs"]})
-    result = dg.materialize([watched_fit], instance=instance)
+    result = without_definitions_state(lambda: dg.materialize([watched_fit], instance=instance))
     messages = [e.user_message for e in instance.all_logs(result.run_id)]
     assert any(m.startswith("night | main thread step |") for m in messages)
     assert any(m.startswith("night | watching thread step |") for m in messages)

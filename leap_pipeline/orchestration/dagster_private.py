@@ -16,8 +16,8 @@ the import, its one ``storage`` parameter, that it is a context manager that set
 ``DefsStateStorage.get()`` returns and restores the previous one on exit, and that entering an
 instance still sets it (the leak this guards against). If Dagster renames or moves it, that test
 fails at once (and so does importing this module); if Dagster stops leaking the storage, the
-test says so and ``own_definitions_state`` can go. dagster is pinned (pyproject.toml), so the
-test runs before any upgrade lands.
+test says so and ``own_definitions_state`` and ``without_definitions_state`` can go. dagster is
+pinned (pyproject.toml), so the test runs before any upgrade lands.
 
 Clearing the variable for a block is not enough on its own. A leaked instance keeps, in its
 exit stack, the suspended context manager that set its storage; when the collector reaches it,

@@ -110,18 +110,17 @@ def decision_regrets(
     decisions = _regret_columns(_decisions(table, by), by)
     group, first_row, n_groups = _groups(decisions, by)
     out: dict[str, dict[str, np.ndarray]] = {}
+    value = {kind: decisions[kind].cast(pl.Float64).to_numpy() for kind in KINDS}
+    random = {kind: _group_nanmean(value[kind], group, n_groups) for kind in KINDS}
     for name, by_kind in (scores or candidate_scores(predictors)).items():
         out[name] = {}
         for kind, score in by_kind.items():
-            value = decisions[kind].cast(pl.Float64).to_numpy()
             own = _scored(decisions, score)
             scores_any = np.bincount(group, ~np.isnan(own), n_groups) > 0
             # its best-scored type; a decision it scores no type of: a random pick's mean regret
             pick = _first_best(own, np.ones(len(own), dtype=bool), group, n_groups)
             out[name][kind] = np.where(
-                scores_any,
-                value[np.where(pick < 0, first_row, pick)],
-                _group_nanmean(value, group, n_groups),
+                scores_any, value[kind][np.where(pick < 0, first_row, pick)], random[kind]
             )
     models = decisions["model_type"].to_numpy()[first_row]
     return out, models
