@@ -33,7 +33,12 @@ SMALL_DEMO = ("demo", "--scale", "0.02", "--days", str(SMALL_DEMO_DAYS), "--nigh
 # ``pytest -n auto --dist loadscope`` they run on one worker (``pytest_xdist_make_scheduler``),
 # so the session's demo is run once, not once per worker that draws one of them (about 30 s
 # each). tests/test_layout.py checks the list against the tests that take the fixture
-SHARE_THE_SMALL_DEMO = ("tests/test_backup.py", "tests/test_nightly.py", "tests/test_ui.py")
+SHARE_THE_SMALL_DEMO = (
+    "tests/test_backup.py",
+    "tests/test_nightly.py",
+    "tests/test_plan.py",
+    "tests/test_ui.py",
+)
 
 
 @pytest.hookimpl(optionalhook=True)  # CI's SkyPilot environment has no pytest-xdist

@@ -118,6 +118,7 @@ def _add_rank_flags(ranking: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from leap_pipeline.app import commands as command
+    from leap_pipeline.app.plan import add_plan_parser
     from leap_pipeline.studies.splits import SPLITS
     from leap_serving.http.config import add_listener_flags
 
@@ -294,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="after installing a new release: migrate the MLflow and Dagster databases first",
     )
     up.set_defaults(handler=command.service)
+
+    add_plan_parser(commands)
 
     paper = commands.add_parser("report", help="the paper's evaluation and routing value")
     paper.add_argument(

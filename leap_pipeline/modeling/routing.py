@@ -46,10 +46,26 @@ class PolicyOutcome:
     slow_share: float  # jobs whose run took > SLOW_FACTOR x their fastest candidate's (true)
 
 
-def capacities(placements: pl.DataFrame, min_devices: float = 8.0) -> dict[str, float]:
-    """Devices per type: the peak concurrent use of ``placements`` (``hardware_type``,
-    ``start_s``, ``end_s``, ``devices``) with headroom, and at least ``min_devices``."""
-    capacity = {}
+PLACEMENT_SCHEMA = pl.Schema(
+    {
+        "attempt_id": pl.String,
+        "hardware_type": pl.String,
+        "arrival_s": pl.Float64,
+        "start_s": pl.Float64,
+        "duration_s": pl.Float64,
+        "devices": pl.Float64,
+        "cost_usd": pl.Float64,
+        "listed_first": pl.Boolean,
+        "fallback": pl.Boolean,
+        "slow": pl.Boolean,
+    }
+)
+
+
+def peak_devices(placements: pl.DataFrame) -> dict[str, float]:
+    """Per type, the most devices ``placements`` (``hardware_type``, ``start_s``, ``end_s``,
+    ``devices``) held at once: a run ending when another starts frees its devices first."""
+    peak_by_type = {}
     for (hardware_type,), part in placements.group_by("hardware_type"):
         events = sorted(
             [(s, d) for s, d in zip(part["start_s"], part["devices"], strict=True)]
@@ -60,8 +76,17 @@ def capacities(placements: pl.DataFrame, min_devices: float = 8.0) -> dict[str, 
         for _, change in events:
             used += change
             peak = max(peak, used)
-        capacity[hardware_type] = math.ceil(peak * CAPACITY_HEADROOM) + min_devices
-    return capacity
+        peak_by_type[hardware_type] = peak
+    return peak_by_type
+
+
+def capacities(placements: pl.DataFrame, min_devices: float = 8.0) -> dict[str, float]:
+    """Devices per type: the peak concurrent use of ``placements`` (``hardware_type``,
+    ``start_s``, ``end_s``, ``devices``) with headroom, and at least ``min_devices``."""
+    return {
+        hardware_type: math.ceil(peak * CAPACITY_HEADROOM) + min_devices
+        for hardware_type, peak in peak_devices(placements).items()
+    }
 
 
 def simulate(
@@ -75,6 +100,32 @@ def simulate(
     ``options`` has one row per (attempt, candidate type): ``duration_s``, ``devices`` and
     ``cost_usd`` of the job's fixed work there, from the oracle.
     """
+    return outcome(place(jobs, options, preferences, capacity))
+
+
+def outcome(placements: pl.DataFrame) -> PolicyOutcome:
+    """What a replay's ``placements`` (``place``) cost and how they ran."""
+    n = max(placements.height, 1)
+    return PolicyOutcome(
+        float(placements["cost_usd"].sum()),
+        float((placements["devices"] * placements["duration_s"]).sum() / 3600.0),
+        float((placements["start_s"] - placements["arrival_s"]).sum() / n),
+        float(placements["listed_first"].sum() / n),
+        float(placements["fallback"].sum() / n),
+        float(placements["slow"].sum() / n),
+    )
+
+
+def place(
+    jobs: pl.DataFrame,
+    options: pl.DataFrame,
+    preferences: Mapping[str, Sequence[str]],
+    capacity: Mapping[str, float],
+) -> pl.DataFrame:
+    """``simulate``'s replay, one row per job: the type it was placed on, its arrival and start,
+    its ``duration_s``, ``devices`` and ``cost_usd`` there (from ``options``), and whether it got
+    its first listed type (``listed_first``), fell back to its logged type (``fallback``) or ran
+    slow (``slow``). Who got which type is what a plan prices again with other durations."""
     table = {
         (a, h): (dur, dev, cost)
         for a, h, dur, dev, cost in options.select(
@@ -86,28 +137,35 @@ def simulate(
         fastest[attempt] = min(duration, fastest.get(attempt, math.inf))
     running: dict[str, list[tuple[float, float]]] = {h: [] for h in capacity}
     used = dict.fromkeys(capacity, 0.0)
-    cost = hours = delay = 0.0
-    top = fallback = slow = 0
+    rows = []
     ordered = jobs.sort("arrival_s", "attempt_id")
     for attempt, arrival, logged in ordered.select(
         "attempt_id", "arrival_s", "logged_hardware"
     ).iter_rows():
         wanted = [h for h in preferences.get(attempt, ()) if (attempt, h) in table]
         fits = [h for h in wanted if table[(attempt, h)][1] <= capacity.get(h, 0.0)]
-        if not fits:
-            fallback += 1
+        fallback = not fits
+        if fallback:
             fits = [logged]
         choice, start = _place(arrival, fits, table, attempt, running, used, capacity)
         duration, devices, job_cost = table[(attempt, choice)]
         heapq.heappush(running[choice], (start + duration, devices))
         used[choice] += devices
-        cost += job_cost
-        hours += devices * duration / 3600.0
-        delay += start - arrival
-        top += bool(wanted) and choice == wanted[0]
-        slow += duration > SLOW_FACTOR * fastest[attempt]
-    n = max(ordered.height, 1)
-    return PolicyOutcome(cost, hours, delay / n, top / n, fallback / n, slow / n)
+        rows.append(
+            (
+                attempt,
+                choice,
+                arrival,
+                start,
+                duration,
+                devices,
+                job_cost,
+                bool(wanted) and choice == wanted[0],
+                fallback,
+                duration > SLOW_FACTOR * fastest[attempt],
+            )
+        )
+    return pl.DataFrame(rows, schema=PLACEMENT_SCHEMA, orient="row")
 
 
 def _place(arrival, fits, table, attempt, running, used, capacity) -> tuple[str, float]:

@@ -1,0 +1,171 @@
+"""``leap plan``: which GPU type to buy, priced by replaying the window on predictions. The replay
+on hand-made launches (a plan on perfect predictions is the truth), the errors that name their
+field, and the command on the session's small demo."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from leap_pipeline.app import cli
+from leap_pipeline.modeling import planning
+from leap_pipeline.modeling.planning import PlanInputError, Predictions, Purchase
+
+DAY = dt.date(2026, 3, 1)
+
+
+def _launches(n: int) -> pl.DataFrame:
+    """``n`` launches of two families, a minute apart, each 1e6 samples of work on 8 devices,
+    logged on the expensive type ``big``."""
+    start = dt.datetime.combine(DAY, dt.time())
+    attempts = pl.DataFrame(
+        {
+            "attempt_id": [f"a{i:03d}" for i in range(n)],
+            "ds": [DAY] * n,
+            "launch_ts": [start + dt.timedelta(minutes=i) for i in range(n)],
+            "hardware_type": ["big"] * n,
+            "model_type": ["dlrm" if i % 3 else "bert" for i in range(n)],
+            "throughput": [1000.0] * n,
+            "duration_s": [1000.0] * n,
+        }
+    )
+    return planning.window_launches(attempts, DAY, DAY)
+
+
+def _predictions(launches: pl.DataFrame, rate: dict[str, float]) -> Predictions:
+    """Every launch on each type of ``rate`` (samples/s), 8 devices, ``big`` at 4 USD a
+    device-hour and ``small`` at 1; a 10% interval; cheaper per sample first."""
+    price = {"big": 4.0, "small": 1.0}
+    rows = [
+        (a, h, q, q * 0.9, q * 1.1, 8.0, price[h])
+        for a in launches["attempt_id"]
+        for h, q in rate.items()
+    ]
+    order = sorted(rate, key=lambda h: price[h] / rate[h])
+    options = pl.DataFrame(rows, schema=planning._OPTIONS, orient="row")
+    return Predictions(options, {a: list(order) for a in launches["attempt_id"]})
+
+
+def test_a_plan_on_perfect_predictions_saves_what_the_truth_saves():
+    launches = _launches(60)
+    # small runs at half big's rate at a quarter of its price: half the cost per sample
+    predictions = _predictions(launches, {"big": 1000.0, "small": 500.0})
+    result = planning.plan_purchases(
+        launches, predictions, {"big": 400.0}, [Purchase("small", (8, 16, 800))]
+    )
+    table = {row["count"]: row for row in result.table.iter_rows(named=True)}
+    # the fleet as it is: 60 launches of 1,000 s on 8 big devices at 4 USD
+    assert result.baseline.cost == pytest.approx(60 * 1000 / 3600 * 8 * 4)
+    # unbounded, every launch goes small: 2,000 s each, one a minute, 8 devices, so at most
+    # ceil(2000 / 60) = 34 run at once
+    assert result.saturation["small"] == 34 * 8
+    everything = 60 * (1000 / 3600 * 8 * 4 - 2000 / 3600 * 8 * 1)
+    assert table[800]["saving_usd"] == pytest.approx(everything)
+    # 8 small devices hold one launch at a time: fewer move, and fewer still at 8 than at 16
+    assert 0 < table[8]["saving_usd"] < table[16]["saving_usd"] < table[800]["saving_usd"]
+    assert table[800]["families_moving"].startswith("dlrm 67%, bert 33%")
+    for row in table.values():
+        assert row["saving_low_usd"] <= row["saving_usd"] <= row["saving_high_usd"]
+    # the truth prices the same placements: with predictions that are the truth, the same saving
+    truth = predictions.options.select("attempt_id", "hardware_type", true_median="throughput")
+    base = planning.true_cost(result.baseline_placements, launches, truth)
+    for count, row in table.items():
+        placed = result.placements[("small", count)]
+        assert base - planning.true_cost(placed, launches, truth) == pytest.approx(
+            row["saving_usd"]
+        )
+    # and a truth the predictions got wrong (small at a third of its predicted rate) shows it
+    wrong = truth.with_columns(
+        true_median=pl.when(pl.col("hardware_type") == "small")
+        .then(pl.col("true_median") / 3)
+        .otherwise(pl.col("true_median"))
+    )
+    placed = result.placements[("small", 800)]
+    assert base - planning.true_cost(placed, launches, wrong) < 0 < table[800]["saving_usd"]
+
+
+def test_a_type_no_launch_prefers_saves_nothing_and_needs_no_device():
+    launches = _launches(10)
+    # small is slower per dollar than big: routing never picks it
+    predictions = _predictions(launches, {"big": 1000.0, "small": 100.0})
+    result = planning.plan_purchases(
+        launches, predictions, {"big": 400.0}, [Purchase("small", (8,))]
+    )
+    (row,) = result.table.iter_rows(named=True)
+    assert row["saving_usd"] == 0 and row["families_moving"] == ""
+    assert result.saturation["small"] == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("H100", "expected TYPE:COUNTS"),
+        ("H100:0", "count=0"),
+        ("H100:8,x", "count='x'"),
+        ("H100:8:-1", "price='-1'"),
+        ("H100:8:free", "price='free'"),
+        ("H100:8:30000/0y", "price='30000/0y'"),
+    ],
+)
+def test_a_bad_purchase_is_refused_naming_its_field(text, named):
+    with pytest.raises(PlanInputError, match=named.replace("(", r"\(")):
+        planning.parse_purchase(text)
+
+
+def test_an_amortized_price_is_spread_over_every_hour_of_its_years():
+    purchase = planning.parse_purchase("B200:8,16:26298/1y")
+    assert purchase.counts == (8, 16)
+    assert purchase.hourly_cost_usd == pytest.approx(26298 / 8766)
+
+
+def test_a_type_without_specs_an_empty_window_and_a_price_for_an_owned_type_are_refused():
+    specs = pl.DataFrame({"hardware_type": ["big"], "hourly_cost_usd": [4.0]})
+    with pytest.raises(PlanInputError, match="hardware_type='tiny' is not in the spec table"):
+        planning.planned_specs(specs, [Purchase("tiny", (8,))])
+    with pytest.raises(PlanInputError, match=r"window 2026-03-02\.\.2026-03-03"):
+        planning.window_launches(
+            _launches(3).drop("work_samples", "arrival_s"),
+            DAY + dt.timedelta(days=1),
+            DAY + dt.timedelta(days=2),
+        )
+    with pytest.raises(PlanInputError, match="count=0"):
+        Purchase("big", (0,))
+
+
+def test_leap_plan_names_the_field_of_a_bad_flag(capsys):
+    for argv, named in (
+        (["plan", "--buy", "L4:0"], "count=0"),
+        (["plan", "--buy", "L4:8:abc"], "price='abc'"),
+        (["plan"], "--buy: name at least one purchase"),
+        (["plan", "--buy", "L4:8", "--days", "0"], "--days 0"),
+        (["plan", "--buy", "L4:8", "--capacity", "L4=-3"], "--capacity 'L4=-3'"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(argv)
+        assert exited.value.code == 2
+        assert named in capsys.readouterr().err
+
+
+def _leap_plan(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "leap_pipeline.app.cli", "plan", *args]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def test_leap_plan_on_the_small_demo_prints_its_table_and_writes_the_picture(small_demo, tmp_path):
+    out = tmp_path / "plan"
+    data = str(small_demo.data)
+    done = _leap_plan(
+        "--data", data, "--days", "3", "--buy", "L4:8,64", "--buy", "H100-SXM:16", "--out", str(out)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| L4 | 64 |" in done.stdout and "| H100-SXM | 16 |" in done.stdout
+    assert "highest_fp16_peak_per_dollar" in done.stdout
+    assert (out / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "plan.md").read_text() == done.stdout.rstrip("\n") + "\n"
+    bad = _leap_plan("--data", data, "--buy", "NoSuchGPU:8")
+    assert bad.returncode == 2
+    assert "hardware_type='NoSuchGPU' is not in the spec table" in bad.stderr
