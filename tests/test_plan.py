@@ -169,3 +169,22 @@ def test_leap_plan_on_the_small_demo_prints_its_table_and_writes_the_picture(sma
     bad = _leap_plan("--data", data, "--buy", "NoSuchGPU:8")
     assert bad.returncode == 2
     assert "hardware_type='NoSuchGPU' is not in the spec table" in bad.stderr
+
+
+def test_the_purchase_plan_asset_shows_the_table_and_the_picture(small_demo):
+    import dagster as dg
+
+    from leap_pipeline.orchestration.dagster_private import without_definitions_state
+    from leap_pipeline.orchestration.plan_asset import purchase_plan
+
+    config = {"buy": ["L4:8,64"], "days": 2, "data": str(small_demo.data)}
+    run = {"ops": {"purchase_plan": {"config": config}}}
+    done = without_definitions_state(lambda: dg.materialize([purchase_plan], run_config=run))
+    assert done.success
+    (event,) = done.get_asset_materialization_events()
+    metadata = event.materialization.metadata
+    assert "| L4 | 64 |" in metadata["plan"].value
+    assert "data:image/png;base64," in metadata["saving_against_count"].value
+    assert metadata["leap_order"].value == "L4"
+    written = small_demo.data / "plans" / metadata["window"].value.split("..")[1] / "plan.md"
+    assert written.read_text() == metadata["plan"].value

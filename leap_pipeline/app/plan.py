@@ -74,10 +74,7 @@ def run_plan(args: argparse.Namespace) -> int:
         new_types=new_types,
     )
     out = Path(args.out) if args.out else plan_folder_out(args.data, plan.last_day)
-    title = f"Buying, priced on {plan.first_day}..{plan.last_day}"
-    table, picture = planning.write_plan(plan.result, out, title)
-    with table.open("a") as markdown:
-        markdown.write("\n" + planning.orders_markdown(plan))
+    table, picture = planning.write_plan(plan, out)
     if args.json:
         print(
             json.dumps(
@@ -108,7 +105,6 @@ def plan_folder(
     """The plan on a data folder's warehouse and registered model: ``planning.plan_window``
     over the ``days`` that end at ``end`` (default: the last day landed)."""
     from leap_pipeline.app.registry_choice import registry_uri
-    from leap_pipeline.data.warehouse import open_warehouse
     from leap_pipeline.modeling import planning
     from leap_pipeline.modeling.planning import PlanInputError
     from leap_pipeline.settings import DATA_ENV, environment, set_environment
@@ -122,17 +118,9 @@ def plan_folder(
         MLFLOW_TRACKING_URI=registry_uri(where),
         MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false",
     )
-    model, _ = load_registered(model_uri or "models:/leap-throughput@production")
-    with open_warehouse(where.warehouse_path, read_only=True) as wh:
-        if end is None:
-            end = wh.read("job_attempts", columns=["ds"])["ds"].max()
-            if end is None:
-                raise PlanInputError(f"--data {where.data}: no launch has landed")
-        first = end - dt.timedelta(days=days - 1)
-        attempts = wh.read("job_attempts", first, end)
-        allocations = wh.read("allocations", first, end)
-    return planning.plan_window(
-        attempts, allocations, model, purchases, first, end, capacity, new_types
+    model, _ = load_registered(model_uri or planning.PRODUCTION_MODEL)
+    return planning.plan_warehouse(
+        where.warehouse_path, model, purchases, days, end, capacity, new_types
     )
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import polars as pl
 
+from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling.routing import PolicyOutcome, outcome, peak_devices, place
 from leap_serving.decide.ranker import Ranker
 from leap_serving.launch.contract import job_devices
@@ -37,6 +38,7 @@ FP16_PEAK = "peak_bf16_tflops"  # the spec column the spreadsheet rules rank by
 BUYING_RULES = ("highest_fp16_peak_per_dollar", "highest_fp16_peak")
 UNBOUNDED = 1e9  # devices: a purchase no launch could fill
 MOVING_FAMILIES = 3  # the model families a plan names per purchase, by device-hours moved
+PRODUCTION_MODEL = "models:/leap-throughput@production"  # what a plan ranks with by default
 
 
 class PlanInputError(ValueError):
@@ -508,14 +510,16 @@ def spearman(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     return float(spearmanr([a[k] for k in keys], [b[k] for k in keys]).statistic)
 
 
-def write_plan(result: PlanResult, folder: Path, title: str) -> tuple[Path, Path]:
-    """The plan as a Markdown table (``plan.md``) and its picture (``plan.png``: saving against
-    count per purchase, with its interval), written into ``folder``."""
+def write_plan(plan: Plan, folder: Path) -> tuple[Path, Path]:
+    """The plan as Markdown (``plan.md``: its table, then the purchases in LEAP's order beside
+    the buying rules') and its picture (``plan.png``: saving against count per purchase, with
+    its interval), written into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
+    title = f"Buying, priced on {plan.first_day}..{plan.last_day}"
     picture = folder / "plan.png"
-    draw_plan(result.table, picture, title)
+    draw_plan(plan.result.table, picture, title)
     table = folder / "plan.md"
-    table.write_text(plan_markdown(result, title, picture.name))
+    table.write_text(plan_markdown(plan.result, title, picture.name) + "\n" + orders_markdown(plan))
     return table, picture
 
 
@@ -661,3 +665,28 @@ def orders_markdown(plan: Plan) -> str:
                 "as predicted."
             )
     return "\n".join(lines) + "\n"
+
+
+def plan_warehouse(
+    warehouse: Path,
+    model: LeapModel,
+    purchases: Sequence[Purchase],
+    days: int,
+    end: dt.date | None = None,
+    capacity: Mapping[str, float] | None = None,
+    new_types: pl.DataFrame | None = None,
+) -> Plan:
+    """``plan_window`` over the ``days`` of the warehouse file that end at ``end`` (default:
+    the last day landed), opened read-only: what ``leap plan`` and the ``purchase_plan`` asset
+    run."""
+    if days < 1:
+        raise PlanInputError(f"days={days}: the window needs at least 1 day")
+    with open_warehouse(warehouse, read_only=True) as wh:
+        if end is None:
+            end = wh.read("job_attempts", columns=["ds"])["ds"].max()
+            if end is None:
+                raise PlanInputError(f"warehouse {warehouse}: no launch has landed")
+        first = end - dt.timedelta(days=days - 1)
+        attempts = wh.read("job_attempts", first, end)
+        allocations = wh.read("allocations", first, end)
+    return plan_window(attempts, allocations, model, purchases, first, end, capacity, new_types)

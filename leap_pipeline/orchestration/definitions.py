@@ -32,6 +32,7 @@ from leap_pipeline.orchestration.nightly_retry import (
     why_not_planned,
 )
 from leap_pipeline.orchestration.nightly_retry import SENSOR_NAME as RETRY_SENSOR
+from leap_pipeline.orchestration.plan_asset import purchase_plan
 from leap_pipeline.orchestration.report_asset import paper_report
 from leap_pipeline.orchestration.resources import (
     MlflowResource,
@@ -238,7 +239,7 @@ def _definitions(calendar: Calendar) -> dg.Definitions:
         )
 
     return dg.Definitions(
-        assets=[*data, *models, paper_report],
+        assets=[*data, *models, paper_report, purchase_plan],
         jobs=[daily_pipeline, nightly, training],
         schedules=[nightly_schedule],
         sensors=[retry_sensor(nightly, plan), run_failure_alerts],

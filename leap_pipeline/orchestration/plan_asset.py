@@ -1,0 +1,48 @@
+"""``leap plan`` as an asset: candidate purchases priced on the warehouse's last days, its table
+and picture in the materialization's metadata."""
+
+import datetime as dt
+from pathlib import Path
+
+import dagster as dg
+
+from leap_pipeline.modeling import planning
+from leap_pipeline.settings import DATA_ENV, environment, set_environment
+
+
+class PlanConfig(dg.Config):
+    """``leap plan``'s flags as the asset's run config."""
+
+    buy: list[str]  # TYPE:COUNTS[:PRICE], as --buy takes each
+    days: int = 7
+    end: str = ""  # YYYY-MM-DD; empty: the last day landed
+    model: str = planning.PRODUCTION_MODEL
+    data: str = ""  # empty: the install's data folder ($LEAP_DATA)
+
+
+@dg.asset(group_name="report")
+def purchase_plan(context: dg.AssetExecutionContext, config: PlanConfig) -> dg.MaterializeResult:
+    """Which GPU type to buy, and how many: each purchase replayed on the window's predictions
+    (``modeling.planning``), written to ``DATA/plans/<last day>`` and shown here."""
+    from leap_pipeline.orchestration.metadata import image_metadata
+    from leap_serving.registry.registered import load_registered
+
+    where = environment({DATA_ENV: config.data}) if config.data else environment()
+    purchases = [planning.parse_purchase(text) for text in config.buy]
+    end = dt.date.fromisoformat(config.end) if config.end else None
+    set_environment(overwrite=False, MLFLOW_TRACKING_URI=where.tracking_uri)
+    model, version = load_registered(config.model)
+    plan = planning.plan_warehouse(where.warehouse_path, model, purchases, config.days, end)
+    out = Path(where.data) / "plans" / plan.last_day.isoformat()
+    table, picture = planning.write_plan(plan, out)
+    context.log.info(f"plan written to {table} and {picture}")
+    return dg.MaterializeResult(
+        metadata={
+            "model_version": version,
+            "window": f"{plan.first_day}..{plan.last_day}",
+            "best_saving_usd": float(plan.result.table["saving_usd"].max() or 0.0),
+            "leap_order": ", ".join(plan.orders["leap"]),
+            "plan": dg.MetadataValue.md(table.read_text()),
+            "saving_against_count": image_metadata(picture),
+        }
+    )
