@@ -30,6 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default="data", help="a folder leap demo made")
     parser.add_argument("--days", type=int, default=7, help="the plan's window, in days")
     parser.add_argument("--types", type=int, default=4, help="the most frequent types held out")
+    parser.add_argument(
+        "--skip", type=int, default=0, help="hold out the types after the SKIP most frequent"
+    )
+    parser.add_argument("--rank-by", choices=("median", "lower"), default="median")
+    parser.add_argument(
+        "--price-by", choices=("throughput", "throughput_low"), default="throughput"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.days < 1 or args.types < 2:
@@ -54,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     with open_warehouse(where.warehouse_path, read_only=True) as wh:
         last = wh.read("job_attempts", columns=["ds"])["ds"].max()
         first = last - dt.timedelta(days=args.days - 1)
-        types = most_frequent_types(wh.read("job_attempts", first, last), args.types)
+        types = most_frequent_types(wh.read("job_attempts", first, last), args.types, args.skip)
         result = purchase_holdouts(
             wh,
             published,
@@ -63,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             last,
             types,
             log=lambda line: print(line, file=sys.stderr, flush=True),
+            rank_by=args.rank_by,
+            price_by=args.price_by,
         )
     result["model_version"] = version
     result["seconds"] = round(time.monotonic() - started, 1)

@@ -74,7 +74,8 @@ def test_a_plan_on_perfect_predictions_saves_what_the_truth_saves():
     truth = predictions.options.select("attempt_id", "hardware_type", true_median="throughput")
     base = planning.true_cost(result.baseline_placements, launches, truth)
     for count, row in table.items():
-        placed = result.placements[("small", count)]
+        # in any row order: each placement is priced at its own type's price
+        placed = result.placements[("small", count)].sample(fraction=1.0, shuffle=True, seed=count)
         assert base - planning.true_cost(placed, launches, truth) == pytest.approx(
             row["saving_usd"]
         )
@@ -136,12 +137,38 @@ def test_a_type_without_specs_an_empty_window_and_a_price_for_an_owned_type_are_
         Purchase("big", (0,))
 
 
+def test_a_new_type_row_without_a_usable_price_or_host_size_is_refused():
+    rows = pl.DataFrame(
+        {
+            "hardware_type": ["X1", "X2"],
+            "hourly_cost_usd": [2.0, 3.0],
+            "devices_per_host": [8.0, 0.0],
+        }
+    )
+    with pytest.raises(PlanInputError, match=r"new type .X2.: devices_per_host=0\.0"):
+        planning.new_type_rows(rows, ["hardware_type"])
+    priced_at_infinity = rows.with_columns(hourly_cost_usd=pl.lit(float("inf")))
+    with pytest.raises(PlanInputError, match="new type 'X1': hourly_cost_usd=inf"):
+        planning.new_type_rows(priced_at_infinity, ["hardware_type"])
+    twice = pl.concat([rows.head(1), rows.head(1)])
+    with pytest.raises(PlanInputError, match="hardware_type='X1' is given twice"):
+        planning.new_type_rows(twice, ["hardware_type"])
+
+
+def test_a_fleet_without_devices_is_refused():
+    launches = _launches(3)
+    predictions = _predictions(launches, {"big": 1000.0, "small": 500.0})
+    with pytest.raises(PlanInputError, match="the fleet as it is has no device"):
+        planning.plan_purchases(launches, predictions, {}, [Purchase("small", (8,))])
+
+
 def test_leap_plan_names_the_field_of_a_bad_flag(capsys):
     for argv, named in (
         (["plan", "--buy", "L4:0"], "count=0"),
         (["plan", "--buy", "L4:8:abc"], "price='abc'"),
         (["plan"], "--buy: name at least one purchase"),
         (["plan", "--buy", "L4:8", "--days", "0"], "--days 0"),
+        (["plan", "--buy", "L4:8", "--days", "9999999"], "--days 9999999"),
         (["plan", "--buy", "L4:8", "--capacity", "L4=-3"], "--capacity 'L4=-3'"),
     ):
         with pytest.raises(SystemExit) as exited:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 DEFAULT_DAYS = 7
+MAX_DAYS = 3660  # ten years of days: more is a typo, not a window
 
 
 def add_plan_parser(commands: argparse._SubParsersAction) -> None:
@@ -60,8 +61,8 @@ def run_plan(args: argparse.Namespace) -> int:
     purchases = [planning.parse_purchase(text) for text in args.buy]
     if not purchases:
         raise PlanInputError("--buy: name at least one purchase, e.g. --buy H100-SXM:64,256")
-    if args.days < 1:
-        raise PlanInputError(f"--days {args.days}: the window needs at least 1 day")
+    if not 1 <= args.days <= MAX_DAYS:
+        raise PlanInputError(f"--days {args.days}: the window needs 1 to {MAX_DAYS} days")
     capacity = dict(_capacity(text) for text in args.capacity)
     new_types = _new_types(Path(args.new_type)) if args.new_type else None
     plan = plan_folder(
@@ -118,7 +119,11 @@ def plan_folder(
         MLFLOW_TRACKING_URI=registry_uri(where),
         MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false",
     )
-    model, _ = load_registered(model_uri or planning.PRODUCTION_MODEL)
+    uri = model_uri or planning.PRODUCTION_MODEL
+    try:
+        model, _ = load_registered(uri)
+    except (OSError, RuntimeError) as exc:  # no such version, alias or artifact
+        raise PlanInputError(f"--model {uri!r}: {exc}") from None
     return planning.plan_warehouse(
         where.warehouse_path, model, purchases, days, end, capacity, new_types
     )

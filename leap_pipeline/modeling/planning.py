@@ -7,7 +7,7 @@ used at peak; each purchase adds its devices to that. The launches of the window
 did, each with the work it did (measured throughput x duration), and ``routing.place`` walks
 each launch's preference list from the Ranker, as LEAP would have routed it: the first listed
 type with free devices, else the one that frees first. Durations and costs come from the
-predicted throughput (the interval's ends give the saving's interval), never from the truth: a
+predicted throughput (the interval's ends bound the saving), never from the truth: a
 simulated fleet's oracle only scores the same placements afterwards (``true_cost``).
 
 The count beyond which more devices save nothing is read from one more replay, with the
@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from leap_pipeline.data.warehouse import open_warehouse
@@ -37,6 +38,9 @@ FP16_PEAK = "peak_bf16_tflops"  # the spec column the spreadsheet rules rank by
 # the rules a team uses today to pick a type to buy, by their spec-sheet score (higher first)
 BUYING_RULES = ("highest_fp16_peak_per_dollar", "highest_fp16_peak")
 UNBOUNDED = 1e9  # devices: a purchase no launch could fill
+# what a plan prices durations and costs at: the median prediction, or its interval's low end
+PRICE_BY = ("throughput", "throughput_low")
+INTERVAL_DRAWS = 500  # draws of the model's errors behind a saving's interval
 MOVING_FAMILIES = 3  # the model families a plan names per purchase, by device-hours moved
 PRODUCTION_MODEL = "models:/leap-throughput@production"  # what a plan ranks with by default
 
@@ -171,12 +175,18 @@ def new_type_rows(frame: pl.DataFrame, required: Sequence[str]) -> pl.DataFrame:
         if missing is None or missing.any():
             row = "" if missing is None else f" (row {int(missing.arg_max())})"
             raise PlanInputError(f"new type rows: {name} is missing{row}")
-    bad = frame.filter(~(pl.col("hourly_cost_usd") > 0))
-    if bad.height:
+    repeated = frame.filter(pl.col("hardware_type").is_duplicated())
+    if repeated.height:
         raise PlanInputError(
-            f"new type {bad['hardware_type'][0]!r}: hourly_cost_usd={bad['hourly_cost_usd'][0]!r} "
-            "is not a positive number"
+            f"new type rows: hardware_type={repeated['hardware_type'][0]!r} is given twice"
         )
+    for name in ("hourly_cost_usd", "devices_per_host"):
+        bad = frame.filter(~((pl.col(name) > 0) & pl.col(name).is_finite()))
+        if bad.height:
+            raise PlanInputError(
+                f"new type {bad['hardware_type'][0]!r}: {name}={bad[name][0]!r} "
+                "is not a positive number"
+            )
     return frame
 
 
@@ -228,21 +238,24 @@ class Predictions:
 
     options: pl.DataFrame
     preferences: dict[str, list[str]]
+    # why the Ranker ranked no candidate of some launches, and how many
+    refused: dict[str, int] = field(default_factory=dict)
 
 
 def predict_launches(
-    model: LeapModel, launches: pl.DataFrame, extra_types: Sequence[str]
+    model: LeapModel, launches: pl.DataFrame, extra_types: Sequence[str], rank_by: str = "median"
 ) -> Predictions:
     """Each launch ranked as a launcher would have asked on its day by a Ranker serving
     ``model`` (whose spec table is the plan's, ``planned_specs``), its candidates with the
     purchased types added, on the first day after the model's history snapshot: the window's
     launches asked today, of the fleet the model knows now. What a launch measured, and its
     logged day, are not part of the request."""
-    ranker = Ranker(model=model, wait=True, max_model_age_days=None)
+    ranker = Ranker(model=model, wait=True, max_model_age_days=None, rank_by=rank_by)
     specs = model.hardware_specs
     price = dict(zip(specs["hardware_type"], specs["hourly_cost_usd"], strict=True))
     host = dict(zip(specs["hardware_type"], specs["devices_per_host"], strict=True))
     extra = list(dict.fromkeys(extra_types))
+    refused: dict[str, int] = {}
     measured = (
         "candidate_hardware",
         "throughput",
@@ -268,6 +281,9 @@ def predict_launches(
         ):
             attempt = job["attempt_id"]
             preferences[attempt] = ranking.preference_list
+            if not ranking.ranking:
+                reason = ranking.reason or "no candidate ranked"
+                refused[reason] = refused.get(reason, 0) + 1
             requested = job.get("requested_devices_per_host")
             for c in ranking.ranking:
                 devices = job_devices(
@@ -280,13 +296,17 @@ def predict_launches(
                         attempt,
                         c.hardware_type,
                         c.predicted_throughput,
-                        c.throughput_low or c.predicted_throughput,
-                        c.throughput_high or c.predicted_throughput,
+                        _or(c.throughput_low, c.predicted_throughput),
+                        _or(c.throughput_high, c.predicted_throughput),
                         float(devices[0]),
                         float(price[c.hardware_type]),
                     )
                 )
-    return Predictions(pl.DataFrame(rows, schema=_OPTIONS, orient="row"), preferences)
+    return Predictions(pl.DataFrame(rows, schema=_OPTIONS, orient="row"), preferences, refused)
+
+
+def _or(value: float | None, otherwise: float) -> float:
+    return otherwise if value is None else value
 
 
 _OPTIONS = pl.Schema(
@@ -300,22 +320,19 @@ _OPTIONS = pl.Schema(
         "hourly_cost_usd": pl.Float64,
     }
 )
-ESTIMATES = ("throughput", "throughput_low", "throughput_high")
 
 
 def priced(options: pl.DataFrame, launches: pl.DataFrame, throughput: str) -> pl.DataFrame:
     """``options`` with each launch's ``duration_s`` and ``cost_usd`` there: its work at the
     ``throughput`` column's rate (a prediction, or the truth)."""
-    return options.join(launches.select("attempt_id", "work_samples"), on="attempt_id").select(
-        "attempt_id",
-        "hardware_type",
-        "devices",
-        duration_s=pl.col("work_samples") / pl.col(throughput),
-        cost_usd=pl.col("work_samples")
-        / pl.col(throughput)
-        / 3600.0
-        * pl.col("devices")
-        * pl.col("hourly_cost_usd"),
+    duration = pl.col("work_samples") / pl.col(throughput)
+    return (
+        options.join(launches.select("attempt_id", "work_samples"), on="attempt_id")
+        .with_columns(
+            duration_s=duration,
+            cost_usd=duration / 3600.0 * pl.col("devices") * pl.col("hourly_cost_usd"),
+        )
+        .drop("work_samples")
     )
 
 
@@ -338,10 +355,11 @@ def plan_purchases(
     predictions: Predictions,
     capacity: Mapping[str, float],
     purchases: Sequence[Purchase],
+    price_by: str = "throughput",
 ) -> PlanResult:
     """Each purchase at each count against the fleet as it is (``capacity``: devices per type;
     a type absent has none): predicted cost, device-hours, mean queueing delay, the saving with
-    its interval (the replay at the intervals' low and high throughputs), the model families
+    its interval (``saving_interval``), the model families
     that move to the type and, per purchase, the count beyond which more save nothing."""
     fleet = {h: float(c) for h, c in capacity.items() if c > 0}
     listed = {
@@ -363,14 +381,27 @@ def plan_purchases(
         logged_hardware=pl.col("attempt_id").replace_strict(fallback, default=None),
     )
     unplaceable = int(jobs["logged_hardware"].null_count())
+    if not fleet:
+        raise PlanInputError("capacity: the fleet as it is has no device (no allocation logs?)")
+    if unplaceable == jobs.height:
+        why = max(predictions.refused, key=predictions.refused.get, default="")
+        raise PlanInputError(
+            "no launch of the window could be placed on the fleet as it is"
+            + (f": the Ranker said {why!r}" if why else "")
+        )
     jobs = jobs.drop_nulls("logged_hardware")
-    options = {e: priced(predictions.options, launches, e) for e in ESTIMATES}
+    if price_by not in PRICE_BY:
+        raise PlanInputError(f"price_by={price_by!r} is not one of {list(PRICE_BY)}")
+    options = {"throughput": priced(predictions.options, launches, price_by)}
 
-    def replay(fleet_now: Mapping[str, float], estimate: str = "throughput") -> pl.DataFrame:
+    def replay(fleet_now: Mapping[str, float]) -> pl.DataFrame:
         lists = {a: [h for h in hs if fleet_now.get(h, 0) > 0] for a, hs in listed.items()}
-        return place(jobs, options[estimate], lists, fleet_now)
+        return place(jobs, options["throughput"], lists, fleet_now)
 
-    base = {e: replay(fleet, e) for e in ESTIMATES}
+    base = replay(fleet)
+    price = dict(
+        predictions.options.select("hardware_type", "hourly_cost_usd").unique().iter_rows()
+    )
     rows, placements, saturation = [], {}, {}
     for purchase in purchases:
         h = purchase.hardware_type
@@ -387,31 +418,22 @@ def plan_purchases(
         saturation[h] = max(0, math.ceil(peak - fleet.get(h, 0.0)))
         for count in purchase.counts:
             bought = {**fleet, h: fleet.get(h, 0.0) + count}
-            got = {e: replay(bought, e) for e in ESTIMATES}
-            placements[(h, count)] = got["throughput"]
-            planned = outcome(got["throughput"])
-            savings = [
-                float(base[e]["cost_usd"].sum() - got[e]["cost_usd"].sum()) for e in ESTIMATES
-            ]
+            got = replay(bought)
+            placements[(h, count)] = got
+            planned = outcome(got)
+            low, high = saving_interval(base, got, options["throughput"], launches)
             rows.append(
                 {
                     "hardware_type": h,
                     "count": count,
-                    "hourly_cost_usd": float(
-                        predictions.options.filter(pl.col("hardware_type") == h)[
-                            "hourly_cost_usd"
-                        ].first()
-                        or math.nan
-                    ),
+                    "hourly_cost_usd": price.get(h),
                     "cost_usd": planned.cost,
                     "device_hours": planned.device_hours,
                     "mean_queue_delay_s": planned.mean_queue_delay_s,
-                    "saving_usd": savings[0],
-                    "saving_low_usd": min(savings[1:]),
-                    "saving_high_usd": max(savings[1:]),
-                    "families_moving": moving_families(
-                        base["throughput"], got["throughput"], jobs, h
-                    ),
+                    "saving_usd": float(base["cost_usd"].sum() - got["cost_usd"].sum()),
+                    "saving_low_usd": low,
+                    "saving_high_usd": high,
+                    "families_moving": moving_families(base, got, jobs, h),
                 }
             )
     table = pl.DataFrame(rows, schema=PLAN_SCHEMA) if rows else PLAN_SCHEMA.to_frame()
@@ -420,11 +442,11 @@ def plan_purchases(
     )
     return PlanResult(
         table,
-        outcome(base["throughput"]),
+        outcome(base),
         fleet,
         saturation,
         placements,
-        base["throughput"],
+        base,
         unplaceable,
     )
 
@@ -443,6 +465,61 @@ PLAN_SCHEMA = pl.Schema(
         "families_moving": pl.String,
     }
 )
+
+
+def saving_interval(
+    before: pl.DataFrame,
+    after: pl.DataFrame,
+    options: pl.DataFrame,
+    launches: pl.DataFrame,
+    draws: int = INTERVAL_DRAWS,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The 80% interval of the saving of these placements, if the model errs as its intervals
+    say. A launch left where it was saves nothing at any throughput, so only the moved ones
+    count. Each draw gives every (model type, hardware type) one error, normal in log
+    throughput with the spread its 80% interval implies (``ln(high / median) / z``): a model's
+    error on a family's launches on a type is mostly one error. The interval is the draws' 10th
+    and 90th percentiles of the saving. It says how far the model's spread alone moves the
+    saving; it does not see a bias the model shares across families."""
+    keys = ["attempt_id", "hardware_type"]
+    moved = before.select("attempt_id", was="hardware_type").join(
+        after.select("attempt_id", now="hardware_type"), on="attempt_id"
+    )
+    moved = moved.filter(pl.col("was") != pl.col("now"))
+    if moved.is_empty():
+        return 0.0, 0.0
+    z = 1.2815515655446004  # the 90th normal percentile: an 80% interval is +- z sigma
+    spread = options.select(
+        *keys,
+        "cost_usd",
+        sigma=((pl.col("throughput_high") / pl.col("throughput")).log() / z)
+        .fill_nan(0.0)
+        .fill_null(0.0),
+    )
+    family = launches.select("attempt_id", "model_type")
+
+    def side(column: str) -> pl.DataFrame:
+        return (
+            moved.select("attempt_id", hardware_type=column)
+            .join(spread, on=keys)
+            .join(family, on="attempt_id")
+            .with_columns(pair=pl.concat_str("model_type", "hardware_type", separator="|"))
+        )
+
+    old, new = side("was"), side("now")
+    pairs = sorted(set(old["pair"]) | set(new["pair"]))
+    index = {pair: i for i, pair in enumerate(pairs)}
+    errors = np.random.default_rng(seed).standard_normal((draws, len(pairs)))
+
+    def drawn_cost(part: pl.DataFrame) -> np.ndarray:
+        at = np.array([index[pair] for pair in part["pair"]], dtype=np.int64)
+        # throughput x exp(sigma e): the cost of the same work divided by it
+        scale = np.exp(-errors[:, at] * part["sigma"].to_numpy())
+        return scale @ part["cost_usd"].to_numpy()
+
+    savings = drawn_cost(old) - drawn_cost(new)
+    return float(np.percentile(savings, 10)), float(np.percentile(savings, 90))
 
 
 def moving_families(
@@ -470,24 +547,23 @@ def moving_families(
 def true_cost(placements: pl.DataFrame, launches: pl.DataFrame, truth: pl.DataFrame) -> float:
     """The placements priced by the truth: each launch's work at its true median throughput on
     the type it was placed on (``truth``: ``attempt_id``, ``hardware_type``, ``true_median``),
-    the devices and price the plan gave it. Only scores a plan; a plan never reads it."""
-    priced_truth = placements.join(
-        truth.select("attempt_id", "hardware_type", "true_median"),
-        on=["attempt_id", "hardware_type"],
+    on the devices and at the price the plan gave it: its planned cost scaled by the true
+    duration over the planned one. Only scores a plan; a plan never reads it."""
+    keys = ["attempt_id", "hardware_type"]
+    joined = placements.join(
+        truth.select(*keys, "true_median"), on=keys, how="left", maintain_order="left"
+    ).join(
+        launches.select("attempt_id", "work_samples"),
+        on="attempt_id",
         how="left",
-    ).join(launches.select("attempt_id", "work_samples"), on="attempt_id")
-    missing = priced_truth.filter(pl.col("true_median").is_null())
+        maintain_order="left",
+    )
+    missing = joined.filter(pl.col("true_median").is_null() | pl.col("work_samples").is_null())
     if missing.height:
-        raise ValueError(f"no true throughput for {missing.head(3).rows()}")
-    price = placements["cost_usd"] / (placements["devices"] * placements["duration_s"] / 3600.0)
+        raise ValueError(f"no true throughput or work for {missing.select(keys).head(3).rows()}")
+    true_duration = pl.col("work_samples") / pl.col("true_median")
     return float(
-        (
-            priced_truth["work_samples"]
-            / priced_truth["true_median"]
-            / 3600.0
-            * priced_truth["devices"]
-            * price
-        ).sum()
+        joined.select((pl.col("cost_usd") * true_duration / pl.col("duration_s")).sum()).item()
     )
 
 
@@ -633,7 +709,10 @@ def plan_window(
     # the served model with the plan's spec table (its lookup index built again from it)
     planned = dataclasses.replace(model, hardware_specs=specs, spec_table=None)
     types = [p.hardware_type for p in purchases]
-    predictions = predict_launches(planned, launches, types)
+    # a type the fleet lacks is a candidate of every launch (no launcher could have named it);
+    # more of a type it has serves the launches that list it, as the fleet as it is does
+    new = [h for h in types if fleet.get(h, 0.0) <= 0]
+    predictions = predict_launches(planned, launches, new)
     result = plan_purchases(launches, predictions, fleet, purchases)
     best = result.table.group_by("hardware_type").agg(pl.col("saving_usd").max())
     scores = {"leap": dict(best.iter_rows()), **rule_scores(specs, list(dict.fromkeys(types)))}

@@ -69,6 +69,8 @@ def purchase_holdouts(
     last_day: dt.date,
     hardware_types: Sequence[str],
     log: Callable[[str], None] = lambda line: None,
+    rank_by: str = "median",
+    price_by: str = "throughput",
 ) -> dict:
     """Per held-out type: the plan's predicted saving (and its interval) of buying it back at
     its logged capacity (and at ``COUNT_FACTORS`` of it), the true saving of the same
@@ -88,9 +90,9 @@ def purchase_holdouts(
         counts = sorted({max(1, round(capacity * f)) for f in COUNT_FACTORS})
         purchase = planning.Purchase(hardware_type, tuple(counts))
         log(f"{hardware_type}: planning {counts} devices against the fleet without it")
-        predictions = planning.predict_launches(model, launches, [hardware_type])
+        predictions = planning.predict_launches(model, launches, [hardware_type], rank_by)
         fleet = {h: c for h, c in logged.items() if h != hardware_type}
-        result = planning.plan_purchases(launches, predictions, fleet, [purchase])
+        result = planning.plan_purchases(launches, predictions, fleet, [purchase], price_by)
         base_true = planning.true_cost(result.baseline_placements, launches, truth)
         rows = []
         for row in result.table.iter_rows(named=True):
@@ -133,12 +135,13 @@ def _ratio(predicted: float, true: float) -> float:
     return predicted / true if true else (math.inf if predicted else 1.0)
 
 
-def most_frequent_types(attempts: pl.DataFrame, n: int) -> list[str]:
-    """The ``n`` types the window's attempts ran on most (ties by name): the hold-outs, chosen
-    by a rule fixed before any plan is scored."""
+def most_frequent_types(attempts: pl.DataFrame, n: int, skip: int = 0) -> list[str]:
+    """The ``n`` types the window's attempts ran on most after the ``skip`` most (ties by
+    name): the hold-outs, chosen by a rule fixed before any plan is scored. The most frequent
+    ones are the test; the next ones choose a plan's settings without looking at them."""
     counts = (
         attempts.group_by("hardware_type")
         .len()
         .sort(["len", "hardware_type"], descending=[True, False])
     )
-    return counts["hardware_type"].head(n).to_list()
+    return counts["hardware_type"].slice(skip, n).to_list()
