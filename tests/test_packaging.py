@@ -330,8 +330,13 @@ def test_the_built_wheel_installs_and_runs_the_demo_outside_the_source_tree(tmp_
     (wheel,) = (tmp_path / "dist").glob("leap-*.whl")
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=outside)
-    run(venv / "bin" / "pip", "install", "-q", "-c", project / "constraints.txt", wheel,
-        cwd=outside)  # fmt: skip
+    uv = Path(sys.executable).with_name("uv")  # the dev extra's: the same pins, 2.6x faster
+    if uv.exists():
+        run(uv, "pip", "install", "-q", "--compile-bytecode", "--python", venv / "bin" / "python",
+            "-c", project / "constraints.txt", wheel, cwd=outside)  # fmt: skip
+    else:
+        run(venv / "bin" / "pip", "install", "-q", "-c", project / "constraints.txt", wheel,
+            cwd=outside)  # fmt: skip
     leap = venv / "bin" / "leap"
 
     version = tomllib.loads((project / "pyproject.toml").read_text())["project"]["version"]

@@ -215,3 +215,27 @@ def test_the_purchase_plan_asset_shows_the_table_and_the_picture(small_demo):
     assert metadata["leap_order"].value == "L4"
     written = small_demo.data / "plans" / metadata["window"].value.split("..")[1] / "plan.md"
     assert written.read_text() == metadata["plan"].value
+
+
+def test_a_purchases_saving_is_the_same_whatever_else_is_priced_beside_it(small_demo, tmp_path):
+    """Other purchases, of a type the fleet has or of a new one, change neither the fleet as it
+    is nor another purchase's saving."""
+    from leap_pipeline.app.plan import plan_folder
+
+    alone = plan_folder(small_demo.data, [Purchase("L4", (8, 64))], days=3)
+    # a new type: an L4 twice as fast on paper, at 0.9 USD a device-hour
+    new = alone.specs.filter(pl.col("hardware_type") == "L4").with_columns(
+        hardware_type=pl.lit("L4x2"), peak_bf16_tflops=pl.col("peak_bf16_tflops") * 2
+    )
+    beside = plan_folder(
+        small_demo.data,
+        [Purchase("H100-SXM", (16,)), Purchase("L4", (8, 64)), Purchase("L4x2", (8,), 0.9)],
+        days=3,
+        new_types=new,
+    )
+    assert beside.result.baseline == alone.result.baseline
+    kept = beside.result.table.filter(pl.col("hardware_type") == "L4")
+    assert kept.equals(alone.result.table)
+    assert (
+        beside.result.table.filter(pl.col("hardware_type") == "L4x2")["hourly_cost_usd"][0] == 0.9
+    )

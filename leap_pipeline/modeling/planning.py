@@ -240,6 +240,7 @@ class Predictions:
     preferences: dict[str, list[str]]
     # why the Ranker ranked no candidate of some launches, and how many
     refused: dict[str, int] = field(default_factory=dict)
+    prices: dict[str, float] = field(default_factory=dict)  # USD per device-hour, by type
 
 
 def predict_launches(
@@ -302,7 +303,8 @@ def predict_launches(
                         float(price[c.hardware_type]),
                     )
                 )
-    return Predictions(pl.DataFrame(rows, schema=_OPTIONS, orient="row"), preferences, refused)
+    options = pl.DataFrame(rows, schema=_OPTIONS, orient="row")
+    return Predictions(options, preferences, refused, {h: float(p) for h, p in price.items()})
 
 
 def _or(value: float | None, otherwise: float) -> float:
@@ -356,16 +358,24 @@ def plan_purchases(
     capacity: Mapping[str, float],
     purchases: Sequence[Purchase],
     price_by: str = "throughput",
+    with_type: Mapping[str, Predictions] | None = None,
 ) -> PlanResult:
     """Each purchase at each count against the fleet as it is (``capacity``: devices per type;
     a type absent has none): predicted cost, device-hours, mean queueing delay, the saving with
-    its interval (``saving_interval``), the model families
-    that move to the type and, per purchase, the count beyond which more save nothing."""
+    its interval (``saving_interval``), the model families that move to the type and, per
+    purchase, the count beyond which more save nothing. ``predictions`` rank the launches as
+    they are; ``with_type`` (by purchased type) ranks them with a type the fleet lacks added,
+    so no purchase's candidates change the fleet as it is or another purchase."""
     fleet = {h: float(c) for h, c in capacity.items() if c > 0}
-    listed = {
-        a: [h for h in hs if h in fleet or any(p.hardware_type == h for p in purchases)]
-        for a, hs in predictions.preferences.items()
-    }
+    with_type = dict(with_type or {})
+
+    def listed_in(ranked: Predictions) -> dict[str, list[str]]:
+        return {
+            a: [h for h in hs if h in fleet or any(p.hardware_type == h for p in purchases)]
+            for a, hs in ranked.preferences.items()
+        }
+
+    listed = listed_in(predictions)
     # where a launch goes when no listed type has room for it: the type it logged, if the fleet
     # as it is has that type and the Ranker kept it, else its first listed type the fleet has; a
     # launch with neither is left out of every replay alike
@@ -392,20 +402,29 @@ def plan_purchases(
     jobs = jobs.drop_nulls("logged_hardware")
     if price_by not in PRICE_BY:
         raise PlanInputError(f"price_by={price_by!r} is not one of {list(PRICE_BY)}")
-    options = {"throughput": priced(predictions.options, launches, price_by)}
+    every = pl.concat([predictions.options, *(p.options for p in with_type.values())])
+    options = priced(
+        every.unique(["attempt_id", "hardware_type"], keep="first"), launches, price_by
+    )
+    lists_with = {h: listed_in(ranked) for h, ranked in with_type.items()}
 
-    def replay(fleet_now: Mapping[str, float]) -> pl.DataFrame:
-        lists = {a: [h for h in hs if fleet_now.get(h, 0) > 0] for a, hs in listed.items()}
-        return place(jobs, options["throughput"], lists, fleet_now)
+    def replay(fleet_now: Mapping[str, float], bought: str | None = None) -> pl.DataFrame:
+        ranked = lists_with.get(bought, listed) if bought else listed
+        lists = {a: [h for h in hs if fleet_now.get(h, 0) > 0] for a, hs in ranked.items()}
+        # the types the fleet has then: a launch runs slow against those, not against a type
+        # another purchase would bring
+        there = options.filter(pl.col("hardware_type").is_in(list(fleet_now)))
+        return place(jobs, there, lists, fleet_now)
 
     base = replay(fleet)
-    price = dict(
-        predictions.options.select("hardware_type", "hourly_cost_usd").unique().iter_rows()
-    )
+    price = {
+        **predictions.prices,
+        **{h: p for r in with_type.values() for h, p in r.prices.items()},
+    }
     rows, placements, saturation = [], {}, {}
     for purchase in purchases:
         h = purchase.hardware_type
-        unbounded = replay({**fleet, h: fleet.get(h, 0.0) + UNBOUNDED})
+        unbounded = replay({**fleet, h: fleet.get(h, 0.0) + UNBOUNDED}, h)
         on_type = unbounded.filter(pl.col("hardware_type") == h)
         peak = peak_devices(
             on_type.select(
@@ -418,10 +437,10 @@ def plan_purchases(
         saturation[h] = max(0, math.ceil(peak - fleet.get(h, 0.0)))
         for count in purchase.counts:
             bought = {**fleet, h: fleet.get(h, 0.0) + count}
-            got = replay(bought)
+            got = replay(bought, h)
             placements[(h, count)] = got
             planned = outcome(got)
-            low, high = saving_interval(base, got, options["throughput"], launches)
+            low, high = saving_interval(base, got, options, launches)
             rows.append(
                 {
                     "hardware_type": h,
@@ -607,7 +626,8 @@ def plan_markdown(result: PlanResult, title: str, picture: str | None = None) ->
         f"The fleet as it is: ${base.cost:,.0f} over {base.device_hours:,.0f} device-hours, a "
         f"mean queueing delay of {base.mean_queue_delay_s:,.0f} s"
         + (
-            f"; {result.unplaceable} launches no type of it could take, left out"
+            f"; {result.unplaceable} launch{'es' if result.unplaceable > 1 else ''} no type of "
+            "it could take, left out"
             if result.unplaceable
             else ""
         )
@@ -711,9 +731,10 @@ def plan_window(
     types = [p.hardware_type for p in purchases]
     # a type the fleet lacks is a candidate of every launch (no launcher could have named it);
     # more of a type it has serves the launches that list it, as the fleet as it is does
-    new = [h for h in types if fleet.get(h, 0.0) <= 0]
-    predictions = predict_launches(planned, launches, new)
-    result = plan_purchases(launches, predictions, fleet, purchases)
+    new = dict.fromkeys(h for h in types if fleet.get(h, 0.0) <= 0)
+    predictions = predict_launches(planned, launches, [])
+    with_type = {h: predict_launches(planned, launches, [h]) for h in new}
+    result = plan_purchases(launches, predictions, fleet, purchases, with_type=with_type)
     best = result.table.group_by("hardware_type").agg(pl.col("saving_usd").max())
     scores = {"leap": dict(best.iter_rows()), **rule_scores(specs, list(dict.fromkeys(types)))}
     orders = {

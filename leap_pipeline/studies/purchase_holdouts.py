@@ -90,9 +90,14 @@ def purchase_holdouts(
         counts = sorted({max(1, round(capacity * f)) for f in COUNT_FACTORS})
         purchase = planning.Purchase(hardware_type, tuple(counts))
         log(f"{hardware_type}: planning {counts} devices against the fleet without it")
-        predictions = planning.predict_launches(model, launches, [hardware_type], rank_by)
+        predictions = planning.predict_launches(model, launches, [], rank_by)
+        bought = {
+            hardware_type: planning.predict_launches(model, launches, [hardware_type], rank_by)
+        }
         fleet = {h: c for h, c in logged.items() if h != hardware_type}
-        result = planning.plan_purchases(launches, predictions, fleet, [purchase], price_by)
+        result = planning.plan_purchases(
+            launches, predictions, fleet, [purchase], price_by, with_type=bought
+        )
         base_true = planning.true_cost(result.baseline_placements, launches, truth)
         rows = []
         for row in result.table.iter_rows(named=True):
