@@ -170,6 +170,8 @@ def test_leap_plan_names_the_field_of_a_bad_flag(capsys):
         (["plan", "--buy", "L4:8", "--days", "0"], "--days 0"),
         (["plan", "--buy", "L4:8", "--days", "9999999"], "--days 9999999"),
         (["plan", "--buy", "L4:8", "--capacity", "L4=-3"], "--capacity 'L4=-3'"),
+        (["plan", "--buy", "L4:99999999999"], "more than 10,000,000 devices"),
+        (["plan", "--buy", "L4:8", "--end", "0001-01-02"], "--end '0001-01-02' is before"),
     ):
         with pytest.raises(SystemExit) as exited:
             cli.main(argv)
@@ -182,7 +184,9 @@ def _leap_plan(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True)
 
 
-def test_leap_plan_on_the_small_demo_prints_its_table_and_writes_the_picture(small_demo, tmp_path):
+def test_leap_plan_on_the_small_demo_prints_its_table_and_writes_the_picture(
+    small_demo, tmp_path, capsys, monkeypatch
+):
     out = tmp_path / "plan"
     data = str(small_demo.data)
     done = _leap_plan(
@@ -193,20 +197,49 @@ def test_leap_plan_on_the_small_demo_prints_its_table_and_writes_the_picture(sma
     assert "highest_fp16_peak_per_dollar" in done.stdout
     assert (out / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "plan.md").read_text() == done.stdout.rstrip("\n") + "\n"
-    bad = _leap_plan("--data", data, "--buy", "NoSuchGPU:8")
-    assert bad.returncode == 2
-    assert "hardware_type='NoSuchGPU' is not in the spec table" in bad.stderr
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    for args, named in (  # in this process: each loads the model, then refuses
+        (["--buy", "NoSuchGPU:8"], "hardware_type='NoSuchGPU' is not in the spec table"),
+        (["--buy", "L4:8", "--capacity", "H100=0"], "capacity: hardware_type='H100' is not"),
+        (["--buy", "L4:8", "--end", "2099-01-01"], "end=2099-01-01: after the last day landed"),
+        (["--buy", "X:8:1.0", "--new-type", str(empty)], f"--new-type '{empty}': unreadable"),
+    ):
+        # as a fresh process finds it: MLflow's restore after a load exports the URI it had
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["plan", "--data", data, *args])
+        assert exited.value.code == 2
+        assert named in capsys.readouterr().err, args
 
 
-def test_the_purchase_plan_asset_shows_the_table_and_the_picture(small_demo):
+def test_the_purchase_plan_asset_shows_the_table_and_the_picture(small_demo, monkeypatch):
     import dagster as dg
+    import mlflow
 
     from leap_pipeline.orchestration.dagster_private import without_definitions_state
     from leap_pipeline.orchestration.plan_asset import purchase_plan
+    from leap_pipeline.orchestration.resources import MlflowResource
 
-    config = {"buy": ["L4:8,64"], "days": 2, "data": str(small_demo.data)}
-    run = {"ops": {"purchase_plan": {"config": config}}}
-    done = without_definitions_state(lambda: dg.materialize([purchase_plan], run_config=run))
+    monkeypatch.setenv("LEAP_DATA", str(small_demo.data))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    resources = {"mlflow_tracking": MlflowResource()}
+
+    def materialize(config: dict) -> dg.ExecuteInProcessResult:
+        run = {"ops": {"purchase_plan": {"config": config}}}
+        return without_definitions_state(
+            lambda: dg.materialize(
+                [purchase_plan], run_config=run, resources=resources, raise_on_error=False
+            )
+        )
+
+    uris = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    try:
+        done = materialize({"buy": ["L4:8,64"], "days": 2})
+        refused = materialize({"buy": ["L4:8"], "end": "2026-13-01"})
+    finally:  # the asset points MLflow at the folder's store, as the nights do
+        mlflow.set_tracking_uri(uris[0])
+        mlflow.set_registry_uri(uris[1])
     assert done.success
     (event,) = done.get_asset_materialization_events()
     metadata = event.materialization.metadata
@@ -215,18 +248,40 @@ def test_the_purchase_plan_asset_shows_the_table_and_the_picture(small_demo):
     assert metadata["leap_order"].value == "L4"
     written = small_demo.data / "plans" / metadata["window"].value.split("..")[1] / "plan.md"
     assert written.read_text() == metadata["plan"].value
+    assert not refused.success
+    failure = refused.get_step_failure_events()[0].step_failure_data.error
+    assert "end '2026-13-01' is not a date" in failure.message
 
 
-def test_a_purchases_saving_is_the_same_whatever_else_is_priced_beside_it(small_demo, tmp_path):
+def test_the_saving_interval_holds_the_saving_however_wide_the_errors():
+    """Each draw's cost has a mean above the point (a lognormal error), and summed over many
+    families the draws settle there: the interval is set on the saving, not on that mean."""
+    n = 400
+    launches = _launches(n).with_columns(model_type=pl.format("family{}", pl.int_range(n)))
+    options = _predictions(launches, {"big": 1000.0, "small": 500.0}).options.with_columns(
+        throughput_high=pl.col("throughput") * 2.0  # a log spread of about 0.54
+    )
+    priced = planning.priced(options, launches, "throughput")
+    before = priced.filter(pl.col("hardware_type") == "big")
+    after = priced.filter(pl.col("hardware_type") == "small")
+    point = before["cost_usd"].sum() - after["cost_usd"].sum()
+    low, high = planning.saving_interval(before, after, priced, launches)
+    assert low < point < high
+
+
+def test_a_purchases_saving_is_the_same_whatever_else_is_priced_beside_it(small_demo, monkeypatch):
     """Other purchases, of a type the fleet has or of a new one, change neither the fleet as it
     is nor another purchase's saving."""
     from leap_pipeline.app.plan import plan_folder
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
     alone = plan_folder(small_demo.data, [Purchase("L4", (8, 64))], days=3)
     # a new type: an L4 twice as fast on paper, at 0.9 USD a device-hour
     new = alone.specs.filter(pl.col("hardware_type") == "L4").with_columns(
         hardware_type=pl.lit("L4x2"), peak_bf16_tflops=pl.col("peak_bf16_tflops") * 2
     )
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     beside = plan_folder(
         small_demo.data,
         [Purchase("H100-SXM", (16,)), Purchase("L4", (8, 64)), Purchase("L4x2", (8,), 0.9)],

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 DEFAULT_DAYS = 7
-MAX_DAYS = 3660  # ten years of days: more is a typo, not a window
 
 
 def add_plan_parser(commands: argparse._SubParsersAction) -> None:
@@ -61,21 +60,24 @@ def run_plan(args: argparse.Namespace) -> int:
     purchases = [planning.parse_purchase(text) for text in args.buy]
     if not purchases:
         raise PlanInputError("--buy: name at least one purchase, e.g. --buy H100-SXM:64,256")
-    if not 1 <= args.days <= MAX_DAYS:
-        raise PlanInputError(f"--days {args.days}: the window needs 1 to {MAX_DAYS} days")
+    if not 1 <= args.days <= planning.MAX_DAYS:
+        raise PlanInputError(f"--days {args.days}: the window needs 1 to {planning.MAX_DAYS} days")
     capacity = dict(_capacity(text) for text in args.capacity)
     new_types = _new_types(Path(args.new_type)) if args.new_type else None
     plan = plan_folder(
         Path(args.data) if args.data else None,
         purchases,
         days=args.days,
-        end=_day(args.end) if args.end else None,
+        end=planning.parse_day(args.end) if args.end else None,
         model_uri=args.model or None,
         capacity=capacity,
         new_types=new_types,
     )
     out = Path(args.out) if args.out else plan_folder_out(args.data, plan.last_day)
-    table, picture = planning.write_plan(plan, out)
+    try:
+        table, picture = planning.write_plan(plan, out)
+    except OSError as exc:
+        raise PlanInputError(f"--out {str(out)!r}: {exc.strerror or exc}") from None
     if args.json:
         print(
             json.dumps(
@@ -105,6 +107,7 @@ def plan_folder(
 ):
     """The plan on a data folder's warehouse and registered model: ``planning.plan_window``
     over the ``days`` that end at ``end`` (default: the last day landed)."""
+    from leap_pipeline.app.carry import pointed_at
     from leap_pipeline.app.registry_choice import registry_uri
     from leap_pipeline.modeling import planning
     from leap_pipeline.modeling.planning import PlanInputError
@@ -114,14 +117,12 @@ def plan_folder(
     where = environment({DATA_ENV: str(data)}) if data else environment()
     if not where.warehouse_path.exists():
         raise PlanInputError(f"--data {where.data}: no warehouse at {where.warehouse_path}")
-    set_environment(
-        overwrite=False,
-        MLFLOW_TRACKING_URI=registry_uri(where),
-        MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false",
-    )
+    set_environment(overwrite=False, MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
     uri = model_uri or planning.PRODUCTION_MODEL
     try:
-        model, _ = load_registered(uri)
+        # the folder's registry, whatever MLflow pointed at before in this process
+        with pointed_at(registry_uri(where)):
+            model, _ = load_registered(uri)
     except (OSError, RuntimeError) as exc:  # no such version, alias or artifact
         raise PlanInputError(f"--model {uri!r}: {exc}") from None
     return planning.plan_warehouse(
@@ -149,29 +150,23 @@ def _capacity(text: str) -> tuple[str, float]:
     return name, devices
 
 
-def _day(text: str) -> dt.date:
-    from leap_pipeline.modeling.planning import PlanInputError
-
-    try:
-        return dt.date.fromisoformat(text)
-    except ValueError:
-        raise PlanInputError(f"--end {text!r} is not a date (YYYY-MM-DD)") from None
-
-
 def _new_types(path: Path):
+    import polars as pl
+
     from leap_pipeline.data.sources import read_file, typed_frame
     from leap_pipeline.modeling.planning import PlanInputError, new_type_rows
     from leap_serving.launch.contract import required_columns
 
     if not path.is_file():
         raise PlanInputError(f"--new-type {str(path)!r}: no such file")
-    raw = read_file(path, "hardware_specs")
+    try:
+        raw = read_file(path, "hardware_specs")
+    except (OSError, pl.exceptions.PolarsError) as exc:  # empty, ragged or not the format
+        raise PlanInputError(f"--new-type {str(path)!r}: unreadable: {exc}") from None
     required = required_columns("hardware_specs")
     missing = [c for c in required if c not in raw.columns and c != "available_from"]
     if missing:
         raise PlanInputError(f"--new-type {path}: lacks column(s) {missing}")
     if "available_from" not in raw.columns:
-        import polars as pl
-
         raw = raw.with_columns(available_from=pl.lit("1970-01-01"))
     return new_type_rows(typed_frame(raw), [c for c in required if c != "available_from"])

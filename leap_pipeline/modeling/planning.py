@@ -7,7 +7,7 @@ used at peak; each purchase adds its devices to that. The launches of the window
 did, each with the work it did (measured throughput x duration), and ``routing.place`` walks
 each launch's preference list from the Ranker, as LEAP would have routed it: the first listed
 type with free devices, else the one that frees first. Durations and costs come from the
-predicted throughput (the interval's ends bound the saving), never from the truth: a
+predicted throughput (its interval from the model's own error spread), never from the truth: a
 simulated fleet's oracle only scores the same placements afterwards (``true_cost``).
 
 The count beyond which more devices save nothing is read from one more replay, with the
@@ -20,7 +20,7 @@ import dataclasses
 import datetime as dt
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +38,8 @@ FP16_PEAK = "peak_bf16_tflops"  # the spec column the spreadsheet rules rank by
 # the rules a team uses today to pick a type to buy, by their spec-sheet score (higher first)
 BUYING_RULES = ("highest_fp16_peak_per_dollar", "highest_fp16_peak")
 UNBOUNDED = 1e9  # devices: a purchase no launch could fill
+MAX_COUNT = 10_000_000  # devices in one purchase: more is a typo
+MAX_DAYS = 3660  # ten years of days in a window: more is a typo
 # what a plan prices durations and costs at: the median prediction, or its interval's low end
 PRICE_BY = ("throughput", "throughput_low")
 INTERVAL_DRAWS = 500  # draws of the model's errors behind a saving's interval
@@ -67,6 +69,11 @@ class Purchase:
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise PlanInputError(
                     f"purchase {self.hardware_type}: count={count!r} is not a whole number >= 1"
+                )
+            if count > MAX_COUNT:
+                raise PlanInputError(
+                    f"purchase {self.hardware_type}: count={count!r} is more than {MAX_COUNT:,} "
+                    "devices"
                 )
         price = self.hourly_cost_usd
         if price is not None and not (isinstance(price, int | float) and 0 < price < math.inf):
@@ -244,13 +251,19 @@ class Predictions:
 
 
 def predict_launches(
-    model: LeapModel, launches: pl.DataFrame, extra_types: Sequence[str], rank_by: str = "median"
+    model: LeapModel,
+    launches: pl.DataFrame,
+    extra_types: Sequence[str],
+    rank_by: str = "median",
+    fleet_types: Collection[str] | None = None,
 ) -> Predictions:
     """Each launch ranked as a launcher would have asked on its day by a Ranker serving
-    ``model`` (whose spec table is the plan's, ``planned_specs``), its candidates with the
-    purchased types added, on the first day after the model's history snapshot: the window's
-    launches asked today, of the fleet the model knows now. What a launch measured, and its
-    logged day, are not part of the request."""
+    ``model`` (whose spec table is the plan's, ``planned_specs``), its candidates those of
+    ``fleet_types`` it named (all it named, when None) with ``extra_types`` added, on the first
+    day after the model's history snapshot: the window's launches asked today, of the fleet the
+    model knows now. A type no device serves would otherwise sway the Ranker's relative
+    filters (a premium type's bar). What a launch measured, and its logged day, are not part of
+    the request."""
     ranker = Ranker(model=model, wait=True, max_model_age_days=None, rank_by=rank_by)
     specs = model.hardware_specs
     price = dict(zip(specs["hardware_type"], specs["hourly_cost_usd"], strict=True))
@@ -269,11 +282,15 @@ def predict_launches(
     last = model.history_index.last_ds
     asked = None if last is None else last + dt.timedelta(days=1)
     rows, preferences = [], {}
+
+    def keep(hardware_type: str) -> bool:  # a candidate the fleet has devices of, when given
+        return fleet_types is None or hardware_type in fleet_types
+
     for _, part in launches.group_by("ds", maintain_order=True):
         jobs = [
             (
                 {k: v for k, v in row.items() if k not in measured},
-                sorted({*row["candidate_hardware"], *extra}),
+                sorted({*(h for h in row["candidate_hardware"] if keep(h)), *extra}),
             )
             for row in part.iter_rows(named=True)
         ]
@@ -499,8 +516,9 @@ def saving_interval(
     count. Each draw gives every (model type, hardware type) one error, normal in log
     throughput with the spread its 80% interval implies (``ln(high / median) / z``): a model's
     error on a family's launches on a type is mostly one error. The interval is the draws' 10th
-    and 90th percentiles of the saving. It says how far the model's spread alone moves the
-    saving; it does not see a bias the model shares across families."""
+    and 90th percentiles around their median, set on the saving itself. It says how far the
+    model's spread alone moves the saving; it does not see a bias the model shares across
+    families."""
     keys = ["attempt_id", "hardware_type"]
     moved = before.select("attempt_id", was="hardware_type").join(
         after.select("attempt_id", now="hardware_type"), on="attempt_id"
@@ -537,8 +555,12 @@ def saving_interval(
         scale = np.exp(-errors[:, at] * part["sigma"].to_numpy())
         return scale @ part["cost_usd"].to_numpy()
 
-    savings = drawn_cost(old) - drawn_cost(new)
-    return float(np.percentile(savings, 10)), float(np.percentile(savings, 90))
+    # each drawn cost's mean is above the point's (a lognormal error's mean is exp(sigma^2/2)),
+    # and over many pairs their sum settles there: the spread is the draws', around the point
+    drawn = drawn_cost(old) - drawn_cost(new)
+    point = float(old["cost_usd"].sum() - new["cost_usd"].sum())
+    spread = drawn - np.median(drawn)
+    return point + float(np.percentile(spread, 10)), point + float(np.percentile(spread, 90))
 
 
 def moving_families(
@@ -712,7 +734,14 @@ def plan_window(
         raise PlanInputError("purchases=[]: name at least one type to buy (--buy TYPE:COUNTS)")
     launches = window_launches(attempts, first_day, last_day)
     fleet = logged_capacity(attempts, allocations, first_day)
+    known = set(model.hardware_specs["hardware_type"])
+    if new_types is not None:
+        known |= set(new_types["hardware_type"])
     for hardware_type, devices in (capacity or {}).items():
+        if hardware_type not in known:
+            raise PlanInputError(
+                f"capacity: hardware_type={hardware_type!r} is not in the spec table"
+            )
         if not (isinstance(devices, int | float) and devices >= 0 and math.isfinite(devices)):
             raise PlanInputError(f"capacity {hardware_type}={devices!r} is not a number >= 0")
         fleet[hardware_type] = float(devices)
@@ -732,8 +761,9 @@ def plan_window(
     # a type the fleet lacks is a candidate of every launch (no launcher could have named it);
     # more of a type it has serves the launches that list it, as the fleet as it is does
     new = dict.fromkeys(h for h in types if fleet.get(h, 0.0) <= 0)
-    predictions = predict_launches(planned, launches, [])
-    with_type = {h: predict_launches(planned, launches, [h]) for h in new}
+    owned = [h for h, devices in fleet.items() if devices > 0]
+    predictions = predict_launches(planned, launches, [], fleet_types=owned)
+    with_type = {h: predict_launches(planned, launches, [h], fleet_types=owned) for h in new}
     result = plan_purchases(launches, predictions, fleet, purchases, with_type=with_type)
     best = result.table.group_by("hardware_type").agg(pl.col("saving_usd").max())
     scores = {"leap": dict(best.iter_rows()), **rule_scores(specs, list(dict.fromkeys(types)))}
@@ -779,14 +809,27 @@ def plan_warehouse(
     """``plan_window`` over the ``days`` of the warehouse file that end at ``end`` (default:
     the last day landed), opened read-only: what ``leap plan`` and the ``purchase_plan`` asset
     run."""
-    if days < 1:
-        raise PlanInputError(f"days={days}: the window needs at least 1 day")
+    if not 1 <= days <= MAX_DAYS:
+        raise PlanInputError(f"days={days}: the window needs 1 to {MAX_DAYS} days")
     with open_warehouse(warehouse, read_only=True) as wh:
-        if end is None:
-            end = wh.read("job_attempts", columns=["ds"])["ds"].max()
-            if end is None:
-                raise PlanInputError(f"warehouse {warehouse}: no launch has landed")
+        landed = wh.read("job_attempts", columns=["ds"])["ds"].max()
+        if landed is None:
+            raise PlanInputError(f"warehouse {warehouse}: no launch has landed")
+        if end is not None and end > landed:
+            raise PlanInputError(f"end={end}: after the last day landed ({landed})")
+        end = end or landed
         first = end - dt.timedelta(days=days - 1)
         attempts = wh.read("job_attempts", first, end)
         allocations = wh.read("allocations", first, end)
     return plan_window(attempts, allocations, model, purchases, first, end, capacity, new_types)
+
+
+def parse_day(text: str, field: str = "--end") -> dt.date:
+    """A window's last day as ``YYYY-MM-DD``; anything else is an error naming ``field``."""
+    try:
+        day = dt.date.fromisoformat(text)
+    except ValueError:
+        raise PlanInputError(f"{field} {text!r} is not a date (YYYY-MM-DD)") from None
+    if day.year < 2:
+        raise PlanInputError(f"{field} {text!r} is before any window")
+    return day

@@ -1,13 +1,13 @@
 """``leap plan`` as an asset: candidate purchases priced on the warehouse's last days, its table
 and picture in the materialization's metadata."""
 
-import datetime as dt
 from pathlib import Path
 
 import dagster as dg
 
 from leap_pipeline.modeling import planning
-from leap_pipeline.settings import DATA_ENV, environment, set_environment
+from leap_pipeline.orchestration.resources import MlflowResource
+from leap_pipeline.settings import environment
 
 
 class PlanConfig(dg.Config):
@@ -17,23 +17,30 @@ class PlanConfig(dg.Config):
     days: int = 7
     end: str = ""  # YYYY-MM-DD; empty: the last day landed
     model: str = planning.PRODUCTION_MODEL
-    data: str = ""  # empty: the install's data folder ($LEAP_DATA)
 
 
 @dg.asset(group_name="report")
-def purchase_plan(context: dg.AssetExecutionContext, config: PlanConfig) -> dg.MaterializeResult:
+def purchase_plan(
+    context: dg.AssetExecutionContext, config: PlanConfig, mlflow_tracking: MlflowResource
+) -> dg.MaterializeResult:
     """Which GPU type to buy, and how many: each purchase replayed on the window's predictions
-    (``modeling.planning``), written to ``DATA/plans/<last day>`` and shown here."""
+    (``modeling.planning``) from the install's warehouse and registry, written to
+    ``DATA/plans/<last day>`` and shown here. A bad purchase, day or model fails the run naming
+    it."""
     from leap_pipeline.orchestration.metadata import image_metadata
     from leap_serving.registry.registered import load_registered
 
-    where = environment({DATA_ENV: config.data}) if config.data else environment()
-    purchases = [planning.parse_purchase(text) for text in config.buy]
-    end = dt.date.fromisoformat(config.end) if config.end else None
-    set_environment(overwrite=False, MLFLOW_TRACKING_URI=where.tracking_uri)
-    model, version = load_registered(config.model)
-    plan = planning.plan_warehouse(where.warehouse_path, model, purchases, config.days, end)
-    out = Path(where.data) / "plans" / plan.last_day.isoformat()
+    try:
+        purchases = [planning.parse_purchase(text) for text in config.buy]
+        end = planning.parse_day(config.end, "end") if config.end else None
+        mlflow_tracking.configure()  # the registry every night registers in
+        model, version = load_registered(config.model)
+        plan = planning.plan_warehouse(
+            environment().warehouse_path, model, purchases, config.days, end
+        )
+    except (ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a model that cannot load
+        raise dg.Failure(description=f"purchase_plan: {exc}") from None
+    out = Path(environment().data) / "plans" / plan.last_day.isoformat()
     table, picture = planning.write_plan(plan, out)
     context.log.info(f"plan written to {table} and {picture}")
     return dg.MaterializeResult(

@@ -90,11 +90,13 @@ def purchase_holdouts(
         counts = sorted({max(1, round(capacity * f)) for f in COUNT_FACTORS})
         purchase = planning.Purchase(hardware_type, tuple(counts))
         log(f"{hardware_type}: planning {counts} devices against the fleet without it")
-        predictions = planning.predict_launches(model, launches, [], rank_by)
-        bought = {
-            hardware_type: planning.predict_launches(model, launches, [hardware_type], rank_by)
-        }
         fleet = {h: c for h, c in logged.items() if h != hardware_type}
+        predictions = planning.predict_launches(model, launches, [], rank_by, list(fleet))
+        bought = {
+            hardware_type: planning.predict_launches(
+                model, launches, [hardware_type], rank_by, list(fleet)
+            )
+        }
         result = planning.plan_purchases(
             launches, predictions, fleet, [purchase], price_by, with_type=bought
         )
