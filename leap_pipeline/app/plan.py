@@ -11,7 +11,14 @@ import argparse
 import datetime as dt
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: every `leap` command builds this parser
+    import polars as pl
+
+    from leap_pipeline.modeling.planning import Plan, Purchase
 
 DEFAULT_DAYS = 7
 
@@ -98,13 +105,13 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def plan_folder(
     data: Path | None,
-    purchases: list,
+    purchases: Sequence[Purchase],
     days: int = DEFAULT_DAYS,
     end: dt.date | None = None,
     model_uri: str | None = None,
     capacity: dict[str, float] | None = None,
-    new_types=None,
-):
+    new_types: pl.DataFrame | None = None,
+) -> Plan:
     """The plan on a data folder's warehouse and registered model: ``planning.plan_window``
     over the ``days`` that end at ``end`` (default: the last day landed)."""
     from leap_pipeline.app.carry import pointed_at
@@ -150,7 +157,7 @@ def _capacity(text: str) -> tuple[str, float]:
     return name, devices
 
 
-def _new_types(path: Path):
+def _new_types(path: Path) -> pl.DataFrame:
     import polars as pl
 
     from leap_pipeline.data.sources import read_file, typed_frame

@@ -686,12 +686,17 @@ def draw_plan(table: pl.DataFrame, path: Path, title: str) -> None:
         ):
             counts = part["count"].to_numpy()
             (line,) = axes.plot(counts, part["saving_usd"], marker="o", label=hardware_type)
-            axes.fill_between(
+            low, high = part["saving_low_usd"].to_numpy(), part["saving_high_usd"].to_numpy()
+            axes.fill_between(counts, low, high, color=line.get_color(), alpha=0.2)
+            # a purchase priced at one count has a band of no width: its interval as a bar
+            middle = part["saving_usd"].to_numpy()
+            axes.errorbar(
                 counts,
-                part["saving_low_usd"],
-                part["saving_high_usd"],
-                color=line.get_color(),
-                alpha=0.2,
+                middle,
+                yerr=[middle - low, high - middle],
+                fmt="none",
+                ecolor=line.get_color(),
+                capsize=3,
             )
         axes.axhline(0.0, color="grey", linewidth=0.8)
         axes.set_xlabel("devices bought")
