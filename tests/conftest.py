@@ -41,28 +41,44 @@ SHARE_THE_SMALL_DEMO = (
 )
 
 
+# the modules that cross-validate on NeuSight's rows holding GPUs out: each fold's kernel model
+# (``studies.kernel_prior.kernel_model``, about 4 s a fit) is kept by the process that fitted it,
+# so on one worker they fit 13 kernel models between them, not 23 (three modules alone took
+# 114 s in all on one core, 83 s in one process)
+SHARE_THE_KERNEL_MODELS = (
+    "tests/test_crossval.py",
+    "tests/test_selection.py",
+    "tests/test_small_data.py",
+)
+
+# the modules each group of which one worker runs, by the group's scope name
+SHARED_SCOPES = {
+    **dict.fromkeys(SHARE_THE_SMALL_DEMO, "the small demo's modules"),
+    **dict.fromkeys(SHARE_THE_KERNEL_MODELS, "the kernel models' modules"),
+}
+
+
 @pytest.hookimpl(optionalhook=True)  # CI's SkyPilot environment has no pytest-xdist
 def pytest_xdist_make_scheduler(config, log):
-    """loadscope's scheduling, with ``SHARE_THE_SMALL_DEMO``'s modules one scope."""
+    """loadscope's scheduling, with each group of ``SHARED_SCOPES`` one scope."""
     if config.getoption("dist", None) != "loadscope":
         return None
     return small_demo_scheduling()(config, log)
 
 
 def small_demo_scheduling() -> type:
-    """xdist's loadscope scheduling with ``SHARE_THE_SMALL_DEMO``'s modules one scope. It
-    overrides ``LoadScopeScheduling._split_scope``, xdist's own method rather than its public
-    API: pytest-xdist is pinned (constraints.txt), and tests/test_layout.py fails if the
-    override stops grouping the modules."""
+    """xdist's loadscope scheduling with each group of ``SHARED_SCOPES`` (the small demo's
+    modules, the kernel models') one scope. It overrides ``LoadScopeScheduling._split_scope``,
+    xdist's own method rather than its public API: pytest-xdist is pinned (constraints.txt),
+    and tests/test_layout.py fails if the override stops grouping the modules."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class SmallDemoOnce(LoadScopeScheduling):
+    class SharedScopes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.split("::", 1)[0] in SHARE_THE_SMALL_DEMO:
-                return "the small demo's modules"
-            return super()._split_scope(nodeid)
+            shared = SHARED_SCOPES.get(nodeid.split("::", 1)[0])
+            return shared if shared is not None else super()._split_scope(nodeid)
 
-    return SmallDemoOnce
+    return SharedScopes
 
 
 @dataclass(frozen=True)

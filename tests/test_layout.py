@@ -139,3 +139,19 @@ def test_the_modules_run_on_the_small_demo_s_worker_are_those_that_take_it():
     scopes = {split(f"{module}::test_x[a::b]") for module in SHARE_THE_SMALL_DEMO}
     assert len(scopes) == 1  # one scope: one worker runs them all
     assert split("tests/test_layout.py::test_x") == "tests/test_layout.py"  # the others: theirs
+
+
+def test_the_modules_that_hold_gpus_out_of_neusights_rows_share_one_worker():
+    """``conftest.SHARE_THE_KERNEL_MODELS`` is one xdist scope of its own (its worker keeps
+    each fold's kernel model for all of them), and each module it names holds GPUs out of
+    NeuSight's rows: it runs a leave-hardware-out or partial-history split."""
+    from conftest import SHARE_THE_KERNEL_MODELS, SHARE_THE_SMALL_DEMO, small_demo_scheduling
+
+    scheduling = small_demo_scheduling()
+    split = scheduling._split_scope.__get__(object.__new__(scheduling))
+    kernel_scopes = {split(f"{module}::test_x") for module in SHARE_THE_KERNEL_MODELS}
+    assert len(kernel_scopes) == 1
+    assert kernel_scopes.isdisjoint(split(f"{m}::test_x") for m in SHARE_THE_SMALL_DEMO)
+    for module in SHARE_THE_KERNEL_MODELS:
+        text = (PROJECT / module).read_text()
+        assert "leave-hardware-out" in text or "partial-history" in text, module

@@ -232,9 +232,52 @@ def _definition(archetype: str, rng: np.random.Generator) -> dict:
 
 
 def _handles(rng: np.random.Generator, n: int) -> list[str]:
+    """``n`` handles of two or three syllables. Every handle is looked up in the table of all
+    of them (a few thousand) rather than joined per family: a span has most of a million
+    families, and joining them one by one took a second of every process's first fleet."""
     parts = rng.integers(0, len(_SYLLABLES), size=(n, 3))
     lengths = rng.integers(2, 4, size=n)
-    return ["".join(_SYLLABLES[j] for j in row[:k]) for row, k in zip(parts, lengths, strict=True)]
+    return _HANDLE_TABLE[_handle_codes(parts, lengths)].tolist()
+
+
+def _unique_family_names(
+    model_type_names: list[str],
+    purposes: list[str],
+    handles: list[str],
+    taken: frozenset[str],
+) -> list[str]:
+    """``MODEL_TYPE.PURPOSE_HANDLE`` per family, in order; a name already taken (by an earlier
+    family or one ``taken`` holds) gets an ``x`` until it is not."""
+    names, seen = [], set(taken)
+    for model_type, purpose, handle in zip(model_type_names, purposes, handles, strict=True):
+        name = f"{model_type}.{purpose}_{handle}"
+        while name in seen:
+            name += "x"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def _handle_codes(parts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The row of ``_HANDLE_TABLE`` for each handle: its three syllables' indices and its
+    length (2 or 3), in base ``len(_SYLLABLES)``."""
+    base = len(_SYLLABLES)
+    return ((parts[:, 0] * base + parts[:, 1]) * base + parts[:, 2]) * 2 + (lengths - 2)
+
+
+def _handle_table() -> np.ndarray:
+    base = len(_SYLLABLES)
+    parts = np.stack(np.meshgrid(*[np.arange(base)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    parts = np.repeat(parts, 2, axis=0)
+    lengths = np.tile([2, 3], len(parts) // 2)
+    table = np.empty(len(parts), dtype=object)
+    table[_handle_codes(parts, lengths)] = [
+        "".join(_SYLLABLES[j] for j in row[:k]) for row, k in zip(parts, lengths, strict=True)
+    ]
+    return table
+
+
+_HANDLE_TABLE = _handle_table()
 
 
 def _head_stratified_normal(rng: np.random.Generator, slot: np.ndarray) -> np.ndarray:
@@ -491,14 +534,12 @@ def _build_block(seed: int, block: int, inherited: _Inheritance | None) -> _Bloc
 
     handles = _handles(rng, n_fam)
     purposes = rng.integers(0, len(_PURPOSES), n_fam)
-    fam_names = []
-    seen: set[str] = set() if inherited is None else set(inherited.family_names)
-    for j in range(n_fam):
-        name = f"{all_names[f_mt[j]]}.{_PURPOSES[purposes[j]]}_{handles[j]}"
-        while name in seen:
-            name += "x"
-        seen.add(name)
-        fam_names.append(name)
+    fam_names = _unique_family_names(
+        all_names[f_mt].tolist(),
+        [_PURPOSES[p] for p in purposes.tolist()],
+        handles,
+        frozenset() if inherited is None else inherited.family_names,
+    )
 
     def inherited_habit(key: str) -> np.ndarray | None:
         return None if inherited is None else inherited.habits[key]
