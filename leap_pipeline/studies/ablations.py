@@ -165,24 +165,23 @@ def features_without(
     fleet ratios, and training rows carry levels transferred from it. A type just bought, or a
     model never run, has none of that."""
     lookback = dt.timedelta(days=HISTORY_LOOKBACK_DAYS)
+    past = wh.read(
+        "job_attempts", first - lookback, last - dt.timedelta(days=1), SNAPSHOT_INPUT_COLUMNS
+    ).filter(pl.col(column) != value)
     tables, snapshot = [], None
-    with wh.session():  # one connection for every read, not one per read (a read-only lock)
-        past = wh.read(
-            "job_attempts", first - lookback, last - dt.timedelta(days=1), SNAPSHOT_INPUT_COLUMNS
-        ).filter(pl.col(column) != value)
-        for offset in range((last - first).days + 1):
-            day = first + dt.timedelta(days=offset)
-            before = day - dt.timedelta(days=1)
-            recent = past.filter(pl.col("ds").is_between(day - lookback, before))
-            snapshot = history_snapshot(recent, as_of=before)
-            tables.append(
-                build_feature_table(
-                    wh.read("job_attempts", day, day),
-                    wh.read("allocations", day, day),
-                    wh.read("hardware_specs", day, day).drop("ds"),
-                    snapshot,
-                ).select(UNSEEN_COLUMNS)
-            )
+    for offset in range((last - first).days + 1):
+        day = first + dt.timedelta(days=offset)
+        before = day - dt.timedelta(days=1)
+        recent = past.filter(pl.col("ds").is_between(day - lookback, before))
+        snapshot = history_snapshot(recent, as_of=before)
+        tables.append(
+            build_feature_table(
+                wh.read("job_attempts", day, day),
+                wh.read("allocations", day, day),
+                wh.read("hardware_specs", day, day).drop("ds"),
+                snapshot,
+            ).select(UNSEEN_COLUMNS)
+        )
     return Unseen(pl.concat(tables), snapshot)
 
 
