@@ -9,6 +9,12 @@ from pathlib import Path
 
 import pytest
 
+# an xdist worker has a core of its own: OpenMP pools as wide as the machine (LightGBM's, the
+# BLAS's) in every worker would run two threads on each core, and their spin-waits burn time the
+# other worker needs. Set before anything imports them (CI sets it for every run already)
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # the tests never read the data folder of the checkout (a user's, or the one `leap demo` left):
 # its calendar file would set their partitions and default source
 os.environ["LEAP_DATA"] = tempfile.mkdtemp(prefix="leap-tests-data-")
