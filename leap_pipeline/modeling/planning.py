@@ -20,6 +20,7 @@ import dataclasses
 import datetime as dt
 import math
 import re
+import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling.routing import PolicyOutcome, outcome, peak_devices, place
 from leap_serving.decide.ranker import Ranker
 from leap_serving.launch.contract import job_devices
+from leap_serving.model.intervals import LEVEL
 from leap_serving.model.published import LeapModel
 
 HOURS_PER_YEAR = 24 * 365.25  # an amortized purchase price is spread over every hour
@@ -511,12 +513,13 @@ def saving_interval(
     draws: int = INTERVAL_DRAWS,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """The 80% interval of the saving of these placements, if the model errs as its intervals
-    say. A launch left where it was saves nothing at any throughput, so only the moved ones
-    count. Each draw gives every (model type, hardware type) one error, normal in log
-    throughput with the spread its 80% interval implies (``ln(high / median) / z``): a model's
-    error on a family's launches on a type is mostly one error. The interval is the draws' 10th
-    and 90th percentiles around their median, set on the saving itself. It says how far the
+    """The interval of the saving of these placements at the Ranker's level (``LEVEL``, 80%),
+    if the model errs as its intervals say. A launch left where it was saves nothing at any
+    throughput, so only the moved ones count. Each draw gives every (model type, hardware type)
+    one error, normal in log throughput with the spread its interval implies
+    (``ln(high / median) / z``): a model's error on a family's launches on a type is mostly one
+    error. The interval is the draws' percentiles at the same level (10th and 90th) around their
+    median, set on the saving itself. It says how far the
     model's spread alone moves the saving; it does not see a bias the model shares across
     families."""
     keys = ["attempt_id", "hardware_type"]
@@ -526,7 +529,8 @@ def saving_interval(
     moved = moved.filter(pl.col("was") != pl.col("now"))
     if moved.is_empty():
         return 0.0, 0.0
-    z = 1.2815515655446004  # the 90th normal percentile: an 80% interval is +- z sigma
+    upper = 50.0 + 50.0 * LEVEL  # the interval's upper percentile: 90 for an 80% interval
+    z = statistics.NormalDist().inv_cdf(upper / 100.0)  # the interval is +- z sigma
     spread = options.select(
         *keys,
         "cost_usd",
@@ -560,7 +564,8 @@ def saving_interval(
     drawn = drawn_cost(old) - drawn_cost(new)
     point = float(old["cost_usd"].sum() - new["cost_usd"].sum())
     spread = drawn - np.median(drawn)
-    return point + float(np.percentile(spread, 10)), point + float(np.percentile(spread, 90))
+    low, high = np.percentile(spread, [100.0 - upper, upper])
+    return point + float(low), point + float(high)
 
 
 def moving_families(
