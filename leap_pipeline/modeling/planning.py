@@ -519,9 +519,8 @@ def saving_interval(
     one error, normal in log throughput with the spread its interval implies
     (``ln(high / median) / z``): a model's error on a family's launches on a type is mostly one
     error. The interval is the draws' percentiles at the same level (10th and 90th) around their
-    median, set on the saving itself. It says how far the
-    model's spread alone moves the saving; it does not see a bias the model shares across
-    families."""
+    median, set on the saving itself. It says how far the model's spread alone moves the
+    saving; it does not see a bias the model shares across families."""
     keys = ["attempt_id", "hardware_type"]
     moved = before.select("attempt_id", was="hardware_type").join(
         after.select("attempt_id", now="hardware_type"), on="attempt_id"

@@ -35,12 +35,11 @@ def purchase_plan(
         end = planning.parse_day(config.end, "end") if config.end else None
         mlflow_tracking.configure()  # the registry every night registers in
         model, version = load_registered(config.model)
-        plan = planning.plan_warehouse(
-            environment().warehouse_path, model, purchases, config.days, end
-        )
+        where = environment()
+        plan = planning.plan_warehouse(where.warehouse_path, model, purchases, config.days, end)
     except (ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a model that cannot load
         raise dg.Failure(description=f"purchase_plan: {exc}") from None
-    out = Path(environment().data) / "plans" / plan.last_day.isoformat()
+    out = Path(where.data) / "plans" / plan.last_day.isoformat()
     table, picture = planning.write_plan(plan, out)
     context.log.info(f"plan written to {table} and {picture}")
     return dg.MaterializeResult(
