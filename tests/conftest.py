@@ -164,3 +164,24 @@ def _process_state_kept():
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _mlflow_stores_from_a_migrated_template(tmp_path_factory):
+    """Each fresh SQLite MLflow store a test process makes is a copy of one store migrated
+    once per process, not migrated again: MLflow builds a new store by running every one of its
+    schema migrations, about 1 s a store, and the README's test command made 29 stores. The
+    copy is made with SQLite's backup API into the file MLflow has just created, where MLflow
+    would migrate it, and only for SQLite; every other store, and every process a test
+    starts, migrates as MLflow does. tests/test_mlflow_template.py checks the copy has the
+    schema MLflow's own migration makes. The patched function is MLflow's private
+    ``_initialize_tables`` (mlflow is pinned in constraints.txt). Yields the unpatched one."""
+    from mlflow.store.db import utils as db_utils
+    from mlflow.store.model_registry import sqlalchemy_store as registry_store
+    from mlflow_template import copy_a_migrated_template
+
+    migrate = db_utils._initialize_tables
+    copying = copy_a_migrated_template(migrate, tmp_path_factory.mktemp("mlflow-template"))
+    db_utils._initialize_tables = registry_store._initialize_tables = copying
+    yield migrate
+    db_utils._initialize_tables = registry_store._initialize_tables = migrate

@@ -243,9 +243,10 @@ def test_a_model_logged_without_integrity_records_is_refused(registered, tmp_pat
     from leap_serving.registry import mlflow_model
 
     folder = (registered["root"] / "model").resolve()
-    mlflow.pyfunc.save_model(
+    mlflow.pyfunc.save_model(  # pip_requirements: MLflow would start a process to infer them
         tmp_path / "bare", python_model=mlflow_model.__file__,
         artifacts={k: str(folder / f) for k, f in ARTIFACTS.items()},
+        pip_requirements=pyfunc.pip_requirements(),
     )  # fmt: skip
     with pytest.raises(ModelArtifactError, match="artifact_sha256"):
         mlflow.pyfunc.load_model(str(tmp_path / "bare"))
@@ -273,6 +274,7 @@ def test_a_version_logged_before_the_subpackages_still_loads_in_this_process(reg
     mlflow.pyfunc.save_model(
         tmp_path / "saved", python_model=str(old), code_paths=pyfunc.code_paths(),
         artifacts={k: str(folder / f) for k, f in ARTIFACTS.items()}, model_config=config,
+        pip_requirements=pyfunc.pip_requirements(),
     )  # fmt: skip
     loaded = mlflow.pyfunc.load_model(str(tmp_path / "saved"))
     got = pl.from_pandas(loaded.predict(registered["launches"].to_pandas()))

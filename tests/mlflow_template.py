@@ -1,0 +1,45 @@
+"""A migrated MLflow SQLite store, made once and copied (tests/conftest.py)."""
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+
+
+def copy_a_migrated_template(migrate: Callable, folder: Path) -> Callable:
+    """``migrate`` (MLflow's ``_initialize_tables``), done once into ``folder`` for SQLite and
+    copied from there into each new store."""
+    import sqlalchemy
+
+    template, lock = folder / "template.db", threading.Lock()
+
+    def initialize(engine) -> None:
+        database = engine.url.database
+        if engine.url.get_backend_name() != "sqlite" or database in (None, "", ":memory:"):
+            migrate(engine)
+            return
+        with lock:  # stores made from several threads at once wait for one template
+            if not template.exists():
+                partial = template.with_suffix(".partial")
+                made = sqlalchemy.create_engine(f"sqlite:///{partial}")
+                try:
+                    migrate(made)
+                finally:
+                    made.dispose()
+                partial.rename(template)
+        source, target = sqlite3.connect(template), sqlite3.connect(database)
+        with closing(source), closing(target):
+            source.backup(target)
+
+    return initialize
+
+
+def schema(database: str | Path) -> tuple[list[tuple], list[tuple]]:
+    """A SQLite store's tables, indexes and triggers as created, and its Alembic revision."""
+    with closing(sqlite3.connect(database)) as con:
+        objects = con.execute(
+            "SELECT type, name, sql FROM sqlite_master ORDER BY type, name"
+        ).fetchall()
+        revision = con.execute("SELECT version_num FROM alembic_version").fetchall()
+    return objects, revision
