@@ -36,10 +36,26 @@ def copy_a_migrated_template(migrate: Callable, folder: Path) -> Callable:
 
 
 def schema(database: str | Path) -> tuple[list[tuple], list[tuple]]:
-    """A SQLite store's tables, indexes and triggers as created, and its Alembic revision."""
+    """A SQLite store's tables, indexes and triggers as created, and its Alembic revision. A
+    table's constraints are compared as a set: MLflow's own migration writes them in an order
+    that varies from run to run (seen: the two CHECKs of ``runs`` swapped between two fresh
+    migrations in one process)."""
     with closing(sqlite3.connect(database)) as con:
         objects = con.execute(
             "SELECT type, name, sql FROM sqlite_master ORDER BY type, name"
         ).fetchall()
         revision = con.execute("SELECT version_num FROM alembic_version").fetchall()
-    return objects, revision
+    return [(kind, name, _constraints_as_a_set(sql)) for kind, name, sql in objects], revision
+
+
+_CONSTRAINT_LINES = ("CONSTRAINT", "CHECK", "FOREIGN KEY", "PRIMARY KEY", "UNIQUE")
+
+
+def _constraints_as_a_set(sql: str | None) -> str | None:
+    if sql is None:
+        return None
+    lines = [line.strip().rstrip(",").rstrip() for line in sql.splitlines()]
+    constraints = sorted(line for line in lines if line.startswith(_CONSTRAINT_LINES))
+    return "\n".join(
+        [line for line in lines if not line.startswith(_CONSTRAINT_LINES)] + constraints
+    )
