@@ -9,28 +9,36 @@ from pathlib import Path
 
 def copy_a_migrated_template(migrate: Callable, folder: Path) -> Callable:
     """``migrate`` (MLflow's ``_initialize_tables``), done once into ``folder`` for SQLite and
-    copied from there into each new store."""
+    copied from there into each new store: a SQLite file with no table yet. Any other store is
+    migrated by ``migrate`` itself."""
     import sqlalchemy
 
     template, lock = folder / "template.db", threading.Lock()
 
     def initialize(engine) -> None:
         database = engine.url.database
-        if engine.url.get_backend_name() != "sqlite" or database in (None, "", ":memory:"):
+        plain_file = engine.url.get_backend_name() == "sqlite" and not engine.url.query
+        if not plain_file or database in (None, "", ":memory:"):
             migrate(engine)
             return
         with lock:  # stores made from several threads at once wait for one template
+            # only a store with no table at all is a copy: MLflow migrates an older or a
+            # half-migrated store in place, keeping its rows, and so does this
+            if sqlalchemy.inspect(engine).get_table_names():
+                migrate(engine)
+                return
             if not template.exists():
                 partial = template.with_suffix(".partial")
+                partial.unlink(missing_ok=True)
                 made = sqlalchemy.create_engine(f"sqlite:///{partial}")
                 try:
                     migrate(made)
                 finally:
                     made.dispose()
                 partial.rename(template)
-        source, target = sqlite3.connect(template), sqlite3.connect(database)
-        with closing(source), closing(target):
-            source.backup(target)
+            source, target = sqlite3.connect(template), sqlite3.connect(database)
+            with closing(source), closing(target):
+                source.backup(target)
 
     return initialize
 
