@@ -18,21 +18,17 @@ Progress goes to stderr; stdout gets the table, or one JSON line with ``--json``
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
 import time
 from pathlib import Path
 
+from demo_truth import window_arguments
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default="data", help="a folder leap demo made")
-    parser.add_argument("--days", type=int, default=7, help="the plan's window, in days")
-    parser.add_argument("--types", type=int, default=4, help="the most frequent types held out")
-    parser.add_argument(
-        "--skip", type=int, default=0, help="hold out the types after the SKIP most frequent"
-    )
+    window_arguments(parser, skip=0)
     parser.add_argument("--rank-by", choices=("median", "lower"), default="median")
     parser.add_argument(
         "--price-by", choices=("throughput", "throughput_low"), default="throughput"
@@ -42,26 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.days < 1 or args.types < 2:
         parser.error(f"--days {args.days} --types {args.types}: need days >= 1 and types >= 2")
 
-    from leap_pipeline.app.registry_choice import registry_uri
-    from leap_pipeline.data.sources import source_from_uri
+    from demo_truth import open_demo_folder, plan_window
+
     from leap_pipeline.data.warehouse import open_warehouse
-    from leap_pipeline.orchestration.calendar import Calendar
-    from leap_pipeline.settings import DATA_ENV, environment, set_environment
-    from leap_pipeline.studies.purchase_holdouts import most_frequent_types, purchase_holdouts
-    from leap_serving.registry.registered import load_registered
+    from leap_pipeline.studies.purchase_holdouts import purchase_holdouts
 
     started = time.monotonic()
-    data = Path(args.data)
-    where = environment({DATA_ENV: str(data)})
-    oracle = source_from_uri(Calendar.load(data).source).oracle()
-    if oracle is None:
-        parser.error(f"--data {data}: its source has no truth to score a plan against")
-    set_environment(overwrite=True, MLFLOW_TRACKING_URI=registry_uri(where))
-    published, version = load_registered("models:/leap-throughput@production")
+    where, oracle, published, version = open_demo_folder(Path(args.data), parser.error)
     with open_warehouse(where.warehouse_path, read_only=True) as wh:
-        last = wh.read("job_attempts", columns=["ds"])["ds"].max()
-        first = last - dt.timedelta(days=args.days - 1)
-        types = most_frequent_types(wh.read("job_attempts", first, last), args.types, args.skip)
+        first, last, types = plan_window(wh, args.days, args.types, args.skip)
         result = purchase_holdouts(
             wh,
             published,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import polars as pl
 from sklearn.base import clone
@@ -61,6 +62,70 @@ def holdout_model(
     )
 
 
+@dataclass(frozen=True)
+class HoldoutWindow:
+    """The plan's window as every hold-out prices it: its launches, each type's logged
+    capacity, and the truth (``true_median`` per launch and type; it only scores)."""
+
+    launches: pl.DataFrame
+    capacity: dict[str, float]
+    truth: pl.DataFrame
+
+
+def holdout_window(
+    wh: Warehouse,
+    specs: pl.DataFrame,
+    true_medians: Callable[[list[str], list[str]], pl.DataFrame],
+    first_day: dt.date,
+    last_day: dt.date,
+) -> HoldoutWindow:
+    """The window's launches, capacities and truth, read once for every type held out in it."""
+    attempts = wh.read("job_attempts", first_day, last_day)
+    allocations = wh.read("allocations", first_day, last_day)
+    launches = planning.window_launches(attempts, first_day, last_day)
+    capacity = planning.logged_capacity(attempts, allocations, first_day)
+    truth = true_medians(launches["attempt_id"].to_list(), specs["hardware_type"].to_list())
+    return HoldoutWindow(launches, capacity, truth)
+
+
+@dataclass(frozen=True)
+class HoldoutPlan:
+    """One hold-out's plan: the fleet without the type, the purchase of it back (at
+    ``COUNT_FACTORS`` of its logged capacity), the launches ranked without it
+    (``predictions``) and with it (``bought``), and the plan priced from them."""
+
+    hardware_type: str
+    fleet: dict[str, float]
+    purchase: planning.Purchase
+    predictions: planning.Predictions
+    bought: planning.Predictions
+    result: planning.PlanResult
+
+
+def holdout_plan(
+    wh: Warehouse,
+    published: LeapModel,
+    window: HoldoutWindow,
+    hardware_type: str,
+    first_day: dt.date,
+    rank_by: str = "median",
+    price_by: str = "throughput",
+) -> HoldoutPlan:
+    """Plan buying ``hardware_type`` back, from a model that never saw it (``holdout_model``)."""
+    model = holdout_model(wh, published, hardware_type, first_day)
+    capacity = window.capacity[hardware_type]
+    counts = sorted({max(1, round(capacity * f)) for f in COUNT_FACTORS})
+    purchase = planning.Purchase(hardware_type, tuple(counts))
+    fleet = {h: c for h, c in window.capacity.items() if h != hardware_type}
+    launches = window.launches
+    predictions = planning.predict_launches(model, launches, [], rank_by, list(fleet))
+    bought = planning.predict_launches(model, launches, [hardware_type], rank_by, list(fleet))
+    result = planning.plan_purchases(
+        launches, predictions, fleet, [purchase], price_by, with_type={hardware_type: bought}
+    )
+    return HoldoutPlan(hardware_type, fleet, purchase, predictions, bought, result)
+
+
 def purchase_holdouts(
     wh: Warehouse,
     published: LeapModel,
@@ -76,30 +141,14 @@ def purchase_holdouts(
     its logged capacity (and at ``COUNT_FACTORS`` of it), the true saving of the same
     placements, and their ratio; then the purchases ranked by predicted saving, by the truth and
     by the spreadsheet rules, with each ranking's Spearman correlation to the truth's."""
-    attempts = wh.read("job_attempts", first_day, last_day)
-    allocations = wh.read("allocations", first_day, last_day)
-    launches = planning.window_launches(attempts, first_day, last_day)
-    logged = planning.logged_capacity(attempts, allocations, first_day)
     specs = published.hardware_specs
-    truth = true_medians(launches["attempt_id"].to_list(), specs["hardware_type"].to_list())
+    window = holdout_window(wh, specs, true_medians, first_day, last_day)
+    launches, truth = window.launches, window.truth
     per_type = {}
     for hardware_type in hardware_types:
-        log(f"{hardware_type}: refit without it, its history rebuilt")
-        model = holdout_model(wh, published, hardware_type, first_day)
-        capacity = logged[hardware_type]
-        counts = sorted({max(1, round(capacity * f)) for f in COUNT_FACTORS})
-        purchase = planning.Purchase(hardware_type, tuple(counts))
-        log(f"{hardware_type}: planning {counts} devices against the fleet without it")
-        fleet = {h: c for h, c in logged.items() if h != hardware_type}
-        predictions = planning.predict_launches(model, launches, [], rank_by, list(fleet))
-        bought = {
-            hardware_type: planning.predict_launches(
-                model, launches, [hardware_type], rank_by, list(fleet)
-            )
-        }
-        result = planning.plan_purchases(
-            launches, predictions, fleet, [purchase], price_by, with_type=bought
-        )
+        log(f"{hardware_type}: refit without it, its history rebuilt; planning its purchase")
+        plan = holdout_plan(wh, published, window, hardware_type, first_day, rank_by, price_by)
+        result, capacity = plan.result, window.capacity[hardware_type]
         base_true = planning.true_cost(result.baseline_placements, launches, truth)
         rows = []
         for row in result.table.iter_rows(named=True):
