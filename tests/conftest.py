@@ -172,10 +172,11 @@ def _mlflow_stores_from_a_migrated_template(tmp_path_factory):
     once per process, not migrated again: MLflow builds a new store by running every one of its
     schema migrations, about 1 s a store, and the README's test command made 29 stores. The
     copy is made with SQLite's backup API into the file MLflow has just created, where MLflow
-    would migrate it, and only for SQLite; every other store, and every process a test
-    starts, migrates as MLflow does. tests/test_mlflow_template.py checks the copy has the
-    schema MLflow's own migration makes. The patched function is MLflow's private
-    ``_initialize_tables`` (mlflow is pinned in constraints.txt). Yields the unpatched one."""
+    would migrate it, and only into a SQLite file with no table yet; a store with tables, every
+    other backend, and every process a test starts, migrate as MLflow does.
+    tests/test_mlflow_template.py checks the copy is the store MLflow's own migration makes.
+    The patched function is MLflow's private ``_initialize_tables`` (mlflow is pinned in
+    constraints.txt). Yields the unpatched one."""
     from mlflow.store.db import utils as db_utils
     from mlflow.store.model_registry import sqlalchemy_store as registry_store
     from mlflow_template import copy_a_migrated_template
