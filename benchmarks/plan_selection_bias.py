@@ -106,8 +106,8 @@ def selection_bias(
         how="left",
         maintain_order="left",
     )["model_type"].fill_null("")
-    families = sorted(set(family))
-    at = np.array([families.index(f) for f in family])
+    families = {f: i for i, f in enumerate(sorted(set(family)))}
+    at = np.array([families[f] for f in family])
     on_type = (options["hardware_type"] == h).to_numpy()
     rng = np.random.default_rng(0)
     gaps = []
