@@ -38,7 +38,29 @@ def test_a_run_executes_its_steps_in_its_process_unless_more_at_once_are_asked_f
     assert run_executor(1) is dg.in_process_executor
     many = run_executor(environment({"LEAP_MAX_CONCURRENT_STEPS": "3"}).max_concurrent_steps)
     assert many.name == "multiprocess"
-    assert many.apply_config_mapping({}).value["config"]["max_concurrent"] == 3
+    config = many.apply_config_mapping({}).value["config"]
+    assert config["max_concurrent"] == 3
+    preloaded = config["start_method"]["forkserver"]["preload_modules"]  # forked, warm
+    assert "dagster" in preloaded and "lightgbm" in preloaded
+
+
+def test_the_step_forkserver_preloads_no_module_that_starts_polars():
+    """Polars' threads, started as it is imported, must not be in the process steps fork from
+    (its documentation: a child forked from them may deadlock). Checked in a fresh interpreter,
+    as the forkserver imports them."""
+    import subprocess
+    import sys
+
+    from leap_pipeline.orchestration.definitions import STEP_PRELOAD_MODULES
+
+    script = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in STEP_PRELOAD_MODULES)
+        + ("print(sorted(m for m in ('polars', 'mlflow') if m in sys.modules))")
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
     with pytest.raises(ValueError, match="LEAP_MAX_CONCURRENT_STEPS='0'"):
         environment({"LEAP_MAX_CONCURRENT_STEPS": "0"})
 
