@@ -48,6 +48,14 @@ def test_dagster_yaml_is_the_embedded_one_unless_a_database_is_set(tmp_path):
     url = "postgresql+psycopg2://leap:secret@db.internal:5432/dagster"
     assert config.pop("storage") == {"postgres": {"postgres_url": url}}
     assert config["concurrency"] == {"runs": {"max_concurrent_runs": 4}}
+    # the queue read every second, as a Dagster instance reads that block (on its own files)
+    import dagster as dg
+
+    queue = {"run_coordinator": config.pop("run_coordinator")}
+    (tmp_path / "queue").mkdir()
+    (tmp_path / "queue" / "dagster.yaml").write_text(yaml.safe_dump(queue))
+    with dg.DagsterInstance.from_config(str(tmp_path / "queue")) as instance:
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
     embedded = yaml.safe_load(DAGSTER_YAML)
     assert {k: v for k, v in config.items() if k != "concurrency"} == {
         k: v for k, v in embedded.items() if k != "concurrency"
