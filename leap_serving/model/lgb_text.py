@@ -49,20 +49,44 @@ def _fields(block: str, where: str) -> dict[str, str]:
     return fields
 
 
-def _numbers(fields: dict[str, str], key: str, dtype, count: int, where: str) -> np.ndarray:
+def _numbers(
+    blocks: list[dict[str, str]], key: str, dtype, counts: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``key``'s values of every tree with a positive count, in tree order, and where each
+    tree's start among them: read in one conversion (a conversion per tree was a third of a
+    model's load), the first tree at fault named."""
+    parts: list[str] = []
+    for index, (fields, count) in enumerate(zip(blocks, counts, strict=True)):
+        if count == 0:  # a one-leaf tree has no split
+            continue
+        try:
+            values = fields[key].split()
+        except KeyError:
+            raise ModelTextError(f"Tree={index} has no {key}") from None
+        if len(values) != count:
+            raise ModelTextError(
+                f"Tree={index}: {key} holds {len(values)} values, the tree needs {count}"
+            )
+        parts.extend(values)
+    starts = np.cumsum([0, *counts])[:-1]
     try:
-        values = np.array(fields[key].split(), dtype=dtype)
-    except KeyError:
-        raise ModelTextError(f"{where} has no {key}") from None
-    except (ValueError, OverflowError) as exc:  # OverflowError: an integer beyond int64
-        raise ModelTextError(f"{where}: {key} is not a list of numbers ({exc})") from None
-    if len(values) != count:
-        raise ModelTextError(f"{where}: {key} holds {len(values)} values, the tree needs {count}")
-    # a threshold may be infinite (every present value goes left, missing ones by the flag)
-    bad = np.isnan(values) if key == "threshold" else ~np.isfinite(values)
-    if dtype is np.float64 and np.any(bad):
-        raise ModelTextError(f"{where}: {key} holds {values[bad][0]}")
-    return values
+        values = np.array(parts, dtype=dtype)
+    except (ValueError, OverflowError):  # OverflowError: an integer beyond int64
+        for index, (fields, count) in enumerate(zip(blocks, counts, strict=True)):
+            try:
+                np.array(fields[key].split() if count else [], dtype=dtype)
+            except (ValueError, OverflowError) as exc:
+                message = f"Tree={index}: {key} is not a list of numbers ({exc})"
+                raise ModelTextError(message) from None
+        raise
+    if dtype is np.float64:
+        # a threshold may be infinite (every present value goes left, missing ones by the flag)
+        bad = np.isnan(values) if key == "threshold" else ~np.isfinite(values)
+        if bad.any():
+            at = int(np.argmax(bad))
+            index = int(np.searchsorted(starts, at, side="right")) - 1
+            raise ModelTextError(f"Tree={index}: {key} holds {values[at]}")
+    return values, starts
 
 
 def _walk_thresholds(threshold: np.ndarray) -> np.ndarray:
@@ -75,43 +99,26 @@ def _walk_thresholds(threshold: np.ndarray) -> np.ndarray:
     return walked
 
 
-def _tree_nodes(fields: dict[str, str], n_features: int, where: str) -> np.ndarray:
-    """One tree's nodes depth first (a node's left child next to it), ``NODE`` rows."""
-    try:
-        n_leaves = int(fields["num_leaves"])
-    except (KeyError, ValueError):
-        raise ModelTextError(f"{where}: num_leaves={fields.get('num_leaves')!r}") from None
-    for key, allowed in (("num_cat", "0"), ("is_linear", "0")):
-        if fields.get(key, "0") != allowed:
-            raise ModelTextError(f"{where}: {key}={fields[key]} is not supported")
-    if n_leaves < 1:
-        raise ModelTextError(f"{where}: num_leaves={n_leaves}")
-    leaf_value = _numbers(fields, "leaf_value", np.float64, n_leaves, where)
-    nodes = np.zeros(2 * n_leaves - 1, dtype=NODE)
-    if n_leaves == 1:
-        nodes[0] = (leaf_value[0], 0, 0, LEAF, 0)
-        return nodes
+def _first_fault(faults: list[tuple[np.ndarray, str]], starts: np.ndarray) -> None:
+    """Raise the fault of the first tree with one (``faults``: a mask over the split values
+    and its message, in the order a tree is checked)."""
+    found = []
+    for order, (mask, message) in enumerate(faults):
+        if mask.any():
+            index = int(np.searchsorted(starts, int(np.argmax(mask)), side="right")) - 1
+            found.append((index, order, message))
+    if found:
+        index, _, message = min(found)
+        raise ModelTextError(f"Tree={index}: {message}")
+
+
+def _depth_first(left: list[int], right: list[int], n_leaves: int, where: str):
+    """One tree's LightGBM nodes depth first (a node's left child next to it; ~leaf for a
+    leaf), and each position's right child's position (0 for a leaf)."""
     n_inner = n_leaves - 1
-    feature = _numbers(fields, "split_feature", np.int64, n_inner, where)
-    threshold = _numbers(fields, "threshold", np.float64, n_inner, where)
-    decision = _numbers(fields, "decision_type", np.int64, n_inner, where)
-    children = [_numbers(fields, k, np.int64, n_inner, where) for k in _SPLIT_KEYS[3:]]
-    if np.any((feature < 0) | (feature >= n_features)):
-        raise ModelTextError(f"{where}: split_feature outside 0..{n_features - 1}")
-    if np.any(decision & _CATEGORICAL):
-        raise ModelTextError(f"{where}: a categorical split (decision_type) is not supported")
-    missing = (decision >> 2) & 3
-    if np.any((missing != _MISSING_NONE) & (missing != _MISSING_NAN)):
-        raise ModelTextError(f"{where}: zero-as-missing splits (decision_type) are not supported")
-    for child in children:
-        if np.any((child >= n_inner) | (child < -n_leaves)):
-            raise ModelTextError(f"{where}: a child index is outside the tree")
-    # the depth-first order in plain ints, the rows then written a column at a time: a row
-    # written per node was most of a model's load (0.2 s for a night's cascade)
-    left, right = (child.tolist() for child in children)
     seen_inner, seen_leaf = [False] * n_inner, [False] * n_leaves
-    order: list[int] = []  # the LightGBM node at each position (~leaf for a leaf)
-    right_at = [0] * len(nodes)  # an inner node's position -> its right child's
+    order: list[int] = []
+    right_at = [0] * (2 * n_leaves - 1)
     stack = [(0, -1)]  # (LightGBM node, position of the parent whose right child it is)
     while stack:
         node, parent = stack.pop()
@@ -129,20 +136,87 @@ def _tree_nodes(fields: dict[str, str], n_features: int, where: str) -> np.ndarr
         stack.append((right[node], len(order)))  # right, after the left subtree
         stack.append((left[node], -1))
         order.append(node)
-    if len(order) != len(nodes) or not (all(seen_inner) and all(seen_leaf)):
+    if len(order) != len(right_at) or not (all(seen_inner) and all(seen_leaf)):
         raise ModelTextError(f"{where}: its children do not form one tree")
-    at = np.array(order)
-    leaves, inner = at < 0, at >= 0
-    nodes["value"][leaves] = leaf_value[~at[leaves]]
-    nodes["flags"][leaves] = LEAF
-    split = at[inner]
+    return order, right_at
+
+
+def _forest_nodes(blocks: list[dict[str, str]], n_features: int) -> list[np.ndarray]:
+    """Each tree's nodes depth first (a node's left child next to it), ``NODE`` rows. The
+    numbers of all trees are converted and checked a key at a time, the nodes written a column
+    at a time: per tree and per node, they were most of a model's load."""
+    leaves = []
+    for index, fields in enumerate(blocks):
+        where = f"Tree={index}"
+        try:
+            n_leaves = int(fields["num_leaves"])
+        except (KeyError, ValueError):
+            raise ModelTextError(f"{where}: num_leaves={fields.get('num_leaves')!r}") from None
+        for key, allowed in (("num_cat", "0"), ("is_linear", "0")):
+            if fields.get(key, "0") != allowed:
+                raise ModelTextError(f"{where}: {key}={fields[key]} is not supported")
+        if n_leaves < 1:
+            raise ModelTextError(f"{where}: num_leaves={n_leaves}")
+        leaves.append(n_leaves)
+    inner = [n - 1 for n in leaves]
+    leaf_value, leaf_starts = _numbers(blocks, "leaf_value", np.float64, leaves)
+    feature, starts = _numbers(blocks, "split_feature", np.int64, inner)
+    threshold, _ = _numbers(blocks, "threshold", np.float64, inner)
+    decision, _ = _numbers(blocks, "decision_type", np.int64, inner)
+    left, _ = _numbers(blocks, "left_child", np.int64, inner)
+    right, _ = _numbers(blocks, "right_child", np.int64, inner)
+    missing = (decision >> 2) & 3
+    inner_of = np.repeat(np.array(inner, dtype=np.int64), inner)  # each split's tree's
+    leaves_of = inner_of + 1
+
+    def outside(child: np.ndarray) -> np.ndarray:
+        return (child >= inner_of) | (child < -leaves_of)
+
+    _first_fault(
+        [
+            ((feature < 0) | (feature >= n_features), f"split_feature outside 0..{n_features - 1}"),
+            (
+                (decision & _CATEGORICAL) != 0,
+                "a categorical split (decision_type) is not supported",
+            ),
+            (
+                (missing != _MISSING_NONE) & (missing != _MISSING_NAN),
+                "zero-as-missing splits (decision_type) are not supported",
+            ),
+            (outside(left) | outside(right), "a child index is outside the tree"),
+        ],
+        starts,
+    )
+    # the depth-first order in plain ints, tree by tree
+    lefts, rights = left.tolist(), right.tolist()
+    order: list[int] = []
+    right_at: list[int] = []
+    for index, (n_leaves, first) in enumerate(zip(leaves, starts.tolist(), strict=True)):
+        if n_leaves == 1:
+            order.append(-1)
+            right_at.append(0)
+            continue
+        last = first + n_leaves - 1
+        tree_order, tree_right = _depth_first(
+            lefts[first:last], rights[first:last], n_leaves, f"Tree={index}"
+        )
+        order.extend(tree_order)
+        right_at.extend(tree_right)
+    sizes = [2 * n - 1 for n in leaves]
+    tree_of = np.repeat(np.arange(len(leaves)), sizes)
+    at = np.array(order, dtype=np.int64)
+    nodes = np.zeros(len(at), dtype=NODE)
+    is_leaf, is_inner = at < 0, at >= 0
+    nodes["value"][is_leaf] = leaf_value[leaf_starts[tree_of[is_leaf]] + ~at[is_leaf]]
+    nodes["flags"][is_leaf] = LEAF
+    split = starts[tree_of[is_inner]] + at[is_inner]
     t = threshold[split]
     goes_left = np.where(missing[split] != 0, (decision[split] & _DEFAULT_LEFT) != 0, t >= 0.0)
-    nodes["value"][inner] = _walk_thresholds(t)
-    nodes["feature"][inner] = feature[split]
-    nodes["flags"][inner] = MISSING_LEFT * goes_left
+    nodes["value"][is_inner] = _walk_thresholds(t)
+    nodes["feature"][is_inner] = feature[split]
+    nodes["flags"][is_inner] = MISSING_LEFT * goes_left
     nodes["right"] = right_at
-    return nodes
+    return np.split(nodes, np.cumsum(sizes[:-1])) if sizes else []
 
 
 def read_model_text(text: str) -> tuple[list[np.ndarray], int, int]:
@@ -171,14 +245,14 @@ def read_model_text(text: str) -> tuple[list[np.ndarray], int, int]:
     body, end, _ = body.partition("\nend of trees")
     if not end:
         raise ModelTextError("the text has no 'end of trees' line: it is truncated")
-    trees = []
+    blocks = []
     if sep:
         for index, block in enumerate(body.split("\nTree=")):
             number, _, block = block.partition("\n")
             if number.strip() != str(index):
                 raise ModelTextError(f"Tree={number.strip()} where Tree={index} was expected")
-            fields = _fields(block, f"Tree={index}")
-            trees.append(_tree_nodes(fields, n_features, f"Tree={index}"))
+            blocks.append(_fields(block, f"Tree={index}"))
+    trees = _forest_nodes(blocks, n_features)
     if len(trees) % per_iteration:
         raise ModelTextError(f"{len(trees)} trees is not a multiple of {per_iteration} a round")
     return trees, per_iteration, n_features
