@@ -53,8 +53,8 @@ def _numbers(
     blocks: list[dict[str, str]], key: str, dtype, counts: list[int]
 ) -> tuple[np.ndarray, np.ndarray]:
     """``key``'s values of every tree with a positive count, in tree order, and where each
-    tree's start among them: read in one conversion (a conversion per tree was a third of a
-    model's load), the first tree at fault named."""
+    tree's start among them: one conversion for all trees, not one per tree, the first tree at
+    fault named."""
     parts: list[str] = []
     for index, (fields, count) in enumerate(zip(blocks, counts, strict=True)):
         if count == 0:  # a one-leaf tree has no split
@@ -78,7 +78,7 @@ def _numbers(
             except (ValueError, OverflowError) as exc:
                 message = f"Tree={index}: {key} is not a list of numbers ({exc})"
                 raise ModelTextError(message) from None
-        raise
+        raise ModelTextError(f"{key} is not a list of numbers") from None
     if dtype is np.float64:
         # a threshold may be infinite (every present value goes left, missing ones by the flag)
         bad = np.isnan(values) if key == "threshold" else ~np.isfinite(values)
