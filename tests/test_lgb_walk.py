@@ -221,6 +221,28 @@ def test_the_reader_refuses_what_it_does_not_understand(fitted, malformed, case)
         read_model_text(bad)
 
 
+def test_trees_read_a_few_at_a_time_make_the_same_nodes_and_name_the_tree_at_fault(
+    fitted, monkeypatch
+):
+    """The reader converts and checks its trees in batches of ``TREES_AT_ONCE``: a batch
+    boundary changes no node, and a fault in a later batch names its own tree."""
+    from leap_serving.model import lgb_text
+
+    texts = [model.model_text_ for model in fitted]
+    whole = [read_model_text(text)[0] for text in texts]
+    monkeypatch.setattr(lgb_text, "TREES_AT_ONCE", 7)
+    for text, trees in zip(texts, whole, strict=True):
+        batched = read_model_text(text)[0]
+        assert [t.tobytes() for t in batched] == [t.tobytes() for t in trees]
+    text = texts[0]
+    lines = text.split("\n")
+    start = lines.index("Tree=45")
+    at = next(i for i in range(start, len(lines)) if lines[i].startswith("leaf_value="))
+    lines[at] = lines[at].replace("=", "=nan ", 1).rsplit(" ", 1)[0]  # as many values, one NaN
+    with pytest.raises(ModelTextError, match=r"^Tree=45: leaf_value holds nan"):
+        read_model_text("\n".join(lines))
+
+
 def test_boosters_early_stop_on_the_held_out_rows():
     X, y = _data(3000, 4)
     rng = np.random.default_rng(4)

@@ -48,14 +48,16 @@ def test_dagster_yaml_is_the_embedded_one_unless_a_database_is_set(tmp_path):
     url = "postgresql+psycopg2://leap:secret@db.internal:5432/dagster"
     assert config.pop("storage") == {"postgres": {"postgres_url": url}}
     assert config["concurrency"] == {"runs": {"max_concurrent_runs": 4}}
-    # the queue read every second, as a Dagster instance reads that block (on its own files)
+    # the queue read every second beside the runs' limit, as a Dagster instance reads the file
+    # (its storage left out: on its own files)
     import dagster as dg
 
-    queue = {"run_coordinator": config.pop("run_coordinator")}
     (tmp_path / "queue").mkdir()
-    (tmp_path / "queue" / "dagster.yaml").write_text(yaml.safe_dump(queue))
+    (tmp_path / "queue" / "dagster.yaml").write_text(yaml.safe_dump(config))
     with dg.DagsterInstance.from_config(str(tmp_path / "queue")) as instance:
         assert instance.run_coordinator.dequeue_interval_seconds == 1
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 4
+    assert config.pop("run_coordinator")["config"] == {"dequeue_interval_seconds": 1}
     embedded = yaml.safe_load(DAGSTER_YAML)
     assert {k: v for k, v in config.items() if k != "concurrency"} == {
         k: v for k, v in embedded.items() if k != "concurrency"

@@ -30,7 +30,9 @@ _MISSING_NONE, _MISSING_ZERO, _MISSING_NAN = 0, 1, 2
 # outputs a model may have (a classifier's classes): more than any cascade's bins, and few
 # enough that a file cannot make the reader allocate a baseline of its choosing
 MAX_OUTPUTS = 1024
-_SPLIT_KEYS = ("split_feature", "threshold", "decision_type", "left_child", "right_child")
+# trees read at once: their numbers are converted and checked together, and the Python lists
+# that takes (a few times their text's size) are held for these trees only, not a whole forest's
+TREES_AT_ONCE = 1024
 
 
 class ModelTextError(ValueError):
@@ -50,11 +52,11 @@ def _fields(block: str, where: str) -> dict[str, str]:
 
 
 def _numbers(
-    blocks: list[dict[str, str]], key: str, dtype, counts: list[int]
+    blocks: list[dict[str, str]], key: str, dtype, counts: list[int], first: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """``key``'s values of every tree with a positive count, in tree order, and where each
     tree's start among them: one conversion for all trees, not one per tree, the first tree at
-    fault named."""
+    fault named (``first``: the number of ``blocks[0]``)."""
     parts: list[str] = []
     for index, (fields, count) in enumerate(zip(blocks, counts, strict=True)):
         if count == 0:  # a one-leaf tree has no split
@@ -62,10 +64,10 @@ def _numbers(
         try:
             values = fields[key].split()
         except KeyError:
-            raise ModelTextError(f"Tree={index} has no {key}") from None
+            raise ModelTextError(f"Tree={first + index} has no {key}") from None
         if len(values) != count:
             raise ModelTextError(
-                f"Tree={index}: {key} holds {len(values)} values, the tree needs {count}"
+                f"Tree={first + index}: {key} holds {len(values)} values, the tree needs {count}"
             )
         parts.extend(values)
     starts = np.cumsum([0, *counts])[:-1]
@@ -76,7 +78,7 @@ def _numbers(
             try:
                 np.array(fields[key].split() if count else [], dtype=dtype)
             except (ValueError, OverflowError) as exc:
-                message = f"Tree={index}: {key} is not a list of numbers ({exc})"
+                message = f"Tree={first + index}: {key} is not a list of numbers ({exc})"
                 raise ModelTextError(message) from None
         raise ModelTextError(f"{key} is not a list of numbers") from None
     if dtype is np.float64:
@@ -85,7 +87,7 @@ def _numbers(
         if bad.any():
             at = int(np.argmax(bad))
             index = int(np.searchsorted(starts, at, side="right")) - 1
-            raise ModelTextError(f"Tree={index}: {key} holds {values[at]}")
+            raise ModelTextError(f"Tree={first + index}: {key} holds {values[at]}")
     return values, starts
 
 
@@ -99,7 +101,7 @@ def _walk_thresholds(threshold: np.ndarray) -> np.ndarray:
     return walked
 
 
-def _first_fault(faults: list[tuple[np.ndarray, str]], starts: np.ndarray) -> None:
+def _first_fault(faults: list[tuple[np.ndarray, str]], starts: np.ndarray, first: int) -> None:
     """Raise the fault of the first tree with one (``faults``: a mask over the split values
     and its message, in the order a tree is checked)."""
     found = []
@@ -109,7 +111,7 @@ def _first_fault(faults: list[tuple[np.ndarray, str]], starts: np.ndarray) -> No
             found.append((index, order, message))
     if found:
         index, _, message = min(found)
-        raise ModelTextError(f"Tree={index}: {message}")
+        raise ModelTextError(f"Tree={first + index}: {message}")
 
 
 def _depth_first(left: list[int], right: list[int], n_leaves: int, where: str):
@@ -141,13 +143,13 @@ def _depth_first(left: list[int], right: list[int], n_leaves: int, where: str):
     return order, right_at
 
 
-def _forest_nodes(blocks: list[dict[str, str]], n_features: int) -> list[np.ndarray]:
+def _forest_nodes(blocks: list[dict[str, str]], n_features: int, first: int) -> list[np.ndarray]:
     """Each tree's nodes depth first (a node's left child next to it), ``NODE`` rows. The
     numbers of all trees are converted and checked a key at a time, the nodes written a column
     at a time: per tree and per node, they were most of a model's load."""
     leaves = []
     for index, fields in enumerate(blocks):
-        where = f"Tree={index}"
+        where = f"Tree={first + index}"
         try:
             n_leaves = int(fields["num_leaves"])
         except (KeyError, ValueError):
@@ -159,12 +161,12 @@ def _forest_nodes(blocks: list[dict[str, str]], n_features: int) -> list[np.ndar
             raise ModelTextError(f"{where}: num_leaves={n_leaves}")
         leaves.append(n_leaves)
     inner = [n - 1 for n in leaves]
-    leaf_value, leaf_starts = _numbers(blocks, "leaf_value", np.float64, leaves)
-    feature, starts = _numbers(blocks, "split_feature", np.int64, inner)
-    threshold, _ = _numbers(blocks, "threshold", np.float64, inner)
-    decision, _ = _numbers(blocks, "decision_type", np.int64, inner)
-    left, _ = _numbers(blocks, "left_child", np.int64, inner)
-    right, _ = _numbers(blocks, "right_child", np.int64, inner)
+    leaf_value, leaf_starts = _numbers(blocks, "leaf_value", np.float64, leaves, first)
+    feature, starts = _numbers(blocks, "split_feature", np.int64, inner, first)
+    threshold, _ = _numbers(blocks, "threshold", np.float64, inner, first)
+    decision, _ = _numbers(blocks, "decision_type", np.int64, inner, first)
+    left, _ = _numbers(blocks, "left_child", np.int64, inner, first)
+    right, _ = _numbers(blocks, "right_child", np.int64, inner, first)
     missing = (decision >> 2) & 3
     inner_of = np.repeat(np.array(inner, dtype=np.int64), inner)  # each split's tree's
     leaves_of = inner_of + 1
@@ -186,19 +188,20 @@ def _forest_nodes(blocks: list[dict[str, str]], n_features: int) -> list[np.ndar
             (outside(left) | outside(right), "a child index is outside the tree"),
         ],
         starts,
+        first,
     )
     # the depth-first order in plain ints, tree by tree
     lefts, rights = left.tolist(), right.tolist()
     order: list[int] = []
     right_at: list[int] = []
-    for index, (n_leaves, first) in enumerate(zip(leaves, starts.tolist(), strict=True)):
+    for index, (n_leaves, start) in enumerate(zip(leaves, starts.tolist(), strict=True)):
         if n_leaves == 1:
             order.append(-1)
             right_at.append(0)
             continue
-        last = first + n_leaves - 1
+        last = start + n_leaves - 1
         tree_order, tree_right = _depth_first(
-            lefts[first:last], rights[first:last], n_leaves, f"Tree={index}"
+            lefts[start:last], rights[start:last], n_leaves, f"Tree={first + index}"
         )
         order.extend(tree_order)
         right_at.extend(tree_right)
@@ -245,14 +248,17 @@ def read_model_text(text: str) -> tuple[list[np.ndarray], int, int]:
     body, end, _ = body.partition("\nend of trees")
     if not end:
         raise ModelTextError("the text has no 'end of trees' line: it is truncated")
-    blocks = []
-    if sep:
-        for index, block in enumerate(body.split("\nTree=")):
-            number, _, block = block.partition("\n")
-            if number.strip() != str(index):
-                raise ModelTextError(f"Tree={number.strip()} where Tree={index} was expected")
-            blocks.append(_fields(block, f"Tree={index}"))
-    trees = _forest_nodes(blocks, n_features)
+    trees: list[np.ndarray] = []
+    blocks: list[dict[str, str]] = []
+    texts = body.split("\nTree=") if sep else []
+    for index, block in enumerate(texts):
+        number, _, block = block.partition("\n")
+        if number.strip() != str(index):
+            raise ModelTextError(f"Tree={number.strip()} where Tree={index} was expected")
+        blocks.append(_fields(block, f"Tree={index}"))
+        if len(blocks) == TREES_AT_ONCE or index == len(texts) - 1:
+            trees += _forest_nodes(blocks, n_features, index + 1 - len(blocks))
+            blocks = []
     if len(trees) % per_iteration:
         raise ModelTextError(f"{len(trees)} trees is not a multiple of {per_iteration} a round")
     return trees, per_iteration, n_features
