@@ -134,6 +134,55 @@ def test_a_locked_warehouse_is_waited_for_then_an_error_naming_the_holder(wareho
         holder.wait()
 
 
+def test_a_warehouse_a_leap_process_holds_is_waited_for_then_an_error_naming_it(warehouse):
+    """Held by LEAP itself, the warehouse's lock file is what a second process waits on; at
+    the deadline the error still names the holding process."""
+    code = (
+        "import sys, time; from leap_pipeline.data.warehouse import open_warehouse\n"
+        "with open_warehouse(sys.argv[1]) as wh, wh.session(write=True):\n"
+        "    print('open', flush=True); time.sleep(30)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(warehouse)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        held = pytest.raises(WarehouseError, match=f"process {holder.pid} holds it")
+        with open_warehouse(warehouse, wait_s=3.0) as wh, held as failed:
+            wh.count("feature_table", FIRST)
+        assert "did not let go within 3 s" in str(failed.value)
+        assert (warehouse.parent / f"{warehouse.name}.lock").stat().st_mode & 0o077 == 0
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_no_process_opens_the_warehouse_while_another_holds_its_lock_file(warehouse):
+    """DuckDB reads a file's headers before it takes its own lock: a process that read them
+    during another's checkpoint lost that one's last write. The lock file is taken before
+    DuckDB opens anything, so a holder of the lock file alone (here one that has not opened
+    DuckDB at all) keeps a reader and a writer out."""
+    code = (
+        "import fcntl, os, sys, time\n"
+        "fd = os.open(sys.argv[1] + '.lock', os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(warehouse)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for read_only in (True, False):
+            held = pytest.raises(WarehouseError, match="did not let go within 1 s")
+            with open_warehouse(warehouse, read_only=read_only, wait_s=1.0) as wh, held:
+                wh.count("feature_table", FIRST)
+    finally:
+        holder.kill()
+        holder.wait()
+    with open_warehouse(warehouse, read_only=True, wait_s=1.0) as wh:  # let go: it opens
+        assert wh.has("feature_table")
+
+
 def test_a_warehouse_released_while_waiting_opens(warehouse):
     holder = _hold(warehouse, 1.5)
     try:

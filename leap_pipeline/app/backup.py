@@ -29,7 +29,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from leap_pipeline.app import backup_postgres as pg
-from leap_pipeline.data.warehouse import WarehouseError, open_warehouse
+from leap_pipeline.data.warehouse import WarehouseError, lock_file, open_warehouse
 from leap_pipeline.settings import Environment
 
 FORMAT = "leap-backup/1"
@@ -150,8 +150,12 @@ def _is_companion(path: Path) -> bool:
 
 
 def _is_duckdb_wal(path: Path) -> bool:
-    """A DuckDB file's write-ahead log, which ``_copy_warehouse`` copies with its database."""
-    return path.name.endswith(".duckdb.wal") and path.with_name(path.name[:-4]).is_file()
+    """A DuckDB file's write-ahead log, which ``_copy_warehouse`` copies with its database, or
+    its lock file, which is the live processes' own (a restored folder makes its own)."""
+    for suffix in (".wal", ".lock"):
+        if path.name.endswith(".duckdb" + suffix):
+            return path.with_name(path.name[: -len(suffix)]).is_file()
+    return False
 
 
 def entries(folder: Path, skip: set[Path]) -> Iterator[tuple[str, Path]]:
@@ -205,6 +209,7 @@ def _copy_warehouse(warehouse: Path, target: Path, wait_s: float | None = None) 
                 copied[copy] = copy_file(source, copy)
     with open_warehouse(target, read_only=True) as copy:
         copy.tables()
+    lock_file(target).unlink(missing_ok=True)  # the check's own, not the backup's
     return copied
 
 
@@ -246,7 +251,7 @@ def backup(
         def keep(copy: Path, entry: dict) -> None:
             manifest["files"][copy.relative_to(staging).as_posix()] = entry
 
-        skip = {warehouse, warehouse.with_name(warehouse.name + ".wal")}
+        skip = {warehouse, warehouse.with_name(warehouse.name + ".wal"), lock_file(warehouse)}
         skip |= {data / name for name in SKIPPED_FOLDERS}
         if without_secrets and (data / SECRETS).exists():
             skip.add(data / SECRETS)
