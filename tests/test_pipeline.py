@@ -134,12 +134,13 @@ def test_a_locked_warehouse_is_waited_for_then_an_error_naming_the_holder(wareho
         holder.wait()
 
 
-def test_a_warehouse_a_leap_process_holds_is_waited_for_then_an_error_naming_it(warehouse):
-    """Held by LEAP itself, the warehouse's lock file is what a second process waits on; at
-    the deadline the error still names the holding process."""
+@pytest.mark.parametrize("holds", ["write", "read"])
+def test_a_warehouse_a_leap_process_holds_is_waited_for_then_an_error_naming_it(warehouse, holds):
+    """Held by LEAP itself (to write, or to read while this one writes), the warehouse's lock
+    file is what a second process waits on; at the deadline the error names the holder."""
     code = (
         "import sys, time; from leap_pipeline.data.warehouse import open_warehouse\n"
-        "with open_warehouse(sys.argv[1]) as wh, wh.session(write=True):\n"
+        f"with open_warehouse(sys.argv[1]) as wh, wh.session(write={holds == 'write'}):\n"
         "    print('open', flush=True); time.sleep(30)\n"
     )
     holder = subprocess.Popen(
@@ -149,7 +150,7 @@ def test_a_warehouse_a_leap_process_holds_is_waited_for_then_an_error_naming_it(
         assert holder.stdout.readline().strip() == "open"
         held = pytest.raises(WarehouseError, match=f"process {holder.pid} holds it")
         with open_warehouse(warehouse, wait_s=3.0) as wh, held as failed:
-            wh.count("feature_table", FIRST)
+            wh.replace_partition("job_attempts", FIRST, pl.DataFrame({"x": [1]}))
         assert "did not let go within 3 s" in str(failed.value)
         assert (warehouse.parent / f"{warehouse.name}.lock").stat().st_mode & 0o077 == 0
     finally:

@@ -150,12 +150,8 @@ def _is_companion(path: Path) -> bool:
 
 
 def _is_duckdb_wal(path: Path) -> bool:
-    """A DuckDB file's write-ahead log, which ``_copy_warehouse`` copies with its database, or
-    its lock file, which is the live processes' own (a restored folder makes its own)."""
-    for suffix in (".wal", ".lock"):
-        if path.name.endswith(".duckdb" + suffix):
-            return path.with_name(path.name[: -len(suffix)]).is_file()
-    return False
+    """A DuckDB file's write-ahead log, which ``_copy_warehouse`` copies with its database."""
+    return path.name.endswith(".duckdb.wal") and path.with_name(path.name[:-4]).is_file()
 
 
 def entries(folder: Path, skip: set[Path]) -> Iterator[tuple[str, Path]]:
@@ -207,9 +203,11 @@ def _copy_warehouse(warehouse: Path, target: Path, wait_s: float | None = None) 
         for source, copy in ((warehouse, target), (wal, target.with_name(target.name + ".wal"))):
             if source.exists():
                 copied[copy] = copy_file(source, copy)
-    with open_warehouse(target, read_only=True) as copy:
-        copy.tables()
-    lock_file(target).unlink(missing_ok=True)  # the check's own, not the backup's
+    try:
+        with open_warehouse(target, read_only=True) as copy:
+            copy.tables()
+    finally:
+        lock_file(target).unlink(missing_ok=True)  # the check's own, not the backup's
     return copied
 
 

@@ -116,13 +116,14 @@ class Warehouse:
             return
         # one connection per file at a time in this process too: DuckDB refuses a read-only
         # and a writing connection to one file side by side in a process
-        deadline = time.monotonic() + self.wait_s
-        with _process_lock(self.path), _lock_file_held(self.path, write, self.wait_s, deadline):
-            con = _connect(self.path, not write, self.wait_s, deadline)
-            try:
-                yield con
-            finally:
-                con.close()
+        with _process_lock(self.path):
+            deadline = time.monotonic() + self.wait_s  # the wait for other processes
+            with _lock_file_held(self.path, write, self.wait_s, deadline):
+                con = _connect(self.path, not write, self.wait_s, deadline)
+                try:
+                    yield con
+                finally:
+                    con.close()
 
     @contextmanager
     def session(self, write: bool = False) -> Iterator[Warehouse]:
@@ -265,13 +266,31 @@ def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
     return con.sql(_sql(_DESCRIBE, table)).pl()["column_name"].to_list()
 
 
-# per file, how deep the calls holding its lock file are in the thread inside _process_lock
-_LOCK_FILE_DEPTH: dict[str, int] = {}
+# per file, the lock file's descriptor and how many calls of the thread inside _process_lock
+# hold it (the outermost took it; a nested call finds it held)
+_LOCK_FILES_HELD: dict[str, list] = {}
 
 
 def lock_file(path: Path) -> Path:
-    """The warehouse's lock file, beside it (``leap.duckdb.lock``)."""
+    """The warehouse's lock file, beside the file itself (``leap.duckdb.lock``): resolved, so
+    processes that reach the warehouse through a link lock the same file."""
+    path = path.resolve()
     return path.with_name(path.name + ".lock")
+
+
+def _open_lock_file(path: Path) -> int | None:
+    """The lock file's descriptor (created 0600; a link there is refused), or None when this
+    process cannot open it: then it relies on DuckDB's lock alone."""
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        return os.open(lock_file(path), os.O_RDWR | os.O_CREAT | flags, 0o600)
+    except OSError:
+        pass
+    try:
+        return os.open(lock_file(path), os.O_RDONLY | flags)
+    except OSError as exc:
+        log.warning("%s: cannot open %s (%s): relying on DuckDB's lock", path, lock_file(path), exc)
+        return None
 
 
 @contextmanager
@@ -284,43 +303,63 @@ def _lock_file_held(path: Path, write: bool, wait_s: float, deadline: float) -> 
     replay; DuckDB reads a file's headers before it takes its lock (strace shows it), which is
     where an open can overlap another's checkpoint. With this lock held across the whole
     connection, a process opens the file only once the other has closed it: 0 lost in 300 runs
-    (tests/test_warehouse_concurrency.py's writers). A process that cannot open the lock file
-    (a folder it may not write, a lock file it may not read) relies on DuckDB's lock alone.
-    Taken once per process and file: a call nested in another of the same thread (which holds
-    ``_process_lock``) holds it already."""
+    (tests/test_warehouse_concurrency.py's writers). A process that cannot open or lock the
+    lock file (a folder it may not write, a file system without flock) relies on DuckDB's lock
+    alone. Taken once per process and file: a call nested in another of the same thread (which
+    holds ``_process_lock``) finds it held."""
     key = str(path.resolve())
-    if _LOCK_FILE_DEPTH.get(key, 0):
-        _LOCK_FILE_DEPTH[key] += 1
+    held = _LOCK_FILES_HELD.get(key)
+    if held is not None:
+        held[1] += 1
         try:
             yield
         finally:
-            _LOCK_FILE_DEPTH[key] -= 1
+            held[1] -= 1
         return
-    try:
-        fd = os.open(lock_file(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError:
+    fd = _open_lock_file(path)
+    if fd is not None:
         try:
-            fd = os.open(lock_file(path), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            yield
-            return
+            mode = (fcntl.LOCK_EX if write else fcntl.LOCK_SH) | fcntl.LOCK_NB
+            _retried(
+                lambda: fcntl.flock(fd, mode),
+                BlockingIOError,
+                path,
+                wait_s,
+                deadline,
+                lambda exc: _held(path, _lock_file_holder(path), wait_s),
+            )
+        except WarehouseError:
+            os.close(fd)
+            raise
+        except OSError as exc:  # no lock on this file system (ENOLCK, say)
+            os.close(fd)
+            log.warning("%s: cannot lock %s (%s): relying on DuckDB's lock", path, key, exc)
+            fd = None
+    if fd is None:
+        yield
+        return
+    _LOCK_FILES_HELD[key] = [fd, 1]
     try:
-        mode = (fcntl.LOCK_EX if write else fcntl.LOCK_SH) | fcntl.LOCK_NB
-        _retried(
-            lambda: fcntl.flock(fd, mode),
-            BlockingIOError,
-            path,
-            wait_s,
-            deadline,
-            lambda exc: _held(path, _duckdb_holder(path), wait_s),
-        )
-        _LOCK_FILE_DEPTH[key] = 1
-        try:
-            yield
-        finally:
-            _LOCK_FILE_DEPTH[key] = 0
+        yield
     finally:
+        del _LOCK_FILES_HELD[key]
         os.close(fd)  # releases the lock
+
+
+def _lock_file_holder(path: Path) -> str:
+    """Who holds the lock file, as DuckDB would say it (``PID n``): read from the kernel's
+    table of locks (Linux's /proc/locks, by the file's device and inode); empty elsewhere."""
+    try:
+        found = os.stat(lock_file(path))
+        locks = Path("/proc/locks").read_text()
+    except OSError:
+        return ""
+    device = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
+    for line in locks.splitlines():
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == device:
+            return f"PID {fields[4]}"
+    return ""
 
 
 # retries while another process holds the file: short at first (its operation is short), up to
@@ -346,16 +385,6 @@ def _retried(attempt, busy: type[Exception], path: Path, wait_s: float, deadline
             delay = min(delay * 2, MAX_RETRY_DELAY_S)
 
 
-def _duckdb_holder(path: Path) -> str:
-    """DuckDB's message for the file's lock (it names the holding process), if it is held:
-    asked read-only, since the lock file is not held here (a read changes nothing)."""
-    try:
-        duckdb.connect(str(path), read_only=True).close()
-    except duckdb.IOException as exc:
-        return str(exc)
-    return ""
-
-
 def _held(path: Path, message: str, wait_s: float) -> WarehouseError:
     holder = re.search(r"PID (\d+)", message)
     who = f"process {holder.group(1)}" if holder else "another process"
@@ -363,7 +392,7 @@ def _held(path: Path, message: str, wait_s: float) -> WarehouseError:
         f"cannot open {path}: {who} holds it (another LEAP command, a Dagster run or "
         f"the nightly job) and did not let go within {wait_s:g} s. Each run holds "
         f"it for one read or write at a time: see the holder with `ps -p "
-        f"{holder.group(1) if holder else '<pid>'}` or `fuser {path}`, or raise "
+        f"{holder.group(1) if holder else '<pid>'}` or `fuser {path} {lock_file(path)}`, or raise "
         f"${LOCK_WAIT_ENV}"
     )
 
