@@ -29,7 +29,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from leap_pipeline.app import backup_postgres as pg
-from leap_pipeline.data.warehouse import WarehouseError, lock_file, open_warehouse
+from leap_pipeline.data.warehouse import WarehouseError, open_warehouse
 from leap_pipeline.settings import Environment
 
 FORMAT = "leap-backup/1"
@@ -206,8 +206,9 @@ def _copy_warehouse(warehouse: Path, target: Path, wait_s: float | None = None) 
     try:
         with open_warehouse(target, read_only=True) as copy:
             copy.tables()
-    finally:
-        lock_file(target).unlink(missing_ok=True)  # the check's own, not the backup's
+    finally:  # the check's own lock files, not the backup's
+        for lock in target.parent.glob(f"{target.name}*.lock"):
+            lock.unlink(missing_ok=True)
     return copied
 
 
@@ -249,7 +250,7 @@ def backup(
         def keep(copy: Path, entry: dict) -> None:
             manifest["files"][copy.relative_to(staging).as_posix()] = entry
 
-        skip = {warehouse, warehouse.with_name(warehouse.name + ".wal"), lock_file(warehouse)}
+        skip = {warehouse, warehouse.with_name(warehouse.name + ".wal")}
         skip |= {data / name for name in SKIPPED_FOLDERS}
         if without_secrets and (data / SECRETS).exists():
             skip.add(data / SECRETS)

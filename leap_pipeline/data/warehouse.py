@@ -278,19 +278,38 @@ def lock_file(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
-def _open_lock_file(path: Path) -> int | None:
-    """The lock file's descriptor (created 0600; a link there is refused), or None when this
+def _gate_file(path: Path) -> Path:
+    """The lock file a writer holds while it waits (``leap.duckdb.gate.lock``): readers pass it
+    on their way in, so a waiting writer holds new readers back."""
+    found = lock_file(path)
+    return found.with_name(found.name[: -len(".lock")] + ".gate.lock")
+
+
+def _open_lock_file(file: Path, path: Path) -> int | None:
+    """A lock file's descriptor (created 0600; a link there is refused), or None when this
     process cannot open it: then it relies on DuckDB's lock alone."""
     flags = os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        return os.open(lock_file(path), os.O_RDWR | os.O_CREAT | flags, 0o600)
+        return os.open(file, os.O_RDWR | os.O_CREAT | flags, 0o600)
     except OSError:
         pass
     try:
-        return os.open(lock_file(path), os.O_RDONLY | flags)
+        return os.open(file, os.O_RDONLY | flags)
     except OSError as exc:
-        log.warning("%s: cannot open %s (%s): relying on DuckDB's lock", path, lock_file(path), exc)
+        log.warning("%s: cannot open %s (%s): relying on DuckDB's lock", path, file, exc)
         return None
+
+
+def _flock(fd: int, exclusive: bool, path: Path, wait_s: float, deadline: float) -> None:
+    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    _retried(
+        lambda: fcntl.flock(fd, mode),
+        BlockingIOError,
+        path,
+        wait_s,
+        deadline,
+        lambda exc: _held(path, _lock_file_holder(path), wait_s),
+    )
 
 
 @contextmanager
@@ -303,10 +322,14 @@ def _lock_file_held(path: Path, write: bool, wait_s: float, deadline: float) -> 
     replay; DuckDB reads a file's headers before it takes its lock (strace shows it), which is
     where an open can overlap another's checkpoint. With this lock held across the whole
     connection, a process opens the file only once the other has closed it: 0 lost in 300 runs
-    (tests/test_warehouse_concurrency.py's writers). A process that cannot open or lock the
-    lock file (a folder it may not write, a file system without flock) relies on DuckDB's lock
-    alone. Taken once per process and file: a call nested in another of the same thread (which
-    holds ``_process_lock``) finds it held."""
+    (tests/test_warehouse_concurrency.py's writers).
+
+    A writer first holds the gate (``_gate_file``), which each reader passes through on its way
+    in: without it, a reader reading in a loop kept its shared lock so nearly always that a
+    writer polling for the lock waited past its deadline. A process that cannot open or lock
+    the lock files (a folder it may not write, a file system without flock) relies on DuckDB's
+    lock alone. Taken once per process and file: a call nested in another of the same thread
+    (which holds ``_process_lock``) finds it held."""
     key = str(path.resolve())
     held = _LOCK_FILES_HELD.get(key)
     if held is not None:
@@ -316,34 +339,35 @@ def _lock_file_held(path: Path, write: bool, wait_s: float, deadline: float) -> 
         finally:
             held[1] -= 1
         return
-    fd = _open_lock_file(path)
-    if fd is not None:
-        try:
-            mode = (fcntl.LOCK_EX if write else fcntl.LOCK_SH) | fcntl.LOCK_NB
-            _retried(
-                lambda: fcntl.flock(fd, mode),
-                BlockingIOError,
-                path,
-                wait_s,
-                deadline,
-                lambda exc: _held(path, _lock_file_holder(path), wait_s),
-            )
-        except WarehouseError:
+    fds: list[int] = []
+    try:
+        for file in (_gate_file(path), lock_file(path)):
+            fd = _open_lock_file(file, path)
+            if fd is None:
+                raise OSError(f"cannot open {file}")
+            fds.append(fd)
+        gate, lock = fds
+        _flock(gate, write, path, wait_s, deadline)  # a writer holds it until it is done
+        _flock(lock, write, path, wait_s, deadline)
+        if not write:
+            fcntl.flock(gate, fcntl.LOCK_UN)  # passed: a writer may now queue behind it
+    except WarehouseError:
+        for fd in fds:
             os.close(fd)
-            raise
-        except OSError as exc:  # no lock on this file system (ENOLCK, say)
+        raise
+    except OSError as exc:  # no lock on this file system (ENOLCK, say)
+        for fd in fds:
             os.close(fd)
-            log.warning("%s: cannot lock %s (%s): relying on DuckDB's lock", path, key, exc)
-            fd = None
-    if fd is None:
+        log.warning("%s: cannot use its lock files (%s): relying on DuckDB's lock", path, exc)
         yield
         return
-    _LOCK_FILES_HELD[key] = [fd, 1]
+    _LOCK_FILES_HELD[key] = [fds, 1]
     try:
         yield
     finally:
         del _LOCK_FILES_HELD[key]
-        os.close(fd)  # releases the lock
+        for fd in reversed(fds):
+            os.close(fd)  # releases the locks
 
 
 def _lock_file_holder(path: Path) -> str:
