@@ -86,8 +86,9 @@ def build_base(folder: Path) -> Path:
 def register(model_folder: Path, store: Path) -> tuple[str, str]:
     """The cached model as version 1 of a throwaway registry, behind the production alias."""
     from leap_pipeline.modeling import registry
+    from leap_pipeline.settings import MODEL_NAME_ENV
 
-    os.environ[registry.MODEL_NAME_ENV] = "leap-serve-bench"
+    os.environ[MODEL_NAME_ENV] = "leap-serve-bench"
     tracking = registry.configure_tracking(store)
     night = FIRST + dt.timedelta(days=DAYS - 1)
     _, version = registry.log_candidate(

@@ -64,6 +64,15 @@ def sqlalchemy_url(url: str) -> str:
     return url.replace(POSTGRES_SCHEMES[0], POSTGRES_SCHEMES[1], 1)
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI (absolute), else None (a server, or
+    SQLite in memory)."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix) or uri[len(prefix) :] in ("", ":memory:"):
+        return None
+    return Path(uri[len(prefix) :]).resolve()
+
+
 class Environment(BaseModel):
     """The environment variables the pipeline reads, validated. Empty means the default."""
 

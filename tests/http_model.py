@@ -18,6 +18,7 @@ import polars as pl
 import pytest
 
 from leap_pipeline.modeling import registry
+from leap_pipeline.settings import MODEL_NAME_ENV
 from leap_pipeline.simulation import SimulatedFleet
 from leap_serving.decide.ranker import Ranker
 from leap_serving.launch.families import with_family
@@ -79,7 +80,7 @@ def _plain(value):
 def registered_model(root: Path):
     """The tiny model registered in a store under ``root``, and a Ranker on its alias."""
     with pytest.MonkeyPatch.context() as env:
-        env.setenv(registry.MODEL_NAME_ENV, "leap-http-test")
+        env.setenv(MODEL_NAME_ENV, "leap-http-test")
         # configure_tracking exports both (mlflow.set_*_uri): put back as they were at exit
         env.delenv("MLFLOW_TRACKING_URI", raising=False)
         env.delenv("MLFLOW_REGISTRY_URI", raising=False)

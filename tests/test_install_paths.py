@@ -68,6 +68,36 @@ def test_the_mlflow_store_follows_leap_data(folders):
     assert (data / "mlflow" / "mlflow.db").is_file() and not (elsewhere / "data").exists()
 
 
+def test_a_sqlite_store_named_by_the_environment_keeps_its_artifacts_beside_it(
+    folders, monkeypatch
+):
+    """MLflow alone puts a SQLite store's artifacts under ``mlruns`` in the working directory
+    of whichever process created the experiment: outside the store, its backup and its
+    permissions. The experiment keeps them beside the database, and a logged model goes there."""
+    from leap_pipeline.app.backup import uncovered
+    from leap_pipeline.modeling import registry
+
+    data, elsewhere = folders
+    store = data.parent / "registry"
+    store.mkdir(parents=True)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
+    previous = mlflow.get_tracking_uri()
+    try:
+        registry.configure_tracking()
+        experiment = mlflow.get_experiment_by_name(registry.EXPERIMENT)
+        assert experiment.artifact_location == (store / "artifacts").as_uri()
+        with mlflow.start_run():
+            mlflow.log_text("x", "check.txt")
+        notes = uncovered(environment())
+    finally:
+        mlflow.set_tracking_uri(previous)
+        mlflow.set_registry_uri(previous)
+    assert list((store / "artifacts").rglob("check.txt")) and not (elsewhere / "mlruns").exists()
+    # that store lies outside the data folder: a backup of the folder says it leaves it out
+    (note,) = notes
+    assert str(store / "mlflow.db") in note and "not backed up" in note
+
+
 def test_a_run_started_elsewhere_lands_in_the_install_and_the_next_process_finds_it(folders):
     """The report: a Dagster process started with ``LEAP_DATA`` from another directory made an
     empty ``./data/leap.duckdb``, and the next step failed with "its sources have not landed"."""

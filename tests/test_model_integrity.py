@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 
 from leap_pipeline.modeling import registry
+from leap_pipeline.settings import MODEL_NAME_ENV
 from leap_pipeline.simulation import SimulatedFleet
 from leap_serving.decide.ranker import Ranker
 from leap_serving.launch.features import FEATURE_COLUMNS
@@ -202,7 +203,7 @@ def test_saving_records_every_hash(model, tmp_path):
 def test_a_registry_version_whose_files_changed_is_refused_and_the_ranker_keeps_its_model(
     model, tmp_path, monkeypatch
 ):
-    monkeypatch.setenv(registry.MODEL_NAME_ENV, "leap-integrity-test")
+    monkeypatch.setenv(MODEL_NAME_ENV, "leap-integrity-test")
     registry.configure_tracking(tmp_path / "mlflow")
     folder = tmp_path / "model"
     model.save(folder)
@@ -250,7 +251,7 @@ def test_republishing_replaces_the_version_and_leaves_no_other_behind(model, tmp
 
 
 def test_a_version_carries_a_few_tags_and_its_run_every_metric(model, tmp_path, monkeypatch):
-    monkeypatch.setenv(registry.MODEL_NAME_ENV, "leap-tags-test")
+    monkeypatch.setenv(MODEL_NAME_ENV, "leap-tags-test")
     registry.configure_tracking(tmp_path / "mlflow")
     model.save(tmp_path / "model")
     day = dt.date(2026, 1, 10)
@@ -280,7 +281,7 @@ def test_a_version_carries_a_few_tags_and_its_run_every_metric(model, tmp_path, 
 def _register(model, tmp_path, monkeypatch, name: str) -> tuple[str, Path]:
     """One version registered as a night registers it; returns its number and where its files
     are stored (a local artifact store)."""
-    monkeypatch.setenv(registry.MODEL_NAME_ENV, name)
+    monkeypatch.setenv(MODEL_NAME_ENV, name)
     registry.configure_tracking(tmp_path / "mlflow")
     model.save(tmp_path / "model")
     day = dt.date(2026, 1, 10)

@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from leap_pipeline.orchestration.calendar import CALENDAR_FILE, DATA_ENV, Calendar
+from leap_pipeline.orchestration.calendar import CALENDAR_FILE, Calendar
 from leap_pipeline.orchestration.definitions import build_definitions, materialize_days
 from leap_pipeline.orchestration.nightly_plan import (
     MAX_RELANDINGS,
@@ -26,6 +26,7 @@ from leap_pipeline.orchestration.resources import (
     TrainingResource,
     WarehouseResource,
 )
+from leap_pipeline.settings import DATA_ENV
 from leap_pipeline.simulation import SPAN_START
 
 SOURCE = "simulator:seed=3,scale=0.02"

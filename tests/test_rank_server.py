@@ -174,6 +174,8 @@ def test_an_empty_ranking_from_the_server_fails_the_handoff(model, server):
     ("args", "named"),
     [
         (["--server", "ftp://127.0.0.1:1"], "--server"),
+        (["--server", "http://127.0.0.1:notaport"], "--server"),
+        (["--server", "http://127.0.0.1:0"], "--server"),
         (["--server", "127.0.0.1:8765"], "--server"),
         (["--server", "http://user:secret@127.0.0.1:1"], "credentials"),
         (["--server", "http://127.0.0.1:1", "--cacert", "ca.pem"], "--cacert"),

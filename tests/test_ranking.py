@@ -16,6 +16,7 @@ from leap_pipeline.modeling import registry
 from leap_pipeline.modeling.night_store import save_trained
 from leap_pipeline.modeling.selection import fit_models
 from leap_pipeline.orchestration.definitions import materialize_days
+from leap_pipeline.settings import MODEL_NAME_ENV
 from leap_serving.decide.launch_fields import check_job
 from leap_serving.decide.ranker import Ranker
 from leap_serving.decide.results import Ranking
@@ -561,7 +562,7 @@ def test_the_expected_saving_of_a_trial_is_the_normal_expectation():
 
 def _two_registered_versions(served, tmp_path, monkeypatch, name) -> list[str]:
     """Two registry versions of the served model, the alias on the first."""
-    monkeypatch.setenv(registry.MODEL_NAME_ENV, name)
+    monkeypatch.setenv(MODEL_NAME_ENV, name)
     registry.configure_tracking(tmp_path / "mlflow")
     versions = []
     for _ in range(2):

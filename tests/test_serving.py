@@ -31,6 +31,7 @@ from http_model import tiny_model
 
 import leap_serving
 from leap_pipeline.modeling import registry
+from leap_pipeline.settings import MODEL_NAME_ENV
 from leap_serving.decide.ranker import Ranker
 from leap_serving.launch.features import LAUNCH_COLUMNS
 from leap_serving.model.cascade import BinnedCascade
@@ -72,7 +73,7 @@ def registered(tmp_path_factory):
         .select(LAUNCH_COLUMNS)
     )
     with pytest.MonkeyPatch.context() as env:
-        env.delenv(registry.MODEL_NAME_ENV, raising=False)
+        env.delenv(MODEL_NAME_ENV, raising=False)
         env.delenv("MLFLOW_TRACKING_URI", raising=False)
         uri = registry.configure_tracking(root / "mlflow")
         _, version = registry.log_candidate(

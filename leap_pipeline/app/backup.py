@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from leap_pipeline.app import backup_postgres as pg
 from leap_pipeline.data.warehouse import WarehouseError, open_warehouse
-from leap_pipeline.settings import Environment
+from leap_pipeline.settings import Environment, sqlite_file
 
 FORMAT = "leap-backup/1"
 MANIFEST = "MANIFEST.json"
@@ -184,6 +184,12 @@ def uncovered(install: Environment) -> list[str]:
         notes.append(
             f"MLFLOW_TRACKING_URI={install.mlflow_tracking_uri} is not in this backup: "
             "back up that server's store and artifacts with their own tools"
+        )
+    database = sqlite_file(install.mlflow_tracking_uri)
+    if database and not database.is_relative_to(data):
+        notes.append(
+            f"MLFLOW_TRACKING_URI's SQLite store {database} (its artifacts beside it) lies "
+            f"outside {data}: not backed up"
         )
     if install.dagster_home and not install.dagster_home_path.resolve().is_relative_to(data):
         notes.append(f"DAGSTER_HOME={install.dagster_home} lies outside {data}: not backed up")

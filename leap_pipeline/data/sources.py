@@ -22,7 +22,7 @@ from typing import Protocol
 
 import polars as pl
 
-from leap_pipeline.settings import DEFAULT_SOURCE, SOURCE_ENV, environment  # noqa: F401
+from leap_pipeline.settings import environment
 from leap_pipeline.simulation import SPAN_START, SimulatedFleet
 from leap_serving.launch.contract import schema
 from leap_serving.launch.validation import ContractError, convert, with_contract_columns

@@ -25,7 +25,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.types import ColSpec, Schema
 
 from leap_pipeline.modeling.registry_errors import absent_or_raise
-from leap_pipeline.settings import MODEL_NAME_ENV, environment, set_environment  # noqa: F401
+from leap_pipeline.settings import environment, set_environment, sqlite_file
 from leap_serving.launch.features import FEATURE_COLUMNS
 from leap_serving.registry.bundle import BUNDLE_TAG
 from leap_serving.registry.registered import SHA256_TAG
@@ -49,11 +49,17 @@ def model_uri(alias: str = ALIAS, name: str | None = None) -> str:
 
 def configure_tracking(store: str | Path | None = None) -> str:
     """Point MLflow at a SQLite store under ``store`` when given, else ``$MLFLOW_TRACKING_URI``,
-    else ``mlflow`` in the data folder (``$LEAP_DATA``); create the experiment (with its artifact
-    folder beside a local store). Returns the tracking URI."""
+    else ``mlflow`` in the data folder (``$LEAP_DATA``); create the experiment. Returns the
+    tracking URI.
+
+    A SQLite store's experiment keeps its artifacts beside the database (``artifacts``), as a
+    server keeps them where it was told: left to MLflow, a SQLite URI from the environment puts
+    them under ``mlruns`` in whatever folder the process that created the experiment ran in,
+    outside what ``leap backup`` copies, with that folder's permissions."""
     if store is None and environment().mlflow_tracking_uri:
         uri = environment().mlflow_tracking_uri
-        artifacts = None
+        database = sqlite_file(uri)
+        artifacts = (database.parent / "artifacts").as_uri() if database else None
     else:
         folder = Path(store or environment().mlflow_store).resolve()
         folder.mkdir(parents=True, exist_ok=True)

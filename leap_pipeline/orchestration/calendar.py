@@ -27,7 +27,7 @@ import dagster as dg
 import tomli_w
 
 from leap_pipeline.data.sources import SPAN_START
-from leap_pipeline.settings import DATA_ENV, environment  # noqa: F401 (DATA_ENV: for callers)
+from leap_pipeline.settings import environment
 
 CALENDAR_FILE = "leap.toml"
 

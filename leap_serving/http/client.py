@@ -67,10 +67,10 @@ def rank_url(server: str) -> str:
     password (a URL on the command line is readable by every user of the host)."""
     try:
         parts = urllib.parse.urlsplit(server)
-        parts.port  # noqa: B018 - a port that is not a number raises here
+        port = parts.port  # a port that is not a number, or out of range, raises here
     except ValueError as exc:
         raise ValueError(f"--server {server!r}: not a URL: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
         raise ValueError(
             f"--server {server!r}: not an http:// or https:// URL with a host "
             "(e.g. http://127.0.0.1:8765)"
