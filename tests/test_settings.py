@@ -66,6 +66,23 @@ def test_the_step_forkserver_preloads_no_module_that_starts_polars():
     assert done.stdout.strip() == "[]"
 
 
+def test_the_definitions_import_no_mlflow_so_a_landing_step_never_loads_it():
+    """Every step of a run imports the definitions; MLflow (a second) is imported only where a
+    night registers or moves the alias."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import leap_pipeline.orchestration.definitions as d\n"
+        "d.defs()\n"
+        "print(sorted(m for m in ('mlflow',) if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize("seconds", [float("inf"), float("nan"), -1.0])
 def test_a_night_refuses_a_window_wait_it_could_never_end_or_measure(seconds):
     from leap_pipeline.orchestration.resources import TrainingResource

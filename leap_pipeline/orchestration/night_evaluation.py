@@ -11,12 +11,12 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 import numpy as np
 import polars as pl
 
-from leap_pipeline.modeling import registry
 from leap_pipeline.modeling.evaluation import headline
 from leap_pipeline.modeling.evaluation_files import (
     EVALUATION_FILES,
@@ -44,6 +44,11 @@ from leap_serving.launch.features import FEATURE_COLUMNS
 from leap_serving.model.publish import PublicationError, verify_folder
 from leap_serving.registry.registered import load_registered
 
+# imported where a night registers: MLflow takes about a second to import, which every step of a
+# landing, forked with the definitions, paid for nothing
+if TYPE_CHECKING:
+    from leap_pipeline.modeling import registry
+
 EVALUATION_COLUMNS = ("w5", "w10", "w15", "w20", "mdape", "median_ratio", "coverage")
 
 
@@ -58,6 +63,8 @@ def evaluate_nights(
     new version (or the version already registered for the same inputs reused), and the gate
     decided on its own: against the production model on the same rows when production never saw
     day D, else against the floor alone."""
+    from leap_pipeline.modeling import registry
+
     tracking_uri = mlflow_tracking.configure()
     run_kind = _run_kind(context, training.registry_settings())
     gate_settings = training.gate_settings()
@@ -225,6 +232,8 @@ def production_incumbent(log) -> Incumbent:
     again, so a promotion meanwhile cannot mix two versions). A production model that does not
     load, whatever the error (a refused file, a bug, a missing artifact), is no usable incumbent:
     it is logged, and each night is gated on the floor alone."""
+    from leap_pipeline.modeling import registry
+
     current = registry.production_version()
     if current is None:
         return Incumbent()
@@ -247,12 +256,14 @@ def night_gate(
     floor: float,
     margin: float,
     log,
-) -> registry.GateDecision:
+) -> "registry.GateDecision":
     """Night ``day``'s gate: against the incumbent on the same rows when it never saw day D (one
     trained on a later window, a backfill or a re-run of an older night, or this very night, is
     not compared); against the floor alone, saying why, when there is none, it saw the day, or it
     cannot load or predict. A broken production model must not hold a good night back: the
     night that passes the floor is what replaces it."""
+    from leap_pipeline.modeling import registry
+
     note, production_w20 = "", None
     if incumbent.unusable:
         note = f"({incumbent.unusable}: not compared)"
@@ -315,6 +326,8 @@ def record_evaluations(
     model, replacing the day's rows (and the ``routing`` table's: each policy's replay of day D,
     when the source is simulated); then Figure 8 (w20 per nightly retrain so far) and the
     routing capture per night as tables and plots, logged to the newest night's MLflow run too."""
+    from leap_pipeline.modeling import registry
+
     newest = None
     with warehouse.open() as wh:
         for day in partition_days(context):

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import dagster as dg
 
-from leap_pipeline.modeling import alias_records, registry
 from leap_pipeline.orchestration.calendar import data_folder
 from leap_pipeline.orchestration.locks import advisory_held, held
 from leap_pipeline.orchestration.resources import (
@@ -24,6 +23,8 @@ def alias_lock(data: Path | None = None) -> AbstractContextManager[None]:
     retention take turns. In the service topology (``$LEAP_DATABASE_URL``) it is a Postgres
     advisory lock, which every host of the service shares; on the embedded default, a file in
     the data folder."""
+    from leap_pipeline.modeling import registry  # MLflow: imported where it is used
+
     name = f"{registry.model_name()}.production"
     url = environment().database_url
     if url:
@@ -41,6 +42,8 @@ def move_alias(
     """The ``production`` alias: moved to the newest night of the run whose gate passed, on a
     nightly run (or when promotion is asked for), never to a night older than the one it names;
     old versions past retention removed (never one a promotion record names)."""
+    from leap_pipeline.modeling import alias_records, registry
+
     mlflow_tracking.configure()
     passing = [
         (dt.date.fromisoformat(day), record)
