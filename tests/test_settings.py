@@ -66,17 +66,19 @@ def test_the_step_forkserver_preloads_no_module_that_starts_polars():
     assert done.stdout.strip() == "[]"
 
 
-def test_the_definitions_import_no_mlflow_so_a_landing_step_never_loads_it():
-    """Every step of a run imports the definitions; MLflow (a second) is imported only where a
-    night registers or moves the alias."""
+def test_the_definitions_import_neither_mlflow_nor_the_fits_stack():
+    """Every step of a run, and the run's worker, import the definitions: MLflow (a second) and
+    the fits' stack (scikit-learn, Numba, joblib: two more) are imported only in the steps that
+    fit, score, register or move the alias."""
     import subprocess
     import sys
 
+    heavy = ("joblib", "mlflow", "numba", "sklearn")
     script = (
         "import sys\n"
         "import leap_pipeline.orchestration.definitions as d\n"
         "d.defs()\n"
-        "print(sorted(m for m in ('mlflow',) if m in sys.modules))"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

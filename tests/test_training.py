@@ -19,6 +19,7 @@ from leap_pipeline.modeling.training import IncompleteWindow, night_inputs, run_
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.orchestration.runs import night_record
 from leap_pipeline.settings import GateSettings, RegistrySettings, TrainingSettings
+from leap_serving.registry import registered
 
 SOURCE = "simulator:seed=3,scale=0.02"
 FIRST = dt.date(2026, 1, 1)
@@ -459,7 +460,7 @@ def test_the_alias_is_resolved_once_and_production_is_loaded_by_that_version(mon
         loaded.append(version)
         return f"model {version or '4'}", version or "4"
 
-    monkeypatch.setattr(night_evaluation, "load_registered", load)
+    monkeypatch.setattr(registered, "load_registered", load)  # where the step reads it
     incumbent = night_evaluation.production_incumbent(_Log())
     assert loaded == ["3"]
     assert (incumbent.version, incumbent.model) == ("3", "model 3")
@@ -479,7 +480,7 @@ def test_a_production_model_that_cannot_load_or_predict_is_no_incumbent(monkeypa
     def load(uri, version=None):
         raise TypeError("a crafted file's field")
 
-    monkeypatch.setattr(night_evaluation, "load_registered", load)
+    monkeypatch.setattr(registered, "load_registered", load)  # where the step reads it
     log = _Log()
     incumbent = night_evaluation.production_incumbent(log)
     assert incumbent.model is None and "version 3 cannot be loaded (TypeError" in log.warnings[0]
@@ -502,7 +503,6 @@ def test_a_broken_production_model_does_not_hold_later_nights_back(fleet, monkey
     """With production failing to load (here with a plain ValueError), a night still registers
     a new version, passes the floor, says why production was not its comparison, and replaces
     it when promotion is asked for."""
-    from leap_pipeline.orchestration import night_evaluation
 
     assert _train(fleet, promote=True).success  # a production version to break
     before = registry.production_version()
@@ -511,7 +511,7 @@ def test_a_broken_production_model_does_not_hold_later_nights_back(fleet, monkey
     def load(uri, version=None):
         raise ValueError("cascade.json: a field no check refused")
 
-    monkeypatch.setattr(night_evaluation, "load_registered", load)
+    monkeypatch.setattr(registered, "load_registered", load)  # where the step reads it
     result = _train(fleet, promote=True, lookup_min_support=11)
     assert result.success
     record = night_record(result, "model_evaluation", NIGHT)

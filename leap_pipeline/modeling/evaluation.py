@@ -8,11 +8,12 @@ is simulated, the oracle's true medians scored the same way (the noise ceiling).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import polars as pl
 
 from leap_pipeline.modeling.lookup_table import HEAD_MODEL_TYPES
-from leap_pipeline.modeling.selection import TrainedModels, predictions
 from leap_serving.decide import metrics
 from leap_serving.launch.features import FEATURE_COLUMNS
 from leap_serving.model.intervals import (
@@ -22,6 +23,10 @@ from leap_serving.model.intervals import (
     interval_metric_name,
 )
 from leap_serving.model.novelty import Novelty
+
+if TYPE_CHECKING:  # the fits' stack (scikit-learn, Numba): imported where models are scored, so
+    # the night's checks and the definitions that read this module's bars load none of it
+    from leap_pipeline.modeling.selection import TrainedModels
 
 TORSO_MODEL_TYPES = 100
 
@@ -96,6 +101,8 @@ def evaluate(
         raise ValueError("no evaluation rows")
     if rows["ds"].min() <= models.window[1]:
         raise ValueError(f"evaluation rows from {rows['ds'].min()} overlap the training window")
+    from leap_pipeline.modeling.selection import predictions
+
     predicted = predictions(models, rows)
     scored = pl.concat([rows, predicted], how="horizontal").with_columns(
         band=frequency_band(rows, models.model_type_ranks),

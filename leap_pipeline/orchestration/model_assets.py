@@ -20,6 +20,7 @@ The partitioned assets are built by ``model_assets(partitions)``, as the data as
 import datetime as dt
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import dagster as dg
 import numpy as np
@@ -28,8 +29,6 @@ from leap_pipeline.data.sources import Oracle, logged_source
 from leap_pipeline.data.warehouse import Warehouse
 from leap_pipeline.modeling.drift import PSI_WARN
 from leap_pipeline.modeling.evaluation import SLICE_MAX_GAP, SLICE_MIN_ATTEMPTS
-from leap_pipeline.modeling.night_store import models_folder, reusable_night, save_trained
-from leap_pipeline.modeling.training import IncompleteWindow, NightInputs, night_inputs, run_night
 from leap_pipeline.orchestration.dagster_beta import beta_parameters_accepted
 from leap_pipeline.orchestration.data_assets import SINGLE_RUN, partition_days
 from leap_pipeline.orchestration.liveness import record_worker
@@ -44,6 +43,11 @@ from leap_pipeline.orchestration.resources import (
 )
 from leap_pipeline.settings import WINDOW_DAYS, TrainingSettings
 
+# the fits' stack (scikit-learn, Numba, joblib) is imported in the steps that train: the
+# definitions, which every step and run worker imports, load none of it
+if TYPE_CHECKING:
+    from leap_pipeline.modeling.training import NightInputs
+
 WINDOW_POLL_S = 15.0  # how often a night waiting for its window looks again
 
 
@@ -55,6 +59,9 @@ def train_nights(
     last day published, and every model scored on D. Each day's record names the folder the
     night was published to, with what the registry needs of it. A night whose inputs did not
     change since it was published is reused, not fitted again."""
+    from leap_pipeline.modeling.night_store import models_folder, reusable_night, save_trained
+    from leap_pipeline.modeling.training import run_night
+
     record_worker(context)
     per_day, records = [], {}
     settings, wait_s = training.training_settings(), training.window_wait()
@@ -125,11 +132,13 @@ def _complete_inputs(
     day: dt.date,
     settings: TrainingSettings,
     wait_s: float,
-) -> NightInputs:
+) -> "NightInputs":
     """Night ``day``'s inputs, once every day of its window has its features: runs overlap (a
     landing run beside a nightly one), so a night may start while its window still lands. It
     waits up to ``wait_s`` for them, saying which days it waits for, then fails having trained
     and registered nothing; the next tick asks for the night again."""
+    from leap_pipeline.modeling.training import IncompleteWindow, night_inputs
+
     first_day = dt.date.fromisoformat(context.assets_def.partitions_def.get_first_partition_key())
     deadline = time.monotonic() + wait_s
     while True:

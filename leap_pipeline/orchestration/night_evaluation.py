@@ -42,7 +42,6 @@ from leap_pipeline.orchestration.resources import (
 from leap_pipeline.settings import RegistrySettings
 from leap_serving.launch.features import FEATURE_COLUMNS
 from leap_serving.model.publish import PublicationError, verify_folder
-from leap_serving.registry.registered import load_registered
 
 # imported where a night registers: MLflow takes about a second to import, which every step of a
 # landing, forked with the definitions, paid for nothing
@@ -233,6 +232,7 @@ def production_incumbent(log) -> Incumbent:
     load, whatever the error (a refused file, a bug, a missing artifact), is no usable incumbent:
     it is logged, and each night is gated on the floor alone."""
     from leap_pipeline.modeling import registry
+    from leap_serving.registry.registered import load_registered
 
     current = registry.production_version()
     if current is None:

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import dagster as dg
 
-from leap_pipeline.modeling import planning
 from leap_pipeline.orchestration.resources import MlflowResource
 from leap_pipeline.settings import environment
 
@@ -16,7 +15,7 @@ class PlanConfig(dg.Config):
     buy: list[str]  # TYPE:COUNTS[:PRICE], as --buy takes each
     days: int = 7
     end: str = ""  # YYYY-MM-DD; empty: the last day landed
-    model: str = planning.PRODUCTION_MODEL
+    model: str = ""  # a registered model's URI; empty: the registry's production model
 
 
 @dg.asset(group_name="report")
@@ -27,6 +26,7 @@ def purchase_plan(
     (``modeling.planning``) from the install's warehouse and registry, written to
     ``DATA/plans/<last day>`` and shown here. A bad purchase, day or model fails the run naming
     it."""
+    from leap_pipeline.modeling import planning  # the model's stack: imported by this step only
     from leap_pipeline.orchestration.metadata import image_metadata
     from leap_serving.registry.registered import load_registered
 
@@ -34,7 +34,7 @@ def purchase_plan(
         purchases = [planning.parse_purchase(text) for text in config.buy]
         end = planning.parse_day(config.end, "end") if config.end else None
         mlflow_tracking.configure()  # the registry every night registers in
-        model, version = load_registered(config.model)
+        model, version = load_registered(config.model or planning.PRODUCTION_MODEL)
         where = environment()
         plan = planning.plan_warehouse(where.warehouse_path, model, purchases, config.days, end)
     except (ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a model that cannot load

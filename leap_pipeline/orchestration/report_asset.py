@@ -5,8 +5,7 @@ from pathlib import Path
 import dagster as dg
 
 from leap_pipeline.orchestration.metadata import image_metadata
-from leap_pipeline.orchestration.runs import land_days
-from leap_pipeline.studies.report import ReportSettings, build_report
+from leap_pipeline.studies.report_settings import ReportSettings
 
 
 class ReportConfig(dg.Config):
@@ -23,6 +22,9 @@ class ReportConfig(dg.Config):
 @dg.asset(group_name="report")
 def paper_report(context: dg.AssetExecutionContext, config: ReportConfig) -> dg.MaterializeResult:
     """``leap report`` as an asset: the paper's evaluation and the routing value, with figures."""
+    from leap_pipeline.orchestration.runs import land_days
+    from leap_pipeline.studies.report import build_report  # the fits' stack: this step only
+
     settings = ReportSettings.from_options(
         config.scale, config.nights, config.seed, config.data, config.quick, config.profile
     )

@@ -16,7 +16,6 @@ import dagster as dg
 
 from leap_pipeline.data.sources import Source, source_from_uri
 from leap_pipeline.data.warehouse import Warehouse, default_path, open_warehouse
-from leap_pipeline.modeling.parallel import check_scheduler
 from leap_pipeline.orchestration.calendar import Calendar
 from leap_pipeline.settings import (
     GateSettings,
@@ -112,6 +111,8 @@ class TrainingResource(dg.ConfigurableResource):
         """A scheduler the service does not allow (``parallel.check_scheduler``: plain TCP
         where TLS is set up) fails the run as it starts, before any step connects anywhere; so
         does ``promote`` under ``leap up``'s Dagster (``$LEAP_SERVICE_RUNS``)."""
+        from leap_pipeline.modeling.parallel import check_scheduler  # the fits' stack: here only
+
         check_scheduler(self.dask_scheduler)
         if not environment().service_runs:
             return
