@@ -41,8 +41,14 @@ def _spawn(kind: str, folder: Path, generation: int) -> subprocess.Popen:
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
+    return child  # it imports and prepares while the writer before it runs: ``_go`` waits
+
+
+def _go(child: subprocess.Popen) -> None:
+    """Once ``child`` is ready, tell it to start writing."""
     assert child.stdout.readline().strip() == "ready"
-    return child
+    child.stdin.write("go\n")
+    child.stdin.flush()
 
 
 def _check_model(folder: Path) -> int:
@@ -120,8 +126,7 @@ def test_a_killed_writer_leaves_the_last_complete_version(kind, tmp_path):
     seen = set()
     for kill in range(KILLS_PER_KIND):
         following = _spawn(kind, tmp_path, generation + 1000) if kill + 1 < KILLS_PER_KIND else None
-        child.stdin.write("go\n")
-        child.stdin.flush()
+        _go(child)
         if kill % 5 == 4:  # every fifth kill lands after at least one complete write
             assert child.stdout.readline().startswith("wrote ")
         time.sleep(rng.uniform(0.05, window_s))
