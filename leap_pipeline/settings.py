@@ -19,9 +19,11 @@ explicitly (``LEAP_WAREHOUSE``, ``MLFLOW_TRACKING_URI``, ``DAGSTER_HOME``) still
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -65,12 +67,14 @@ def sqlalchemy_url(url: str) -> str:
 
 
 def sqlite_file(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` tracking URI (absolute), else None (a server, or
-    SQLite in memory)."""
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix) or uri[len(prefix) :] in ("", ":memory:"):
+    """The database file of a SQLite tracking URI (``sqlite:///`` or ``sqlite+DRIVER:///``),
+    absolute, read as SQLAlchemy reads it: the query dropped, the path percent-decoded, a
+    relative path taken from the working directory. None for a server, SQLite in memory, or a
+    ``file:`` URI."""
+    found = re.fullmatch(r"sqlite(?:\+\w+)?:///([^?]*)(?:\?.*)?", uri, re.S)
+    if not found or found[1] in ("", ":memory:") or found[1].startswith("file:"):
         return None
-    return Path(uri[len(prefix) :]).resolve()
+    return Path(unquote(found[1])).resolve()
 
 
 class Environment(BaseModel):

@@ -251,7 +251,8 @@ def test_a_stopped_report_resumes_from_its_kept_nights(tmp_path, monkeypatch):
     every night and study read back. The selection's record of each night is in the JSON."""
     from leap_pipeline.orchestration.runs import land_days
     from leap_pipeline.studies import report as report_module
-    from leap_pipeline.studies.report import ReportSettings, build_report
+    from leap_pipeline.studies.report import build_report
+    from leap_pipeline.studies.report_settings import ReportSettings
 
     settings = ReportSettings.quick_mode(tmp_path)
     computed, real_run_night = [], report_module.run_night
@@ -331,7 +332,7 @@ def test_a_kept_night_is_computed_again_for_other_data(tmp_path, monkeypatch):
     # other landing code (orchestration/data_assets.py, say) over the same source rows: other
     # features, so other nights, though the source log's content digests are the same
     from leap_pipeline.studies import report_nights
-    from leap_pipeline.studies.report import ReportSettings
+    from leap_pipeline.studies.report_settings import ReportSettings
 
     monkeypatch.setattr(report_nights, "landing_digest", lambda: "other landing code")
     with open_warehouse(warehouse, read_only=True) as wh:
@@ -355,7 +356,7 @@ def test_first_choice_ties_are_ordered_by_type_name():
 
 def test_flags_left_out_take_the_report_settings_defaults():
     from leap_pipeline.app.cli import build_parser
-    from leap_pipeline.studies.report import ReportSettings
+    from leap_pipeline.studies.report_settings import ReportSettings
 
     args = build_parser().parse_args(["report"])
     settings = ReportSettings.from_options(args.scale, args.nights, args.seed, args.data, False)

@@ -115,3 +115,25 @@ def test_a_bad_gate_or_registry_setting_is_an_error_naming_it(config, named):
     with pytest.raises(ValueError, match=f"^{named}"):
         resource.gate_settings()
         resource.registry_settings()
+
+
+@pytest.mark.parametrize(
+    ("uri", "database"),
+    [
+        ("sqlite:////srv/leap/mlflow.db", "/srv/leap/mlflow.db"),
+        ("sqlite:////srv/leap/mlflow.db?timeout=5", "/srv/leap/mlflow.db"),
+        ("sqlite+pysqlite:////srv/leap/mlflow.db", "/srv/leap/mlflow.db"),
+        ("sqlite:////srv/my%20data/mlflow.db", "/srv/my data/mlflow.db"),
+        ("sqlite:///:memory:", None),
+        ("sqlite:///file:mlflow.db?mode=ro&uri=true", None),
+        ("http://127.0.0.1:5000", None),
+        ("file:///srv/leap/mlruns", None),
+    ],
+)
+def test_a_sqlite_tracking_uri_names_the_file_sqlalchemy_opens(uri, database):
+    """Where a SQLite store's artifacts go, and whether a backup holds it, follow its file."""
+    from pathlib import Path
+
+    from leap_pipeline.settings import sqlite_file
+
+    assert sqlite_file(uri) == (Path(database) if database else None)

@@ -188,8 +188,8 @@ def uncovered(install: Environment) -> list[str]:
     database = sqlite_file(install.mlflow_tracking_uri)
     if database and not database.is_relative_to(data):
         notes.append(
-            f"MLFLOW_TRACKING_URI's SQLite store {database} (its artifacts beside it) lies "
-            f"outside {data}: not backed up"
+            f"MLFLOW_TRACKING_URI's SQLite store {database} lies outside {data}: not "
+            "backed up, nor its experiments' artifacts"
         )
     if install.dagster_home and not install.dagster_home_path.resolve().is_relative_to(data):
         notes.append(f"DAGSTER_HOME={install.dagster_home} lies outside {data}: not backed up")

@@ -241,7 +241,8 @@ REPORT_JSON_KEYS = (
 
 def report(args: argparse.Namespace) -> int:
     from leap_pipeline.orchestration.runs import land_days
-    from leap_pipeline.studies.report import ReportSettings, build_report
+    from leap_pipeline.studies.report import build_report
+    from leap_pipeline.studies.report_settings import ReportSettings
 
     settings = ReportSettings.from_options(
         args.scale, args.nights, args.seed, args.data, args.quick, args.profile

@@ -116,7 +116,7 @@ def plan_folder(
     over the ``days`` that end at ``end`` (default: the last day landed)."""
     from leap_pipeline.app.carry import pointed_at
     from leap_pipeline.app.registry_choice import registry_uri
-    from leap_pipeline.modeling import planning
+    from leap_pipeline.modeling import planning, registry
     from leap_pipeline.modeling.planning import PlanInputError
     from leap_pipeline.settings import DATA_ENV, environment, set_environment
     from leap_serving.registry.registered import load_registered
@@ -125,7 +125,7 @@ def plan_folder(
     if not where.warehouse_path.exists():
         raise PlanInputError(f"--data {where.data}: no warehouse at {where.warehouse_path}")
     set_environment(overwrite=False, MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
-    uri = model_uri or planning.PRODUCTION_MODEL
+    uri = model_uri or registry.model_uri()  # $LEAP_MODEL_NAME's production alias
     try:
         # the folder's registry, whatever MLflow pointed at before in this process
         with pointed_at(registry_uri(where)):

@@ -46,7 +46,6 @@ MAX_DAYS = 3660  # ten years of days in a window: more is a typo
 PRICE_BY = ("throughput", "throughput_low")
 INTERVAL_DRAWS = 500  # draws of the model's errors behind a saving's interval
 MOVING_FAMILIES = 3  # the model families a plan names per purchase, by device-hours moved
-PRODUCTION_MODEL = "models:/leap-throughput@production"  # what a plan ranks with by default
 
 
 class PlanInputError(ValueError):

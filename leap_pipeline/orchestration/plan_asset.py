@@ -26,7 +26,7 @@ def purchase_plan(
     (``modeling.planning``) from the install's warehouse and registry, written to
     ``DATA/plans/<last day>`` and shown here. A bad purchase, day or model fails the run naming
     it."""
-    from leap_pipeline.modeling import planning  # the model's stack: imported by this step only
+    from leap_pipeline.modeling import planning, registry  # the model's stack: this step only
     from leap_pipeline.orchestration.metadata import image_metadata
     from leap_serving.registry.registered import load_registered
 
@@ -34,7 +34,7 @@ def purchase_plan(
         purchases = [planning.parse_purchase(text) for text in config.buy]
         end = planning.parse_day(config.end, "end") if config.end else None
         mlflow_tracking.configure()  # the registry every night registers in
-        model, version = load_registered(config.model or planning.PRODUCTION_MODEL)
+        model, version = load_registered(config.model or registry.model_uri())
         where = environment()
         plan = planning.plan_warehouse(where.warehouse_path, model, purchases, config.days, end)
     except (ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a model that cannot load

@@ -63,18 +63,21 @@ def client_token(
 
 def rank_url(server: str) -> str:
     """``server``'s ranking route (``server`` may carry a path prefix, as behind a proxy);
-    ``ValueError`` naming ``--server`` when it is not an http(s) URL with a host, or carries a
-    password (a URL on the command line is readable by every user of the host)."""
+    ``ValueError`` naming ``--server`` when it is not an http(s) URL with a host and a port
+    other than 0, or carries a password (a URL on the command line is readable by every user of
+    the host)."""
     try:
         parts = urllib.parse.urlsplit(server)
         port = parts.port  # a port that is not a number, or out of range, raises here
     except ValueError as exc:
         raise ValueError(f"--server {server!r}: not a URL: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(
             f"--server {server!r}: not an http:// or https:// URL with a host "
             "(e.g. http://127.0.0.1:8765)"
         )
+    if port == 0:
+        raise ValueError(f"--server {server!r}: port 0 is no port a server listens on")
     if parts.username is not None or parts.password is not None:
         raise ValueError(
             f"--server: the URL carries credentials, which argv shows to every user of the "
