@@ -378,6 +378,9 @@ def test_the_schedule_trains_each_night_once_from_the_records(tmp_path, monkeypa
         return retry.evaluate_tick(context)
 
     assert "no nightly tick is waiting" in sensor().skip_message
+    from leap_pipeline.orchestration import resources as resources_module
+
+    monkeypatch.setattr(resources_module, "PLAN_READ_WAIT_S", 0.5)  # not 5 s per read here
     holder = subprocess.Popen(
         [sys.executable, "-c", "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); "
          "print('open', flush=True); time.sleep(120)", str(warehouse)],

@@ -124,11 +124,11 @@ def test_a_locked_warehouse_is_waited_for_then_an_error_naming_the_holder(wareho
     holder = _hold(warehouse, 30)
     try:
         held = pytest.raises(WarehouseError, match=f"process {holder.pid} holds it")
-        with open_warehouse(warehouse, wait_s=6.0) as wh, held as failed:
+        with open_warehouse(warehouse, wait_s=2.0) as wh, held as failed:
             wh.count("feature_table", FIRST)
-        assert "did not let go within 6 s" in str(failed.value)
+        assert "did not let go within 2 s" in str(failed.value)
         assert str(warehouse) in str(failed.value)
-        assert "is held by another process; waiting up to 6 s" in caplog.text
+        assert "is held by another process; waiting up to 2 s" in caplog.text
     finally:
         holder.kill()
         holder.wait()
@@ -149,9 +149,9 @@ def test_a_warehouse_a_leap_process_holds_is_waited_for_then_an_error_naming_it(
     try:
         assert holder.stdout.readline().strip() == "open"
         held = pytest.raises(WarehouseError, match=f"process {holder.pid} holds it")
-        with open_warehouse(warehouse, wait_s=3.0) as wh, held as failed:
+        with open_warehouse(warehouse, wait_s=1.0) as wh, held as failed:
             wh.replace_partition("job_attempts", FIRST, pl.DataFrame({"x": [1]}))
-        assert "did not let go within 3 s" in str(failed.value)
+        assert "did not let go within 1 s" in str(failed.value)
         assert (warehouse.parent / f"{warehouse.name}.lock").stat().st_mode & 0o077 == 0
     finally:
         holder.kill()

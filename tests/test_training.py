@@ -1,5 +1,6 @@
 """Nightly training, next-day evaluation, the registry and the production pointer."""
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -14,7 +15,12 @@ from leap_pipeline.data.warehouse import open_warehouse
 from leap_pipeline.modeling import alias_records, registry
 from leap_pipeline.modeling.evaluation import evaluate, frequency_band
 from leap_pipeline.modeling.night_store import load_trained, models_folder
-from leap_pipeline.modeling.selection import check_window, fit_models, training_window
+from leap_pipeline.modeling.selection import (
+    check_window,
+    fit_models,
+    training_window,
+    window_lookup,
+)
 from leap_pipeline.modeling.training import IncompleteWindow, night_inputs, run_night, window_gaps
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.orchestration.runs import night_record
@@ -35,6 +41,31 @@ def fleet(tmp_path_factory):
     materialize_days(FIRST, NIGHT, source=SOURCE, warehouse=str(warehouse), log_level="WARNING")
     registry.configure_tracking(store)
     return {"warehouse": warehouse, "store": store}
+
+
+_FITTED: dict[tuple, object] = {}
+
+
+@pytest.fixture(autouse=True)
+def _one_fit_per_window(monkeypatch):
+    """The nights here fit each window once. Their tests are about the pointer, the registry and
+    the gate, and make new versions of one night by changing its lookup setting: each such
+    night is a new version, fingerprint, run and evaluation, but its estimators are the ones
+    fitted on that window before (about 2 s a night, fifteen nights), with its own lookup table
+    (``selection.window_lookup``). Fitting itself is what test_evaluation_never_sees_a_training_day
+    and tests/test_cascade.py test."""
+    from leap_pipeline.modeling import training
+
+    fit = training.fit_models
+
+    def fit_once(window, day, profile="fast", random_state=0, lookup_min_support=2, **params):
+        rows = hash(tuple(window.hash_rows().to_list()))
+        key = (rows, day, profile, random_state, json.dumps(params, sort_keys=True))
+        if key not in _FITTED:
+            _FITTED[key] = fit(window, day, profile=profile, random_state=random_state, **params)
+        return dataclasses.replace(_FITTED[key], lookup=window_lookup(window, lookup_min_support))
+
+    monkeypatch.setattr(training, "fit_models", fit_once)
 
 
 def _train(fleet, **training):

@@ -64,15 +64,35 @@ def group_members(pgid: int, before: float) -> list[psutil.Process]:
     return found
 
 
+def live(process: psutil.Process) -> bool:
+    """Whether ``process`` still runs: a zombie has ended and holds nothing (no port, no
+    file), only its entry waits for its parent, or a container's init, to reap it."""
+    with contextlib.suppress(psutil.Error):
+        return process.status() != psutil.STATUS_ZOMBIE
+    return False
+
+
+def end_members(members: list[psutil.Process], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """After a SIGTERM to their group: wait until no process of ``members`` runs, and SIGKILL
+    those still running after ``timeout_s`` (then a moment for the kernel to end them). A zombie
+    counts as ended: ``psutil.wait_procs`` waited the whole timeout for one whose reaper was
+    slow (an orphan of an exited server, reaped by a container's init when it gets to it)."""
+
+    def running_until(deadline: float) -> list[psutil.Process]:
+        while (left := [p for p in members if live(p)]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return left
+
+    for process in running_until(time.monotonic() + timeout_s):
+        with contextlib.suppress(psutil.Error):
+            process.kill()  # cannot be ignored
+    running_until(time.monotonic() + 5.0)
+    psutil.wait_procs(members, timeout=0)  # reaps those that are this process's children
+
+
 def _left_in(pgids: list[int]) -> list[int]:
     """The groups among ``pgids`` that still hold a live process (a zombie holds nothing)."""
-
-    def alive(process: psutil.Process) -> bool:
-        with contextlib.suppress(psutil.Error):
-            return process.status() != psutil.STATUS_ZOMBIE
-        return False
-
-    return [g for g in pgids if any(alive(p) for p in group_members(g, time.time()))]
+    return [g for g in pgids if any(live(p) for p in group_members(g, time.time()))]
 
 
 def stop_groups(processes: dict[str, subprocess.Popen]) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 
 from leap_pipeline.app.process_groups import (
-    STOP_TIMEOUT_S,
+    end_members,
     group_members,
     start_group,
     stop_groups,
@@ -47,6 +47,9 @@ PROBE_FAILURES = 3
 # a server is started again only once its port is free: a restart into a held port fails to
 # bind (counted as a failure, with the holder named), never "exits with code 0" unexplained
 PORT_WAIT_S = 10.0
+# how often supervision looks at its servers: an exit is seen within this, and a probe's
+# interval is at least this
+LOOK_EVERY_S = 0.5
 # the servers whose group outlives them: the daemon's run workers finish their nights (the rest
 # run no one's work, and a child left behind holds the server's port)
 KEEP_GROUP_ON_EXIT = ("dagster-daemon",)
@@ -62,9 +65,7 @@ def end_group(pgid: int, log: Callable, what: str) -> int:
     log(f"stopping {len(members)} process(es) left in the group of {what} (group {pgid})")
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
-    for process in psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)[1]:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
+    end_members(members)
     return len(members)
 
 
@@ -120,9 +121,7 @@ def stop_retired(groups: list[tuple[int, float]], log: Callable) -> None:
         )
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
-        for process in psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)[1]:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
+        end_members(members)
 
 
 def _stop_leftovers(
@@ -148,10 +147,7 @@ def _stop_leftovers(
         )
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
-        for process in psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)[1]:
-            with contextlib.suppress(psutil.Error):
-                process.kill()  # cannot be ignored: gone within moments
-        psutil.wait_procs(members, timeout=STOP_TIMEOUT_S)
+        end_members(members)
 
 
 def _started_between(process: psutil.Process, first: float, last: float) -> bool:
@@ -339,4 +335,4 @@ def supervise(
                 f"the {name} server started again"
                 + (f" (pid {processes[name].pid})" if name in processes else "")
             )
-        time.sleep(0.5)
+        time.sleep(LOOK_EVERY_S)

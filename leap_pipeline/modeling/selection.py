@@ -110,6 +110,12 @@ def split_window(window: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return window.filter(pl.col("ds") < selection_day), window.filter(pl.col("ds") == selection_day)
 
 
+def window_lookup(window: pl.DataFrame, min_support: int = MIN_SUPPORT) -> LookupTable:
+    """The night's lookup table: the window's head model types, each cell measured at least
+    ``min_support`` times. The one part of a night's models the lookup setting changes."""
+    return build_lookup_table(window, top_model_types=HEAD_MODEL_TYPES, min_support=min_support)
+
+
 def fit_models(
     window: pl.DataFrame,
     day: dt.date,
@@ -184,9 +190,7 @@ def fit_models(
         single_gbdt_booster=one_bin.experts_[0],
         published=published,
         selection=selection,
-        lookup=build_lookup_table(
-            window, top_model_types=HEAD_MODEL_TYPES, min_support=lookup_min_support
-        ),
+        lookup=window_lookup(window, lookup_min_support),
         window=(window["ds"].min(), window["ds"].max()),
         training_rows=window.height,
         model_type_ranks=ranks,

@@ -52,6 +52,11 @@ class SourceResource(dg.ConfigurableResource):
             )
 
 
+# how long the schedule's and the sensors' reads of the warehouse wait for a run that holds it:
+# a tick that cannot read says so and the retry sensor plans it again, rather than stall the daemon
+PLAN_READ_WAIT_S = 5.0
+
+
 class WarehouseResource(dg.ConfigurableResource):
     """Path of the DuckDB file; empty: ``$LEAP_WAREHOUSE``, else ``leap.duckdb`` in the data
     folder (``$LEAP_DATA``)."""
@@ -63,25 +68,25 @@ class WarehouseResource(dg.ConfigurableResource):
         with open_warehouse(self.path or None) as warehouse:
             yield warehouse
 
-    def landed_days(self, table: str, wait_s: float = 5.0) -> list[dt.date]:
+    def landed_days(self, table: str) -> list[dt.date]:
         """Days of ``table`` written so far, read without taking the writer's lock; none when
         there is no warehouse yet."""
         path = Path(self.path) if self.path else default_path()
         if not path.exists():
             return []
-        with open_warehouse(path, read_only=True, wait_s=wait_s) as warehouse:
+        with open_warehouse(path, read_only=True, wait_s=PLAN_READ_WAIT_S) as warehouse:
             return warehouse.partitions(table)
 
     def refused_days(self) -> list[dt.date]:
         """Days whose last landing was refused by its audit (``landing_refusals``)."""
         return self.landed_days("landing_refusals")
 
-    def empty_days(self, wait_s: float = 5.0) -> list[dt.date]:
+    def empty_days(self) -> list[dt.date]:
         """Landed days that kept no measured attempt (their landing recorded ``kept`` = 0)."""
         path = Path(self.path) if self.path else default_path()
         if not path.exists():
             return []
-        with open_warehouse(path, read_only=True, wait_s=wait_s) as warehouse:
+        with open_warehouse(path, read_only=True, wait_s=PLAN_READ_WAIT_S) as warehouse:
             if not warehouse.has("source_log"):
                 return []
             log = warehouse.read("source_log")
