@@ -4,6 +4,7 @@ import datetime as dt
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import polars as pl
@@ -457,3 +458,46 @@ def test_the_skew_check_passes_as_built_and_names_a_planted_skew(warehouse):
     # serving from the snapshot of three days before: only the history features differ
     skewed = serving_skew(attempts, stored, specs, stale, sample=every)
     assert skewed and {f["feature"] for f in skewed} <= set(HISTORY_FEATURES)
+
+
+@pytest.mark.parametrize("failure", ["open", "flock"])
+def test_without_lock_files_duckdbs_lock_alone_is_said_once_and_errors_stay_their_own(
+    tmp_path, monkeypatch, caplog, failure
+):
+    """A folder this process cannot create lock files in, or a file system without flock: one
+    warning, then the block runs on DuckDB's lock; an error in it is not chained to the lock's
+    (it was raised inside the except clause, "during handling of" an OSError, and said twice)."""
+    import errno
+    import fcntl
+    import logging
+
+    from leap_pipeline.data import warehouse as warehouse_module
+
+    if failure == "open":
+        monkeypatch.setattr(warehouse_module.os, "open", _refused_open(warehouse_module.os.open))
+    else:
+
+        def no_locks(fd, operation):
+            raise OSError(errno.ENOLCK, "No locks available")
+
+        monkeypatch.setattr(fcntl, "flock", no_locks)
+    path = tmp_path / "w.duckdb"
+    held = warehouse_module._lock_file_held(path, True, 1.0, time.monotonic() + 1.0)
+    with caplog.at_level(logging.WARNING), pytest.raises(ValueError) as raised, held:
+        raise ValueError("the block's own error")
+    assert raised.value.__context__ is None
+    said = [r.getMessage() for r in caplog.records if "relying on DuckDB's lock" in r.getMessage()]
+    assert len(said) == 1, said
+    assert str(path) in said[0]
+    with open_warehouse(path) as wh:  # and the warehouse works on DuckDB's lock alone
+        wh.replace_partition("job_attempts", FIRST, pl.DataFrame({"x": [1]}))
+        assert wh.count("job_attempts", FIRST) == 1
+
+
+def _refused_open(real_open):
+    def refused(file, flags, *args, **kwargs):
+        if str(file).endswith((".lock", ".gate")):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, flags, *args, **kwargs)
+
+    return refused

@@ -343,22 +343,28 @@ def _lock_file_held(path: Path, write: bool, wait_s: float, deadline: float) -> 
     try:
         for file in (_gate_file(path), lock_file(path)):
             fd = _open_lock_file(file, path)
-            if fd is None:
-                raise OSError(f"cannot open {file}")
+            if fd is None:  # it said why
+                break
             fds.append(fd)
-        gate, lock = fds
-        _flock(gate, write, path, wait_s, deadline)  # a writer holds it until it is done
-        _flock(lock, write, path, wait_s, deadline)
-        if not write:
-            fcntl.flock(gate, fcntl.LOCK_UN)  # passed: a writer may now queue behind it
+        if len(fds) == 2:
+            gate, lock = fds
+            _flock(gate, write, path, wait_s, deadline)  # a writer holds it until it is done
+            _flock(lock, write, path, wait_s, deadline)
+            if not write:
+                fcntl.flock(gate, fcntl.LOCK_UN)  # passed: a writer may now queue behind it
     except WarehouseError:
         for fd in fds:
             os.close(fd)
         raise
     except OSError as exc:  # no lock on this file system (ENOLCK, say)
+        log.warning("%s: cannot use its lock files (%s): relying on DuckDB's lock", path, exc)
         for fd in fds:
             os.close(fd)
-        log.warning("%s: cannot use its lock files (%s): relying on DuckDB's lock", path, exc)
+        fds = []
+    if len(fds) < 2:  # DuckDB's lock alone; the block runs outside the handler above, so an
+        # error in it is its own, not one raised "during handling" of the lock's OSError
+        for fd in fds:
+            os.close(fd)
         yield
         return
     _LOCK_FILES_HELD[key] = [fds, 1]
