@@ -501,3 +501,32 @@ def _refused_open(real_open):
         return real_open(file, flags, *args, **kwargs)
 
     return refused
+
+
+def test_a_ctrl_c_while_a_writer_waits_for_the_lock_lets_its_gate_go(tmp_path, monkeypatch):
+    """A writer takes the gate, then waits for the lock; a Ctrl-C there closed neither file, so
+    the gate stayed held, every reader and writer of the warehouse held back, until the process
+    ended."""
+    import fcntl
+    import os
+
+    from leap_pipeline.data import warehouse as warehouse_module
+
+    real_flock, taken = warehouse_module._flock, []
+
+    def interrupted(fd, *args):
+        taken.append(fd)
+        if len(taken) == 2:  # the gate held, waiting for the lock
+            raise KeyboardInterrupt
+        return real_flock(fd, *args)
+
+    monkeypatch.setattr(warehouse_module, "_flock", interrupted)
+    path = tmp_path / "w.duckdb"
+    held = warehouse_module._lock_file_held(path, True, 1.0, time.monotonic() + 1.0)
+    with pytest.raises(KeyboardInterrupt), held:
+        pass
+    gate = os.open(warehouse_module._gate_file(path), os.O_RDWR)
+    try:  # another open file takes the gate at once
+        fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(gate)

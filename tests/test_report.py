@@ -124,8 +124,9 @@ class ResumedReport:
 @pytest.fixture(scope="module")
 def resumed_report(tmp_path_factory) -> ResumedReport:
     """One quick report for the module's two tests of it (each took about 30 s on its own): a
-    user's Ctrl-C in night 2 (``build_report``), then the report's asset on the same folder,
-    which lands its own warehouse's days with the data assets and resumes from the kept night."""
+    user's Ctrl-C in night 2 (``build_report``, whose landing stopped before the last day, the
+    day night 2 is scored on), then the report's asset on the same folder, which lands that
+    day with the data assets in its own run and resumes from the kept night."""
     import dagster as dg
 
     from leap_pipeline.orchestration.definitions import defs
@@ -157,11 +158,18 @@ def resumed_report(tmp_path_factory) -> ResumedReport:
     handler.emit = records.append
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(report_module, "run_night", run_night)
+
+        def all_but_the_last_day(first, last, *args, **kwargs):
+            return land_days(first, last - dt.timedelta(days=1), *args, **kwargs)
+
         with pytest.raises(KeyboardInterrupt):
-            real_build_report(ReportSettings.quick_mode(data), land_days, log=lambda line: None)
+            real_build_report(
+                ReportSettings.quick_mode(data), all_but_the_last_day, log=lambda line: None
+            )
         stopped_computed, computed[:], stop_on[:] = list(computed), [], []
         patch.setattr(report_module, "build_report", build_report)
-        patch.setattr(progress, "level", logging.INFO)
+        level = progress.level
+        progress.setLevel(logging.INFO)
         progress.addHandler(handler)
         try:
             result = (
@@ -177,13 +185,15 @@ def resumed_report(tmp_path_factory) -> ResumedReport:
             )
         finally:
             progress.removeHandler(handler)
+            progress.setLevel(level)
     return ResumedReport(
         data, stopped_computed, computed, lines, records, result, returned["report"]
     )
 
 
 def test_the_quick_report_has_every_section(resumed_report):
-    """Through the report's asset, resumed from a night a stopped run kept."""
+    """Through the report's asset, which lands the day its warehouse lacks with the data assets
+    and resumes from the night a stopped run kept."""
     tmp_path = resumed_report.data
     result = resumed_report.result
     # after the nights, each long stage shows its steps and ends at 100% (at scale 1.0 the
@@ -328,7 +338,11 @@ def test_a_stopped_report_resumes_from_its_kept_nights(resumed_report, tmp_path,
     resumed = resumed_report.report
     assert computed == [first_night + dt.timedelta(days=1)]  # night 1 kept, with its model
     assert any("1 night(s) kept" in line and "1 of 2 nights to compute" in line for line in lines)
-    assert not any(line.startswith("landing") for line in lines)  # every day was landed
+    # the asset's run landed the one day the stopped run had not, and no other
+    last_day = (first_night + dt.timedelta(days=1)).isoformat()
+    landed = [line for line in lines if line.startswith("landing")]
+    assert landed and landed[0].startswith(f"landing {last_day} .. {last_day} ")
+    assert len(landed) == 1 and "(1 of 10 days)" in landed[0]
     assert resumed["per_night"][1]["staleness"]["model_age_days"] == 1  # against night 1's kept
     assert set(resumed["published_shares"]) == {s["published"] for s in resumed["selection"]}
     assert sum(resumed["published_shares"].values()) == pytest.approx(1.0)

@@ -24,7 +24,7 @@ from leap_pipeline.modeling.selection import (
 from leap_pipeline.modeling.training import IncompleteWindow, night_inputs, run_night, window_gaps
 from leap_pipeline.orchestration.definitions import materialize_days
 from leap_pipeline.orchestration.runs import night_record
-from leap_pipeline.settings import GateSettings, RegistrySettings, TrainingSettings
+from leap_pipeline.settings import MIN_SUPPORT, GateSettings, RegistrySettings, TrainingSettings
 from leap_serving.registry import registered
 
 SOURCE = "simulator:seed=3,scale=0.02"
@@ -43,27 +43,36 @@ def fleet(tmp_path_factory):
     return {"warehouse": warehouse, "store": store}
 
 
-_FITTED: dict[tuple, object] = {}
+# the tests whose nights fit their own models, whatever fitted the same window before
+FIT_FOR_REAL = ("test_evaluation_never_sees_a_training_day",)
+
+
+@pytest.fixture(scope="module")
+def _fitted() -> dict[tuple, object]:
+    """The module's fitted nights, by window: let go with the module."""
+    return {}
 
 
 @pytest.fixture(autouse=True)
-def _one_fit_per_window(monkeypatch):
+def _one_fit_per_window(request, monkeypatch, _fitted):
     """The nights here fit each window once. Their tests are about the pointer, the registry and
     the gate, and make new versions of one night by changing its lookup setting: each such
     night is a new version, fingerprint, run and evaluation, but its estimators are the ones
     fitted on that window before (about 2 s a night, fifteen nights), with its own lookup table
-    (``selection.window_lookup``). Fitting itself is what test_evaluation_never_sees_a_training_day
-    and tests/test_cascade.py test."""
+    (``selection.window_lookup``). The tests of ``FIT_FOR_REAL`` and tests/test_cascade.py fit
+    for real."""
+    if request.node.originalname in FIT_FOR_REAL:
+        return
     from leap_pipeline.modeling import training
 
     fit = training.fit_models
 
-    def fit_once(window, day, profile="fast", random_state=0, lookup_min_support=2, **params):
+    def fit_once(window, day, profile="fast", random_state=0, lookup_min_support=MIN_SUPPORT, **kw):
         rows = hash(tuple(window.hash_rows().to_list()))
-        key = (rows, day, profile, random_state, json.dumps(params, sort_keys=True))
-        if key not in _FITTED:
-            _FITTED[key] = fit(window, day, profile=profile, random_state=random_state, **params)
-        return dataclasses.replace(_FITTED[key], lookup=window_lookup(window, lookup_min_support))
+        key = (rows, day, profile, random_state, json.dumps(kw, sort_keys=True))
+        if key not in _fitted:
+            _fitted[key] = fit(window, day, profile=profile, random_state=random_state, **kw)
+        return dataclasses.replace(_fitted[key], lookup=window_lookup(window, lookup_min_support))
 
     monkeypatch.setattr(training, "fit_models", fit_once)
 

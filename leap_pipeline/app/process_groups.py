@@ -67,14 +67,15 @@ def group_members(pgid: int, before: float) -> list[psutil.Process]:
 def live(process: psutil.Process) -> bool:
     """Whether ``process`` still runs: a zombie has ended and holds nothing (no port, no
     file), only its entry waits for its parent, or a container's init, to reap it."""
-    with contextlib.suppress(psutil.Error):
-        return process.status() != psutil.STATUS_ZOMBIE
+    with contextlib.suppress(psutil.Error):  # is_running: the same process, not a pid reused
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     return False
 
 
-def end_members(members: list[psutil.Process], timeout_s: float = STOP_TIMEOUT_S) -> None:
+def end_members(members: list[psutil.Process], timeout_s: float | None = None) -> None:
     """After a SIGTERM to their group: wait until no process of ``members`` runs, and SIGKILL
-    those still running after ``timeout_s`` (then a moment for the kernel to end them). A zombie
+    those still running after ``timeout_s`` (default ``STOP_TIMEOUT_S``; then a moment for the
+    kernel to end them). A zombie
     counts as ended: ``psutil.wait_procs`` waited the whole timeout for one whose reaper was
     slow (an orphan of an exited server, reaped by a container's init when it gets to it)."""
 
@@ -83,7 +84,8 @@ def end_members(members: list[psutil.Process], timeout_s: float = STOP_TIMEOUT_S
             time.sleep(0.05)
         return left
 
-    for process in running_until(time.monotonic() + timeout_s):
+    wait_s = STOP_TIMEOUT_S if timeout_s is None else timeout_s
+    for process in running_until(time.monotonic() + wait_s):
         with contextlib.suppress(psutil.Error):
             process.kill()  # cannot be ignored
     running_until(time.monotonic() + 5.0)

@@ -352,15 +352,16 @@ def _lock_file_held(path: Path, write: bool, wait_s: float, deadline: float) -> 
             _flock(lock, write, path, wait_s, deadline)
             if not write:
                 fcntl.flock(gate, fcntl.LOCK_UN)  # passed: a writer may now queue behind it
-    except WarehouseError:
-        for fd in fds:
-            os.close(fd)
-        raise
     except OSError as exc:  # no lock on this file system (ENOLCK, say)
         log.warning("%s: cannot use its lock files (%s): relying on DuckDB's lock", path, exc)
         for fd in fds:
             os.close(fd)
         fds = []
+    except BaseException:  # held past the deadline (WarehouseError), or a Ctrl-C while it
+        # waits: the lock files are closed, so a gate this writer took is let go too
+        for fd in fds:
+            os.close(fd)
+        raise
     if len(fds) < 2:  # DuckDB's lock alone; the block runs outside the handler above, so an
         # error in it is its own, not one raised "during handling" of the lock's OSError
         for fd in fds:

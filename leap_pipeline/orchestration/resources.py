@@ -52,8 +52,10 @@ class SourceResource(dg.ConfigurableResource):
             )
 
 
-# how long the schedule's and the sensors' reads of the warehouse wait for a run that holds it:
-# a tick that cannot read says so and the retry sensor plans it again, rather than stall the daemon
+# how long a read of the landed days (``landed_days``, ``empty_days``: the schedule's and the
+# sensors' plans, the demo's look at what it landed before) waits for a run that holds the
+# warehouse: a tick that cannot read says so and the retry sensor plans it again, rather than
+# stall the daemon
 PLAN_READ_WAIT_S = 5.0
 
 
