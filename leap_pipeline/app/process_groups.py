@@ -75,9 +75,9 @@ def live(process: psutil.Process) -> bool:
 def end_members(members: list[psutil.Process], timeout_s: float | None = None) -> None:
     """After a SIGTERM to their group: wait until no process of ``members`` runs, and SIGKILL
     those still running after ``timeout_s`` (default ``STOP_TIMEOUT_S``; then a moment for the
-    kernel to end them). A zombie
-    counts as ended: ``psutil.wait_procs`` waited the whole timeout for one whose reaper was
-    slow (an orphan of an exited server, reaped by a container's init when it gets to it)."""
+    kernel to end them). A zombie counts as ended: ``psutil.wait_procs`` waited the whole
+    timeout for one whose reaper was slow (an orphan of an exited server, reaped by a
+    container's init when it gets to it)."""
 
     def running_until(deadline: float) -> list[psutil.Process]:
         while (left := [p for p in members if live(p)]) and time.monotonic() < deadline:
