@@ -248,13 +248,18 @@ def _unique_family_names(
 ) -> list[str]:
     """``MODEL_TYPE.PURPOSE_HANDLE`` per family, in order; a name already taken (by an earlier
     family or one ``taken`` holds) gets an ``x`` until it is not."""
-    names, seen = [], set(taken)
-    for model_type, purpose, handle in zip(model_type_names, purposes, handles, strict=True):
-        name = f"{model_type}.{purpose}_{handle}"
-        while name in seen:
-            name += "x"
-        seen.add(name)
-        names.append(name)
+    names = [
+        f"{model_type}.{purpose}_{handle}"
+        for model_type, purpose, handle in zip(model_type_names, purposes, handles, strict=True)
+    ]
+    seen = set(taken)
+    add = seen.add  # bound once: the loop runs for most of a million families
+    for i, name in enumerate(names):
+        if name in seen:
+            while name in seen:
+                name += "x"
+            names[i] = name
+        add(name)
     return names
 
 
