@@ -63,7 +63,7 @@ def plot_per_night(series: pl.DataFrame, by: str, value: str, path: str, **axes)
     ax.set(xlabel="evaluation day", **axes)
     ax.legend()
     figure.autofmt_xdate()
-    figure.subplots_adjust(left=0.1, bottom=0.27, right=0.98, top=0.96)
+    figure.subplots_adjust(left=0.12, bottom=0.27, right=0.98, top=0.96)
     figure.savefig(path, dpi=90)
     return path
 
